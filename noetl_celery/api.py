@@ -1,0 +1,105 @@
+"""The Python API: `run()` for one-shot use, `Client` for submit / status / wait / events.
+
+    import noetl_celery
+    result = noetl_celery.run("playbooks/examples/hello_world.yaml", {"message": "Hi"})
+    result["status"]  # "COMPLETED"
+
+    with noetl_celery.Client() as client:
+        execution_id = client.submit("my_flow.yaml", payload={"day": "2026-11-22"})
+        summary = client.wait(execution_id, timeout=600)
+
+Settings come from the environment (`NOETL_DATABASE_URL`, `NOETL_BROKER_URL`, ...) unless
+given. Without a broker the client runs commands on in-process threads, so an embedded
+execution only progresses while the client is open.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+
+PlaybookSource = str | os.PathLike[str]
+
+
+def _read(playbook: PlaybookSource) -> tuple[str, str | None]:
+    """A path (or path-like string) is read; a string with a newline is YAML text."""
+    if isinstance(playbook, os.PathLike) or ("\n" not in playbook and Path(playbook).is_file()):
+        path = Path(playbook)
+        return path.read_text(encoding="utf-8"), str(path)
+    return str(playbook), None
+
+
+class Client:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.engine = Engine(self.settings)
+        if self.settings.embedded:
+            self.engine.use_in_process_workers()
+        else:
+            from noetl_celery.tasks.app import make_app
+            from noetl_celery.tasks.dispatcher import CeleryDispatcher
+
+            self.engine.use_dispatcher(CeleryDispatcher(make_app(self.settings)))
+
+    def register(self, playbook: PlaybookSource) -> dict[str, Any]:
+        """Register a playbook in the catalog; returns {path, version, catalog_id}."""
+        text, file = _read(playbook)
+        _, entry = self.engine.register_text(text, file)
+        return {"path": entry.path, "version": entry.version, "catalog_id": entry.catalog_id}
+
+    def submit(self, playbook: PlaybookSource, payload: dict[str, Any] | None = None) -> str:
+        """Start an execution of a playbook file or YAML text; returns its id."""
+        text, file = _read(playbook)
+        return self.engine.start_text(text, payload, file=file)
+
+    def submit_path(
+        self, catalog_path: str, payload: dict[str, Any] | None = None, version: int | None = None
+    ) -> str:
+        """Start the registered playbook at `catalog_path` (latest version unless given)."""
+        return self.engine.start_path(catalog_path, payload, version)
+
+    def wait(self, execution_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the execution is terminal; returns the `run --json` summary."""
+        self.engine.wait(execution_id, timeout)
+        return self.engine.summary(execution_id)
+
+    def status(self, execution_id: str) -> dict[str, Any]:
+        return self.engine.status(execution_id)
+
+    def summary(self, execution_id: str) -> dict[str, Any]:
+        return self.engine.summary(execution_id)
+
+    def events(self, execution_id: str) -> list[dict[str, Any]]:
+        return self.engine.events(execution_id)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def run(
+    playbook: PlaybookSource,
+    payload: dict[str, Any] | None = None,
+    *,
+    settings: Settings | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Run a playbook (file path or YAML text) to its end; returns the summary
+    `{execution_id, status, result, error, duration_seconds, steps}`."""
+    with Client(settings) as client:
+        return client.wait(client.submit(playbook, payload), timeout)

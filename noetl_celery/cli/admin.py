@@ -1,0 +1,48 @@
+"""`worker` and `db upgrade`."""
+
+from __future__ import annotations
+
+import click
+
+from noetl_celery.cli.common import load_settings
+from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
+from noetl_celery.store.database import Database
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(celery_args: tuple[str, ...]) -> None:
+    """Start a Celery worker on the engine's queues (extra options go to Celery)."""
+    settings = load_settings()
+    if settings.embedded:
+        raise click.ClickException("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    Database(settings.effective_database_url).ensure_schema(upgrade=True)
+    from noetl_celery.tasks.app import app
+
+    argv = [
+        "worker",
+        "-Q",
+        f"{QUEUE_COMMANDS},{QUEUE_ORCHESTRATE}",
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "INFO",
+        *celery_args,
+    ]
+    app.worker_main(argv=argv)
+
+
+@click.group()
+def db() -> None:
+    """The engine's own database."""
+
+
+@db.command("upgrade")
+def upgrade() -> None:
+    """Create or migrate the engine's tables to this version."""
+    database = Database(load_settings().effective_database_url)
+    try:
+        database.upgrade()
+        click.echo(f"database at revision {database.current_revision()}")
+    finally:
+        database.dispose()

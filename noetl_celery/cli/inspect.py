@@ -1,0 +1,67 @@
+"""`status` and `events`: read an execution back from the database."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from noetl_celery.cli.common import build_engine, dump_json, load_settings
+from noetl_celery.errors import ExecutionNotFound
+
+
+def _engine_call(method: str, execution_id: str) -> Any:
+    engine = build_engine(load_settings(), dispatch=False)
+    try:
+        return getattr(engine, method)(execution_id)
+    except ExecutionNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.close()
+
+
+@click.command()
+@click.argument("execution_id")
+@click.option("--json", "as_json", is_flag=True)
+def status(execution_id: str, as_json: bool) -> None:
+    """Show an execution: status, steps, what runs now, loop progress, errors."""
+    view = _engine_call("status", execution_id)
+    if as_json:
+        dump_json(view)
+        return
+    click.echo(
+        f"execution {view['execution_id']}  {view['status']}  "
+        f"({view['path']}, {view['duration_seconds']}s)"
+    )
+    for st in view["steps"]:
+        click.echo(f"  step {st['step']:<32} {st['status'] or '-':<10} runs={st['runs']}")
+    for lp in view["loops"]:
+        total = "?" if lp["total"] is None else lp["total"]
+        click.echo(
+            f"  loop {lp['step']}#{lp['epoch']}: {lp['done']}/{total} done, "
+            f"{lp['failed']} failed, {lp['in_flight']} in flight"
+        )
+    if view["current"]:
+        click.echo(f"  running: {', '.join(view['current'])}")
+    for err in view["errors"]:
+        click.echo(f"  error in {err['step']}: {err['message']}")
+
+
+@click.command()
+@click.argument("execution_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of event objects.")
+def events(execution_id: str, as_json: bool) -> None:
+    """Every event row of an execution, oldest first."""
+    rows = _engine_call("events", execution_id)
+    if as_json:
+        dump_json(rows)
+        return
+    for e in rows:
+        where = e["step"] or ""
+        if e["iteration"] is not None:
+            where += f"[{e['iteration']}]"
+        payload = json.dumps(e["payload"], default=str)
+        click.echo(
+            f"{e['event_id']:>8} {e['created_at']} {e['type']:<22} {where:<30} {payload[:120]}"
+        )

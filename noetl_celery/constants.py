@@ -1,0 +1,83 @@
+"""Names shared by every layer: statuses, event types, queues, task names."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- execution status (executions.status and the CLI's `status`) -----------------------
+RUNNING: Final = "RUNNING"
+COMPLETED: Final = "COMPLETED"
+FAILED: Final = "FAILED"
+CANCELLED: Final = "CANCELLED"
+TERMINAL_STATUSES: Final = frozenset({COMPLETED, FAILED, CANCELLED})
+
+# --- command status (commands.status) -------------------------------------------------
+CMD_ISSUED: Final = "issued"  # inserted, message published (or about to be)
+CMD_RUNNING: Final = "running"  # claimed by a worker, lease running
+CMD_COMPLETED: Final = "completed"
+CMD_FAILED: Final = "failed"
+CMD_CANCELLED: Final = "cancelled"
+CMD_TERMINAL: Final = frozenset({CMD_COMPLETED, CMD_FAILED, CMD_CANCELLED})
+
+# --- command kinds ------------------------------------------------------------------------
+KIND_STEP: Final = "step"  # one run of a non-loop step (single tool or pipeline)
+KIND_ITERATION: Final = "iteration"  # one item of a loop.in epoch
+
+# --- event types (events.type) -------------------------------------------------------------
+EV_EXECUTION_STARTED: Final = "execution.started"
+EV_COMMAND_COMPLETED: Final = "command.completed"
+EV_COMMAND_FAILED: Final = "command.failed"
+EV_LOOP_DONE: Final = "loop.done"
+EV_STEP_FAILED: Final = "step.failed"  # an unhandled step failure, recorded once per epoch
+EV_EXECUTION_COMPLETED: Final = "execution.completed"
+EV_EXECUTION_FAILED: Final = "execution.failed"
+EV_EXECUTION_CANCELLED: Final = "execution.cancelled"
+COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
+EXECUTION_TERMINAL_EVENTS: Final = frozenset(
+    {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
+)
+
+# --- routing event names seen by arc guards as `event.name` ---------------------------------
+CALL_DONE: Final = "call.done"
+CALL_ERROR: Final = "call.error"
+LOOP_DONE: Final = "loop.done"
+
+# --- Celery ----------------------------------------------------------------------------------
+QUEUE_COMMANDS: Final = "noetl.commands"
+QUEUE_ORCHESTRATE: Final = "noetl.orchestrate"
+TASK_EXECUTE_COMMAND: Final = "noetl.execute_command"
+TASK_ORCHESTRATE: Final = "noetl.orchestrate"
+
+# --- DSL ---------------------------------------------------------------------------------------
+API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})
+PIPELINE_STATUS_OK: Final = "ok"
+PIPELINE_STATUS_BREAK: Final = "break"
+PIPELINE_STATUS_FAILED: Final = "failed"
+
+# Tool kinds the engine runs. `workbook` and `playbook` are resolved by the runner and the
+# engine; the rest are `noetl_celery.tools` implementations.
+TOOL_KINDS: Final = frozenset(
+    {"python", "http", "postgres", "duckdb", "noop", "workbook", "playbook"}
+)
+# Kinds NoETL defines that this engine does not implement (validation names them clearly).
+UNSUPPORTED_NOETL_KINDS: Final = frozenset(
+    {
+        "ducklake",
+        "playbooks",
+        "secrets",
+        "iterator",
+        "container",
+        "script",
+        "snowflake",
+        "transfer",
+        "snowflake_transfer",
+        "gcs",
+        "gateway",
+        "nats",
+        "agent",
+        "shell",
+        "artifact",
+        "task_sequence",
+        "rhai",
+    }
+)

@@ -1,0 +1,215 @@
+"""A pipeline (task sequence) runs start to finish on one worker (reference §1.4, §5.1).
+
+After every task the task's policy rules are evaluated in order against its `output`;
+the first match (or the `else` rule) decides: `continue`, `retry` (attempts count total
+runs), `jump` to a label, `break`, or `fail`. Without a matching rule a successful task
+continues and a failed one fails the pipeline. `set` in a rule writes `iter.*` into the
+iteration scope and `ctx.*` into the pipeline's ctx, returned to the orchestrator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
+from noetl_celery.errors import NoetlError
+from noetl_celery.models.outcome import make_outcome, output_view
+from noetl_celery.models.playbook import ToolSpec
+from noetl_celery.models.policy import PREVIOUS_ALIASES, Then
+from noetl_celery.models.scopes import split_set_key
+from noetl_celery.templating import evaluate_condition, render_value
+from noetl_celery.tools.base import ToolOutcome
+
+# runs one task: (label, tool, context) -> outcome
+TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any]], ToolOutcome]
+
+
+@dataclass
+class PipelineLimits:
+    max_jumps: int = 100_000
+    max_retry_delay: float = 300.0
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass
+class _Run:
+    results: dict[str, Any] = field(default_factory=dict)
+    ctx: dict[str, Any] = field(default_factory=dict)
+    iter: dict[str, Any] = field(default_factory=dict)
+    prev: Any = None
+    runs: int = 0
+    jumps: int = 0
+    last_label: str | None = None
+    last: ToolOutcome | None = None
+
+
+def task_failed(outcome: ToolOutcome) -> bool:
+    """Inside a pipeline only `status: error` in a result counts as an error (NoETL)."""
+    if not outcome.ok:
+        return True
+    status = outcome.data.get("status") if isinstance(outcome.data, dict) else None
+    return isinstance(status, str) and status.strip().lower() == "error"
+
+
+def _as_error(outcome: ToolOutcome) -> ToolOutcome:
+    if not outcome.ok:
+        return outcome
+    data = outcome.data if isinstance(outcome.data, dict) else {}
+    message = data.get("message") or data.get("error") or "task result has status 'error'"
+    return ToolOutcome.failure("result_error", str(message), data=outcome.data)
+
+
+def _retry_delay(then: Then, retry_number: int, outcome: ToolOutcome, cap: float) -> float:
+    delay = then.retry_delay(retry_number)
+    retry_after = (outcome.error or {}).get("retry_after")
+    if isinstance(retry_after, int | float) and retry_after > delay:
+        delay = float(retry_after)  # the server said how long to back off: honour it
+    return min(delay, cap)
+
+
+def run_pipeline(
+    step: str,
+    tasks: list[tuple[str, ToolSpec]],
+    base: Mapping[str, Any],
+    iter_scope: Mapping[str, Any] | None,
+    run_task: TaskRunner,
+    limits: PipelineLimits,
+) -> dict[str, Any]:
+    """Run the tasks; return the step's outcome (see models.outcome)."""
+    labels = [label for label, _ in tasks]
+    run = _Run(iter=dict(iter_scope or {}))
+    attempts: dict[str, int] = {}
+    index, status, failure = 0, "ok", None
+    base_ctx = base.get("ctx") or {}
+    while index < len(tasks):
+        label, tool = tasks[index]
+        attempt = attempts.get(label, 1)
+        context = {
+            **base,
+            **run.results,
+            "ctx": {**base_ctx, **run.ctx},
+            "iter": run.iter,
+            "results": run.results,
+            "_task": label,
+            "_prev": run.prev,
+            "_attempt": attempt,
+        }
+        outcome = run_task(label, tool, context)
+        run.runs += 1
+        if task_failed(outcome):
+            outcome = _as_error(outcome)
+        run.results[label], run.last, run.last_label = outcome.data, outcome, label
+        if outcome.ok:
+            run.prev = outcome.data
+        output = output_view(
+            {
+                "status": outcome.status,
+                "result": outcome.data,
+                "error": outcome.error,
+                "detail": outcome.detail,
+                "meta": {"attempt": attempt},
+            },
+            step_level=False,
+        )
+        rule_context = {**context, "output": output, "error": outcome.error}
+        try:
+            then = _match(step, label, tool, rule_context)
+            if then is not None and then.set:
+                _apply_set(then.set, rule_context, run, f"step '{step}' task '{label}' set")
+        except NoetlError as exc:
+            status, failure = (
+                PIPELINE_STATUS_FAILED,
+                {"kind": "template_error", "message": str(exc)},
+            )
+            break
+        action = then.do if then is not None else ("continue" if outcome.ok else "fail")
+        if action == "continue":
+            attempts.pop(label, None)
+            index += 1
+        elif action == "retry":
+            assert then is not None
+            if attempt >= then.attempts:
+                status = PIPELINE_STATUS_FAILED
+                failure = _exhausted(outcome, attempt)
+                break
+            limits.sleep(_retry_delay(then, attempt, outcome, limits.max_retry_delay))
+            attempts[label] = attempt + 1
+        elif action == "jump":
+            assert then is not None and then.to is not None
+            run.jumps += 1
+            if run.jumps > limits.max_jumps:
+                status = PIPELINE_STATUS_FAILED
+                failure = {
+                    "kind": "config_error",
+                    "message": f"step '{step}': more than {limits.max_jumps} jumps",
+                }
+                break
+            target = index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
+            attempts.pop(labels[max(target, 0)], None)
+            index = max(target, 0)
+        elif action == "break":
+            status = PIPELINE_STATUS_BREAK
+            break
+        else:  # fail
+            status = PIPELINE_STATUS_FAILED
+            failure = outcome.error or {
+                "kind": "policy",
+                "message": f"task '{label}' failed by policy",
+            }
+            break
+    return _finish(run, status, failure, multi=len(tasks) > 1)
+
+
+def _match(step: str, label: str, tool: ToolSpec, context: Mapping[str, Any]) -> Then | None:
+    for i, rule in enumerate(tool.rules):
+        if rule.is_else:
+            return rule.action
+        where = f"step '{step}' task '{label}' spec.policy.rules[{i}].when"
+        if evaluate_condition(rule.when, context, where):
+            return rule.action
+    return None
+
+
+def _apply_set(
+    mapping: Mapping[str, Any], context: Mapping[str, Any], run: _Run, where: str
+) -> None:
+    rendered = [
+        (split_set_key(k), render_value(v, context, f"{where}.{k}")) for k, v in mapping.items()
+    ]
+    for (scope, name), value in rendered:
+        (run.iter if scope == "iter" else run.ctx)[name] = value
+
+
+def _exhausted(outcome: ToolOutcome, attempts: int) -> dict[str, Any]:
+    error = dict(outcome.error or {"kind": "result_error", "message": "task failed"})
+    error["message"] = f"{error.get('message')} (gave up after {attempts} attempts)"
+    error["attempts"] = attempts
+    return error
+
+
+def _finish(run: _Run, status: str, failure: dict[str, Any] | None, multi: bool) -> dict[str, Any]:
+    last = run.last.data if run.last is not None else None
+    result: dict[str, Any] = dict(last) if isinstance(last, dict) else {"data": last}
+    result["status"] = status
+    if multi:
+        result["results"] = run.results
+    if run.ctx:
+        result["ctx"] = run.ctx
+    detail = dict(run.last.detail) if run.last is not None else {}
+    meta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
+    if status == PIPELINE_STATUS_FAILED:
+        return make_outcome(
+            "error", result, failure, ctx=run.ctx, iter_scope=run.iter, detail=detail, meta=meta
+        )
+    return make_outcome(
+        "ok" if status == "ok" else PIPELINE_STATUS_BREAK,
+        result,
+        None,
+        ctx=run.ctx,
+        iter_scope=run.iter,
+        detail=detail,
+        meta=meta,
+    )

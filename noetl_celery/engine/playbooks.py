@@ -1,0 +1,26 @@
+"""Parsed playbooks by catalog id (catalog rows never change, so this caches forever)."""
+
+from __future__ import annotations
+
+import threading
+
+from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.validation import load_playbook
+from noetl_celery.store.repository import Store
+
+
+class PlaybookCache:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._parsed: dict[int, Playbook] = {}
+        self._lock = threading.Lock()
+
+    def get(self, catalog_id: int) -> Playbook:
+        with self._lock:
+            cached = self._parsed.get(catalog_id)
+        if cached is not None:
+            return cached
+        playbook = load_playbook(self._store.catalog_content(catalog_id), f"catalog:{catalog_id}")
+        with self._lock:
+            self._parsed[catalog_id] = playbook
+        return playbook

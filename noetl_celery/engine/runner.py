@@ -1,0 +1,128 @@
+"""Worker side: turn a claimed command into an outcome.
+
+The command's render context is the `contexts` row of its version (variables and
+pointers to step results) plus, for loop iterations, the iteration scope built from the
+command's item. Results are immutable per (step, epoch), so every lookup is cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
+from noetl_celery.engine.tool_call import run_tool
+from noetl_celery.errors import NoetlError
+from noetl_celery.models.outcome import make_outcome, normalise_status
+from noetl_celery.models.playbook import Playbook, Step, ToolSpec
+from noetl_celery.settings import Settings
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.templating import render_value
+from noetl_celery.templating.context import build_context, iteration_names
+from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.tools.services import ToolServices
+
+
+class StepRunner:
+    def __init__(self, store: Store, services: ToolServices, settings: Settings) -> None:
+        self.store = store
+        self.services = services
+        self.limits = PipelineLimits(
+            max_jumps=settings.max_pipeline_jumps,
+            max_retry_delay=settings.max_retry_delay_seconds,
+        )
+
+    def context_for(
+        self, command: ClaimedCommand, step: Step
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        snapshot = self.store.context(command.execution_id, command.ctx_version)
+        results = {
+            name: self.store.result(command.execution_id, name, epoch)
+            for name, epoch in (snapshot.get("results") or {}).items()
+        }
+        extra: dict[str, Any] = {}
+        scope = None
+        if command.iteration is not None and step.loop is not None:
+            meta = command.meta or {}
+            names = iteration_names(
+                step.loop.iterator, command.item, command.iteration, meta.get("total"), None
+            )
+            scope = names["iter"]
+            extra.update(names)
+        context = build_context(
+            snapshot.get("vars") or {}, results, execution_id=command.execution_id, extra=extra
+        )
+        return context, scope
+
+    def run(self, playbook: Playbook, command: ClaimedCommand) -> dict[str, Any]:
+        started = time.monotonic()
+        step = playbook.step(command.step)
+        context, scope = self.context_for(command, step)
+
+        def run_task(label: str, tool: ToolSpec, task_context: Mapping[str, Any]) -> ToolOutcome:
+            return run_tool(
+                playbook=playbook,
+                tool=tool,
+                context=task_context,
+                step_input={},
+                services=self.services,
+                execution_id=command.execution_id,
+                step=step.step,
+                command_id=command.command_id,
+                where=f"step '{step.step}' task '{label}'",
+                in_pipeline=True,
+            )
+
+        if step.is_pipeline:
+            try:
+                step_input = render_value(step.input, context, f"step '{step.step}' input")
+            except NoetlError as exc:
+                return make_outcome("error", None, {"kind": "template_error", "message": str(exc)})
+            context = {**context, **step_input}
+            outcome = run_pipeline(step.step, step.tasks(), context, scope, run_task, self.limits)
+        else:
+            assert isinstance(step.tool, ToolSpec)
+            single = run_tool(
+                playbook=playbook,
+                tool=step.tool,
+                context=context,
+                step_input=step.input,
+                services=self.services,
+                execution_id=command.execution_id,
+                step=step.step,
+                command_id=command.command_id,
+                where=f"step '{step.step}'",
+                in_pipeline=False,
+            )
+            outcome = single_outcome(single, scope if step.set else None)
+        meta = dict(outcome.get("meta") or {})
+        meta["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+        meta["attempt"] = command.attempt
+        outcome["meta"] = meta
+        if scope is not None and not step.set:
+            outcome.pop("iter", None)  # only steps with `set` read the iteration scope back
+        return outcome
+
+
+def single_outcome(outcome: ToolOutcome, iter_scope: dict[str, Any] | None) -> dict[str, Any]:
+    """A single-tool step fails when its result says `status: error|failed|failure`
+    (NoETL: python steps use `{"status": "failed"}` as an assertion)."""
+    if outcome.ok and isinstance(outcome.data, dict):
+        status = normalise_status(outcome.data.get("status"))
+        if status == "error":
+            message = outcome.data.get("message") or outcome.data.get("error")
+            text = f"result has status '{outcome.data.get('status')}'"
+            if message:
+                text = f"{text}: {message}"
+            return make_outcome(
+                "error",
+                outcome.data,
+                {"kind": "result_error", "message": text},
+                iter_scope=iter_scope,
+                detail=outcome.detail,
+            )
+    return make_outcome(
+        outcome.status, outcome.data, outcome.error, iter_scope=iter_scope, detail=outcome.detail
+    )

@@ -1,0 +1,141 @@
+"""`Engine`: the composed engine behind the CLI, the Python API and Celery tasks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from noetl_celery.constants import TERMINAL_STATUSES
+from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
+from noetl_celery.engine.ids import new_execution_id
+from noetl_celery.engine.inprocess import InProcessDispatcher
+from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.runner import StepRunner
+from noetl_celery.engine.views import execution_summary, status_view
+from noetl_celery.engine.worker import CommandExecutor
+from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.validation import load_playbook
+from noetl_celery.settings import Settings
+from noetl_celery.store.database import Database
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import CatalogEntry, ExecutionRow
+from noetl_celery.tools.credentials import CredentialStore
+from noetl_celery.tools.services import ToolServices
+
+
+class _LateDispatcher:
+    """Lets the dispatcher be attached after the engine exists (it needs the engine)."""
+
+    def __init__(self) -> None:
+        self.target: Dispatcher = NullDispatcher()
+
+    def publish(self, command_ids: Sequence[str]) -> None:
+        self.target.publish(command_ids)
+
+    def wake(self, execution_id: str) -> None:
+        self.target.wake(execution_id)
+
+
+class Engine:
+    def __init__(self, settings: Settings, *, upgrade_schema: bool = True) -> None:
+        self.settings = settings
+        self.database = Database(settings.effective_database_url)
+        self.database.ensure_schema(upgrade=upgrade_schema)
+        self.store = Store(self.database)
+        credentials = (
+            CredentialStore.from_file(settings.credentials_file)
+            if settings.credentials_file
+            else CredentialStore.empty()
+        )
+        self.services = ToolServices(settings, credentials)
+        self.playbooks = PlaybookCache(self.store)
+        self._dispatcher = _LateDispatcher()
+        self.orchestrator = Orchestrator(
+            self.store, self.playbooks, self._dispatcher, batch=settings.orchestrate_batch
+        )
+        self.runner = StepRunner(self.store, self.services, settings)
+        self.executor = CommandExecutor(
+            self.store, self.playbooks, self.runner, self.orchestrator, settings.lease_seconds
+        )
+        self._inprocess: InProcessDispatcher | None = None
+
+    # ---- wiring -----------------------------------------------------------------------------
+    def use_dispatcher(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher.target = dispatcher
+
+    def use_in_process_workers(self) -> None:
+        pool = InProcessDispatcher(self.settings.embedded_workers)
+        pool.bind(self.executor.execute, lambda eid: self.orchestrator.drive(eid, wait=True))
+        self._inprocess = pool
+        self.use_dispatcher(pool)
+
+    def close(self) -> None:
+        if self._inprocess is not None:
+            self._inprocess.shutdown()
+        self.services.close()
+        self.database.dispose()
+
+    # ---- catalog ----------------------------------------------------------------------------
+    def register_text(self, text: str, file: str | None = None) -> tuple[Playbook, CatalogEntry]:
+        playbook = load_playbook(text, file)
+        entry = self.store.register(playbook.catalog_path, playbook.metadata.name, text)
+        return playbook, entry
+
+    def register_file(self, path: str | Path) -> tuple[Playbook, CatalogEntry]:
+        return self.register_text(Path(path).read_text(encoding="utf-8"), str(path))
+
+    # ---- executions -------------------------------------------------------------------------
+    def start_entry(
+        self,
+        entry: CatalogEntry,
+        payload: dict[str, Any] | None = None,
+        *,
+        parent_execution_id: str | None = None,
+        parent_command_id: str | None = None,
+    ) -> str:
+        execution_id = new_execution_id()
+        self.store.create_execution(
+            execution_id,
+            entry,
+            payload,
+            parent_execution_id=parent_execution_id,
+            parent_command_id=parent_command_id,
+        )
+        self.orchestrator.drive(execution_id, wait=True)
+        return execution_id
+
+    def start_text(
+        self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
+    ) -> str:
+        _, entry = self.register_text(text, file)
+        return self.start_entry(entry, payload)
+
+    def start_path(
+        self, catalog_path: str, payload: dict[str, Any] | None = None, version: int | None = None
+    ) -> str:
+        return self.start_entry(self.store.resolve_catalog(catalog_path, version), payload)
+
+    def wait(self, execution_id: str, timeout: float | None = None) -> ExecutionRow:
+        """Poll until terminal; raises TimeoutError with the execution still running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = self.settings.wait_poll_seconds
+        while True:
+            if self.store.execution_status(execution_id) in TERMINAL_STATUSES:
+                return self.store.execution(execution_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
+            time.sleep(interval)
+
+    def summary(self, execution_id: str) -> dict[str, Any]:
+        """The `run --json` object: execution_id, status, result, error, duration, steps."""
+        return execution_summary(self.store, self.store.execution(execution_id))
+
+    def status(self, execution_id: str) -> dict[str, Any]:
+        return status_view(self.store, self.store.execution(execution_id))
+
+    def events(self, execution_id: str) -> list[dict[str, Any]]:
+        self.store.execution(execution_id)  # raises ExecutionNotFound
+        return [e.to_json() for e in self.store.events(execution_id)]

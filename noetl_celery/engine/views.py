@@ -1,0 +1,78 @@
+"""Read models for operators: the `run --json` summary and the `status` view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ExecutionRow
+
+
+def error_text(error: Any) -> str | None:
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error)
+
+
+def step_results(store: Store, row: ExecutionRow) -> dict[str, Any]:
+    """Each step that ran -> its last result (what `{{ step_name }}` renders to)."""
+    steps = (row.state or {}).get("steps") or {}
+    out: dict[str, Any] = {}
+    for name, st in steps.items():
+        epoch = st.get("result_epoch")
+        if epoch is not None:
+            out[name] = store.result(row.execution_id, name, epoch)
+    return out
+
+
+def execution_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
+    return {
+        "execution_id": row.execution_id,
+        "status": row.status,
+        "result": row.result,
+        "error": error_text(row.error),
+        "duration_seconds": round(row.duration_seconds, 3),
+        "steps": step_results(store, row),
+    }
+
+
+def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
+    state = row.state or {}
+    steps = state.get("steps") or {}
+    running = store.running_commands(row.execution_id)
+    current = sorted({step for _, step in running})
+    loops = [
+        {
+            "step": lp.step,
+            "epoch": lp.epoch,
+            "mode": lp.mode,
+            "total": lp.total,
+            "done": lp.succeeded + lp.failed,
+            "succeeded": lp.succeeded,
+            "failed": lp.failed,
+            "in_flight": lp.in_flight,
+            "finished": lp.done,
+        }
+        for lp in store.loops(row.execution_id)
+    ]
+    counts = store.command_counts(row.execution_id)
+    return {
+        "execution_id": row.execution_id,
+        "path": row.path,
+        "status": row.status,
+        "parent_execution_id": row.parent_execution_id,
+        "created_at": row.created_at.isoformat() + "Z",
+        "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
+        "duration_seconds": round(row.duration_seconds, 3),
+        "steps": [
+            {"step": name, "status": st.get("status") or "", "runs": st.get("epoch", 0)}
+            for name, st in steps.items()
+        ],
+        "current": current,
+        "errors": state.get("failures") or [],
+        "error": error_text(row.error),
+        "loops": loops,
+        "commands": counts.__dict__,
+    }

@@ -1,0 +1,118 @@
+"""Every exception the engine raises on purpose, in one tree.
+
+    NoetlError
+    ├── ConfigurationError        bad settings / environment (NOETL_* variables)
+    ├── PlaybookError             the playbook itself is wrong
+    │   ├── PlaybookInvalid       rejected by validation (carries every Problem)
+    │   └── CatalogNotFound       a catalog path / version that is not registered
+    ├── TemplateError             a Jinja template failed to render
+    │   └── UndefinedVariable     the template used a name that does not exist
+    ├── ToolError                 a tool could not be set up (not a tool *result* error)
+    │   ├── UnknownTool           `kind` names no registered tool
+    │   └── CredentialError       an `auth` alias that cannot be resolved
+    ├── StoreError                the engine's own database failed us
+    │   └── SchemaOutdated        the database schema needs `noetl-celery db upgrade`
+    └── ExecutionNotFound         an execution id that does not exist
+
+Errors that happen *inside* a step (HTTP 500, SQL error, python exception) are not
+raised across the engine: they become the step's `error` object and drive policies and
+arcs. Only the errors above cross module boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class NoetlError(Exception):
+    """Root of every error the engine raises deliberately."""
+
+
+class ConfigurationError(NoetlError):
+    """A setting is missing or malformed."""
+
+
+class PlaybookError(NoetlError):
+    """The playbook cannot be used as written."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding, located as precisely as the YAML allows."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    step: str | None = None
+    field: str | None = None
+    severity: str = "error"  # "error" rejects the playbook, "warning" does not
+
+    def __str__(self) -> str:
+        where = self.file or "<playbook>"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        parts = [where]
+        if self.step:
+            parts.append(f"step '{self.step}'")
+        if self.field:
+            parts.append(f"field '{self.field}'")
+        prefix = ": ".join(parts)
+        tag = "" if self.severity == "error" else f"{self.severity}: "
+        return f"{prefix}: {tag}{self.message}"
+
+
+class PlaybookInvalid(PlaybookError):
+    """Validation rejected the playbook; `problems` lists every finding."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        errors = [p for p in problems if p.severity == "error"]
+        head = "; ".join(str(p) for p in errors[:5])
+        more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"invalid playbook: {head}{more}")
+
+
+class CatalogNotFound(PlaybookError):
+    """No playbook is registered under this catalog path (and version)."""
+
+
+class TemplateError(NoetlError):
+    """A template failed to render; the message names the template."""
+
+    def __init__(self, message: str, template: str | None = None) -> None:
+        self.template = template
+        super().__init__(message)
+
+
+class UndefinedVariable(TemplateError):
+    """The template referenced a name or attribute that is not defined."""
+
+    def __init__(
+        self, message: str, template: str | None = None, *, is_attribute: bool = False
+    ) -> None:
+        super().__init__(message, template)
+        self.is_attribute = is_attribute
+
+
+class ToolError(NoetlError):
+    """A tool could not be configured or started."""
+
+
+class UnknownTool(ToolError):
+    """No tool is registered for this `kind`."""
+
+
+class CredentialError(ToolError):
+    """An `auth` credential alias could not be resolved."""
+
+
+class StoreError(NoetlError):
+    """The engine's database is unusable."""
+
+
+class SchemaOutdated(StoreError):
+    """The database schema is older than this engine."""
+
+
+class ExecutionNotFound(NoetlError):
+    """There is no execution with this id."""

@@ -1,0 +1,248 @@
+"""Pydantic models of a NoETL DSL v2 playbook (reference §1).
+
+The models accept what NoETL's runtime accepts (unknown tool fields, unknown step keys);
+`noetl_celery.models.validation` turns unknown or wrong keys into located problems.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from noetl_celery.models.policy import Policy, Rule
+
+
+class ToolOptions(BaseModel):
+    """`tool.spec`: the policy and timeout of one tool / pipeline task."""
+
+    model_config = ConfigDict(extra="allow")
+
+    policy: Policy | None = None
+    timeout: float | None = Field(None, gt=0)
+
+
+class ToolSpec(BaseModel):
+    """One tool: `kind` plus kind-specific fields (kept in `model_extra`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+    name: str | None = None
+    spec: ToolOptions | None = None
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+
+    @property
+    def rules(self) -> list[Rule]:
+        if self.spec is None or self.spec.policy is None:
+            return []
+        return self.spec.policy.rules
+
+    def fields(self) -> dict[str, Any]:
+        """The tool mapping as written, minus `spec`/`input`/`output` (rendered separately)."""
+        data: dict[str, Any] = {"kind": self.kind}
+        if self.name is not None:
+            data["name"] = self.name
+        if self.spec is not None and self.spec.timeout is not None:
+            data["timeout"] = self.spec.timeout
+        data.update(self.model_extra or {})
+        return data
+
+
+class FrameSpec(BaseModel):
+    """Cursor frame policy. Only `max_rows` and `row_concurrency` steer the engine;
+    the other fields are accepted for NoETL compatibility."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_rows: int = Field(1, ge=1)
+    row_concurrency: int = Field(1, ge=1)
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+    max_seconds: float | None = None
+    max_bytes: int | None = None
+    process: Literal["row", "frame"] = "row"
+
+
+class LoopSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    mode: Literal["sequential", "parallel", "cursor"] = "sequential"
+    # an int, or a template rendering to one (cursor loops allow templates)
+    max_in_flight: int | str | None = None
+    policy: Any = None
+    frame: FrameSpec | None = None
+
+    @field_validator("max_in_flight")
+    @classmethod
+    def _positive(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, bool):
+            raise ValueError("max_in_flight must be a positive integer")
+        if isinstance(value, int) and value < 1:
+            raise ValueError("max_in_flight must be a positive integer")
+        if isinstance(value, str) and "{{" not in value:
+            try:
+                number = int(value)
+            except ValueError:
+                raise ValueError("max_in_flight must be a positive integer") from None
+            if number < 1:
+                raise ValueError("max_in_flight must be a positive integer")
+            return number
+        return value
+
+
+class CursorSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kind: str = "postgres"
+    auth: Any = None
+    claim: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Loop(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    in_: Any = Field(None, alias="in")
+    iterator: str
+    cursor: CursorSpec | None = None
+    spec: LoopSpec = Field(default_factory=LoopSpec)
+
+    @property
+    def is_cursor(self) -> bool:
+        return self.cursor is not None
+
+
+class Arc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    when: str | bool | None = None
+    set: dict[str, Any] = Field(default_factory=dict)
+    spec: Any = None
+
+
+class NextSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    mode: Literal["exclusive", "inclusive"] = "exclusive"
+
+
+class Next(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: NextSpec = Field(default_factory=NextSpec)
+    arcs: list[Arc]
+
+
+class Step(BaseModel):
+    """One workflow step. Unknown keys are kept in `model_extra` for the validator."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: str
+    desc: str | None = None
+    tool: ToolSpec | list[ToolSpec] | None = None
+    input: dict[str, Any] = Field(default_factory=dict)
+    set: dict[str, Any] = Field(default_factory=dict)
+    loop: Loop | None = None
+    next: Next | None = None
+    spec: Any = None
+
+    @property
+    def is_pipeline(self) -> bool:
+        """A list of tools, or a single tool with policy rules (NoETL rewrites it into a
+        one-task pipeline labelled `<step>_task`)."""
+        if isinstance(self.tool, list):
+            return True
+        return self.tool is not None and bool(self.tool.rules)
+
+    def tasks(self) -> list[tuple[str, ToolSpec]]:
+        """The pipeline as (label, tool) pairs; unnamed tasks are `task_<index>`."""
+        if self.tool is None:
+            return []
+        if isinstance(self.tool, ToolSpec):
+            return [(f"{self.step}_task", self.tool)]
+        return [(t.name or f"task_{i}", t) for i, t in enumerate(self.tool)]
+
+    @property
+    def arcs(self) -> list[Arc]:
+        return self.next.arcs if self.next is not None else []
+
+    @property
+    def exclusive(self) -> bool:
+        return self.next is None or self.next.spec.mode == "exclusive"
+
+
+class WorkbookTask(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    tool: ToolSpec
+
+
+class ExecutorSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    entry_step: str | None = None
+    final_step: str | None = None
+
+
+class Executor(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    profile: str | None = None
+    spec: ExecutorSpec | None = None
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    path: str | None = None
+    description: str | None = None
+    version: str | int | float | None = None
+
+
+class Playbook(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    api_version: str = Field(alias="apiVersion")
+    kind: Literal["Playbook"]
+    metadata: Metadata
+    workload: dict[str, Any] = Field(default_factory=dict)
+    keychain: list[Any] = Field(default_factory=list)
+    workbook: list[WorkbookTask] = Field(default_factory=list)
+    executor: Executor | None = None
+    workflow: list[Step] = Field(min_length=1)
+
+    _steps: dict[str, Step] = PrivateAttr(default_factory=dict)
+    _workbook: dict[str, WorkbookTask] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # first definition wins; duplicates are reported by validation
+        for step in self.workflow:
+            self._steps.setdefault(step.step, step)
+        for task in self.workbook:
+            self._workbook.setdefault(task.name, task)
+
+    @property
+    def catalog_path(self) -> str:
+        return self.metadata.path or self.metadata.name
+
+    @property
+    def entry_step(self) -> str:
+        spec = self.executor.spec if self.executor else None
+        if spec is not None and spec.entry_step:
+            return spec.entry_step
+        return self.workflow[0].step
+
+    def step(self, name: str) -> Step:
+        return self._steps[name]
+
+    def has_step(self, name: str) -> bool:
+        return name in self._steps
+
+    def workbook_task(self, name: str) -> WorkbookTask | None:
+        return self._workbook.get(name)

@@ -1,0 +1,93 @@
+"""Task policies: `spec.policy.rules` of a tool or pipeline task (reference §5.1)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Action = Literal["continue", "retry", "jump", "break", "fail"]
+Backoff = Literal["none", "linear", "exponential", "fixed"]
+# Jump targets that mean "the task before the current one".
+PREVIOUS_ALIASES = frozenset({"previous", "prev", "_previous", "@previous"})
+
+
+class Then(BaseModel):
+    """What a matching rule does. `attempts` counts total runs (3 => at most 3 runs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    do: Action
+    attempts: int = Field(3, ge=1)
+    backoff: Backoff = "none"
+    delay: float = Field(1.0, ge=0)
+    max_delay: float | None = Field(None, ge=0)
+    to: str | None = None
+    set: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _jump_needs_target(self) -> Then:
+        if self.do == "jump" and not self.to:
+            raise ValueError("`do: jump` needs `to: <task label>`")
+        return self
+
+    def retry_delay(self, retry_number: int) -> float:
+        """Seconds to wait before retry `retry_number` (1 = the first retry).
+
+        Deliberate difference from NoETL: `backoff: none` waits `delay` (NoETL ignores it).
+        """
+        n = max(1, retry_number)
+        if self.backoff == "linear":
+            value = self.delay * n
+        elif self.backoff == "exponential":
+            value = self.delay * (2 ** (n - 1))
+        else:  # none / fixed
+            value = self.delay
+        if self.max_delay is not None:
+            value = min(value, self.max_delay)
+        return value
+
+
+class ElseClause(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    then: Then
+
+
+class Rule(BaseModel):
+    """`{when, then}` or `{else: {then}}`. A YAML boolean `when` is accepted."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    when: str | bool | None = None
+    then: Then | None = None
+    else_: ElseClause | None = Field(None, alias="else")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Rule:
+        if self.else_ is not None:
+            if self.when is not None or self.then is not None:
+                raise ValueError("an `else` rule takes no `when`/`then` of its own")
+        elif self.then is None:
+            raise ValueError("a rule needs `then` (or use `else: {then: ...}`)")
+        return self
+
+    @property
+    def action(self) -> Then:
+        if self.else_ is not None:
+            return self.else_.then
+        assert self.then is not None
+        return self.then
+
+    @property
+    def is_else(self) -> bool:
+        return self.else_ is not None
+
+
+class Policy(BaseModel):
+    # `mode` and `on_unmatched` exist in NoETL's model but have no effect there either.
+    model_config = ConfigDict(extra="allow")
+
+    rules: list[Rule] = Field(default_factory=list)
+    mode: str | None = None
+    on_unmatched: str | None = None

@@ -1,0 +1,103 @@
+"""Validate a playbook before it is registered or run (layer L1: no I/O beyond reading).
+
+`validate_text` reports *every* problem it can find, each located by file, line, step and
+field, so a user fixes a playbook in one pass:
+
+1. YAML syntax (one problem, nothing else can be checked without a document);
+2. the pydantic models (`validation_schema`): shapes, required keys, enums;
+3. semantic checks on the raw data (`validation_steps`, `validation_tools`,
+   `validation_values`): unknown keys, tool requirements, python syntax, template syntax,
+   arc targets, pipelines, loops, `set` keys. They run even when step 2 failed.
+
+Warnings (ignored keys, `keychain`, ...) never reject a playbook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from noetl_celery.errors import PlaybookInvalid, Problem
+from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.validation_base import ERROR, WARNING, Collector, type_word
+from noetl_celery.models.validation_schema import validate_model
+from noetl_celery.models.validation_steps import check_document
+from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
+
+__all__ = ["ValidationReport", "load_playbook", "validate_file", "validate_text"]
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of validating one playbook.
+
+    `playbook` is set only when there is no error (warnings allowed), so a caller that
+    forgets to check `ok` cannot run a half-valid playbook.
+    """
+
+    playbook: Playbook | None
+    problems: list[Problem]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def validate_text(text: str, file: str | None = None) -> ValidationReport:
+    """Validate playbook YAML text; `file` only labels the problems."""
+    try:
+        document = parse_yaml(text)
+    except YamlSyntaxError as exc:
+        return ValidationReport(None, [Problem(exc.message, file=file, line=exc.line)])
+    if document is None or document.data is None:
+        message = "the playbook is empty; it needs apiVersion, kind, metadata and workflow"
+        return ValidationReport(None, [Problem(message, file=file, line=1)])
+    if not isinstance(document.data, dict):
+        message = (
+            "the playbook must be a YAML mapping with apiVersion, kind, metadata and "
+            f"workflow, not {type_word(document.data)}"
+        )
+        return ValidationReport(None, [Problem(message, file=file, line=document.root_line)])
+    collector = Collector(file, document)
+    for path in document.duplicate_keys:
+        collector.warning(
+            path,
+            f"`{path[-1]}` is given twice in this mapping; YAML keeps "
+            "only the last one, remove the other",
+        )
+    playbook = validate_model(collector)
+    check_document(collector)
+    problems = collector.sorted_problems()
+    report = ValidationReport(None, problems)
+    if report.ok:
+        report.playbook = playbook
+    return report
+
+
+def validate_file(path: str | Path) -> ValidationReport:
+    """Validate a playbook file; an unreadable file yields one problem naming it."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return ValidationReport(
+            None, [Problem(f"cannot read playbook file {name}: {reason}", file=name)]
+        )
+    return validate_text(text, file=name)
+
+
+def load_playbook(text: str, file: str | None = None) -> Playbook:
+    """The validated playbook; raises `PlaybookInvalid` (with every problem) on any error."""
+    report = validate_text(text, file)
+    if report.playbook is None:
+        raise PlaybookInvalid(report.problems)
+    return report.playbook

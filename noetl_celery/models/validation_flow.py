@@ -1,0 +1,87 @@
+"""Checks of routing and iteration: arcs and loops (reference §1.5, §4)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
+from noetl_celery.models.validation_values import check_set_keys, check_when
+from noetl_celery.models.yaml_positions import Path
+
+
+def check_arcs(collector: Collector, path: Path, nxt: Any, names: list[str]) -> None:
+    for index, arc in enumerate(as_list(as_dict(nxt).get("arcs"))):
+        if not isinstance(arc, dict):
+            continue
+        arc_path = (*path, "arcs", index)
+        target = arc.get("step")
+        if isinstance(target, str) and target not in names:
+            collector.error((*arc_path, "step"), no_such_step("the arc", target, names))
+        if "when" in arc:
+            check_when(collector, (*arc_path, "when"), arc["when"])
+        check_set_keys(collector, (*arc_path, "set"), arc.get("set"))
+
+
+def no_such_step(what: str, target: str, names: list[str]) -> str:
+    guess = difflib.get_close_matches(target, names, n=1)
+    hint = f"did you mean `{guess[0]}`?" if guess else f"steps: {names_list(names)}"
+    return f"{what} names step `{target}`, which does not exist; {hint}"
+
+
+def check_loop(collector: Collector, path: Path, loop: dict[str, Any]) -> None:
+    has_in = loop.get("in") is not None
+    cursor = loop.get("cursor")
+    spec = as_dict(loop.get("spec"))
+    mode = spec.get("mode", "sequential")
+    if has_in and cursor is not None:
+        collector.error(path, "a loop takes `in:` or `cursor:`, not both; remove one")
+    elif not has_in and cursor is None:
+        collector.error(
+            (*path, "in"),
+            "`loop` needs `in:` (a list or a template that renders to "
+            "one) or `cursor:` (a SQL claim)",
+        )
+    if cursor is not None and mode != "cursor":
+        collector.error(
+            (*path, "spec", "mode") if "mode" in spec else path,
+            "a `cursor:` loop needs `spec: {mode: cursor}`",
+        )
+    if mode == "cursor" and cursor is None:
+        collector.error(
+            (*path, "spec", "mode"),
+            "`mode: cursor` needs `loop.cursor` "
+            "(with `claim:` SQL); use `sequential` or `parallel` for `loop.in`",
+        )
+    iterator = loop.get("iterator")
+    if isinstance(iterator, str) and not iterator.isidentifier():
+        collector.error(
+            (*path, "iterator"),
+            f"`iterator: {iterator}` must be a plain name such as `item` (it becomes a variable)",
+        )
+    if mode == "sequential" and cursor is None and spec.get("max_in_flight") is not None:
+        collector.warning(
+            (*path, "spec", "max_in_flight"),
+            "`max_in_flight` is ignored: a "
+            "sequential loop runs one item at a time; set `mode: parallel`",
+        )
+    if mode != "cursor" and spec.get("frame") is not None:
+        collector.warning(
+            (*path, "spec", "frame"), "`frame` is only used by cursor loops; it is ignored here"
+        )
+    if isinstance(cursor, dict):
+        _check_cursor(collector, (*path, "cursor"), cursor)
+
+
+def _check_cursor(collector: Collector, path: Path, cursor: dict[str, Any]) -> None:
+    claim = cursor.get("claim")
+    if isinstance(claim, str) and not claim.strip():
+        collector.error(
+            (*path, "claim"), "`claim` is empty; write the SQL that claims rows and RETURNs them"
+        )
+    kind = cursor.get("kind", "postgres")
+    if isinstance(kind, str) and kind != "postgres":
+        collector.error(
+            (*path, "kind"),
+            f"cursor `kind: {kind}` is not supported; only `postgres` cursors are implemented",
+        )

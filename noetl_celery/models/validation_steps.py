@@ -1,0 +1,203 @@
+"""Semantic checks of the document and its steps (what the pydantic models cannot see).
+
+Everything here reads the raw YAML data, so it runs even when the models rejected the
+document; a value of the wrong shape is skipped because the schema layer already reported it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_celery.constants import API_VERSIONS
+from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
+from noetl_celery.models.validation_flow import check_arcs, check_loop, no_such_step
+from noetl_celery.models.validation_tools import ToolContext, check_pipeline, check_tool
+from noetl_celery.models.validation_values import check_set_keys, check_templates
+from noetl_celery.models.yaml_positions import Path
+
+_TOP_KEYS = frozenset(
+    {"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "executor", "workflow"}
+)
+_STEP_KEYS = frozenset({"step", "desc", "tool", "input", "set", "loop", "next", "spec"})
+# Step keys NoETL's runtime model rejects outright: an error here as well.
+_REJECTED_KEYS = {
+    "args": "pass tool arguments with `input:`",
+    "set_ctx": "use `set:` with `ctx.<name>` keys",
+    "set_iter": "use `set:` with `iter.<name>` keys",
+    "result": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
+    "outcome": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
+}
+_CONDITION_KEYS = frozenset({"when", "case", "type"})
+_TOOL_FIELDS = frozenset(
+    {"kind", "command", "commands", "query", "queries", "cmd", "cmds", "code", "url", "auth"}
+)
+_IGNORED_HINTS = {
+    "output": "result storage options belong in `tool.output`",
+    "vars": "use `set:` to store values or `input:` to pass them",
+}
+_STEP_ROOT: Path = ("workflow",)
+
+
+def check_document(collector: Collector) -> None:
+    data = as_dict(collector.data)
+    _check_top_level(collector, data)
+    steps = as_list(data.get("workflow"))
+    names = _check_step_names(collector, steps)
+    workbook = _check_workbook(collector, as_list(data.get("workbook")))
+    for index, raw in enumerate(steps):
+        if isinstance(raw, dict):
+            _check_step(collector, (*_STEP_ROOT, index), raw, names, workbook)
+    spec = as_dict(as_dict(data.get("executor")).get("spec"))
+    for key in ("entry_step", "final_step"):
+        target = spec.get(key)
+        if isinstance(target, str) and target not in names:
+            collector.error(("executor", "spec", key), no_such_step(f"`{key}`", target, names))
+
+
+def _check_top_level(collector: Collector, data: dict[str, Any]) -> None:
+    version = data.get("apiVersion")
+    if isinstance(version, str) and version not in API_VERSIONS:
+        collector.error(
+            ("apiVersion",),
+            f"`apiVersion: {version}` is not supported; use "
+            f"one of {names_list(sorted(API_VERSIONS))}",
+        )
+    for key in data:
+        if key == "vars":
+            collector.error(
+                ("vars",),
+                "root `vars` is not supported (NoETL rejects it too); "
+                "put default inputs under `workload:`",
+            )
+        elif key not in _TOP_KEYS:
+            collector.warning((key,), f"unknown top-level key `{key}` is ignored")
+    keychain = data.get("keychain")
+    if isinstance(keychain, list) and keychain:
+        collector.warning(
+            ("keychain",),
+            f"`keychain` is accepted but not resolved by "
+            f"noetl-celery: its {len(keychain)} entries are ignored; use "
+            "credentials (`auth:`) or the execution payload instead",
+        )
+
+
+def _check_step_names(collector: Collector, steps: list[Any]) -> list[str]:
+    """Step names in order (first definition wins); duplicates and reserved `:` reported."""
+    first_line: dict[str, int] = {}
+    for index, raw in enumerate(steps):
+        name = as_dict(raw).get("step")
+        if not isinstance(name, str):
+            continue
+        path = (*_STEP_ROOT, index, "step")
+        if not name.strip():
+            collector.error(path, "the step name is empty; give the step a unique `step:` name")
+        if ":" in name:
+            collector.error(
+                path,
+                f"step name `{name}` contains `:`, which is reserved "
+                "(`<step>:task_sequence` names pipeline commands); rename it",
+            )
+        if name in first_line:
+            collector.error(
+                path,
+                f"step name `{name}` is already used on line "
+                f"{first_line[name]}; step names must be unique",
+            )
+        else:
+            first_line[name] = collector.document.line_of(path)
+    return list(first_line)
+
+
+def _check_workbook(collector: Collector, entries: list[Any]) -> tuple[str, ...]:
+    names: list[str] = []
+    for index, raw in enumerate(entries):
+        entry = as_dict(raw)
+        name = entry.get("name")
+        if isinstance(name, str):
+            if name in names:
+                collector.error(
+                    ("workbook", index, "name"),
+                    f"workbook entry `{name}` is defined twice; entry names must be unique",
+                )
+            names.append(name)
+    for index, raw in enumerate(entries):
+        entry = as_dict(raw)
+        tool, path = entry.get("tool"), ("workbook", index, "tool")
+        if isinstance(tool, dict):
+            name = entry.get("name")
+            label = name if isinstance(name, str) else f"workbook[{index}]"
+            check_tool(collector, path, tool, ToolContext(label, False, tuple(names)))
+            check_templates(collector, path, tool)
+    return tuple(names)
+
+
+def _check_step(
+    collector: Collector,
+    path: Path,
+    raw: dict[str, Any],
+    names: list[str],
+    workbook: tuple[str, ...],
+) -> None:
+    name = raw.get("step") if isinstance(raw.get("step"), str) else None
+    _check_step_keys(collector, path, raw)
+    _check_step_tool(collector, path, raw.get("tool"), name or _step_label(path), workbook)
+    check_set_keys(collector, (*path, "set"), raw.get("set"))
+    check_arcs(collector, (*path, "next"), raw.get("next"), names)
+    if isinstance(raw.get("loop"), dict):
+        check_loop(collector, (*path, "loop"), raw["loop"])
+    for key in ("tool", "input", "set", "loop", "next", "spec"):
+        check_templates(collector, (*path, key), raw.get(key))
+
+
+def _step_label(path: Path) -> str:
+    return f"workflow[{path[-1]}]"
+
+
+def _check_step_keys(collector: Collector, path: Path, raw: dict[str, Any]) -> None:
+    for key in raw:
+        where = (*path, key)
+        if key in _STEP_KEYS:
+            continue
+        if key in _REJECTED_KEYS:
+            collector.error(
+                where,
+                f"step key `{key}` is not supported (NoETL rejects it too); " + _REJECTED_KEYS[key],
+            )
+        elif key in _CONDITION_KEYS:
+            collector.error(
+                where,
+                f"step-level `{key}` is not supported: conditions go on "
+                "arcs (`next.arcs[].when`) and task policies "
+                "(`tool.spec.policy.rules[].when`)",
+            )
+        elif key in _TOOL_FIELDS:
+            collector.warning(
+                where,
+                f"step-level `{key}` is ignored: it belongs inside "
+                "`tool:` (indent it under the tool)",
+            )
+        else:
+            hint = _IGNORED_HINTS.get(key, f"known keys: {names_list(sorted(_STEP_KEYS))}")
+            collector.warning(where, f"unknown step key `{key}` is ignored; {hint}")
+
+
+def _check_step_tool(
+    collector: Collector, path: Path, tool: Any, label: str, workbook: tuple[str, ...]
+) -> None:
+    if tool is None:
+        collector.error(
+            (*path, "tool"),
+            "the step has no `tool`; add one (use `tool: {kind: noop}` for "
+            "a step that only routes)",
+        )
+        return
+    if isinstance(tool, dict):
+        check_tool(collector, (*path, "tool"), tool, ToolContext(label, False, workbook))
+    elif isinstance(tool, list):
+        if not tool:
+            collector.error((*path, "tool"), "`tool` is an empty list; add at least one task")
+        for index, task in enumerate(tool):
+            if isinstance(task, dict):
+                context = ToolContext(f"{label}.{task.get('name') or index}", True, workbook)
+                check_tool(collector, (*path, "tool", index), task, context)
+    check_pipeline(collector, path, label, tool)

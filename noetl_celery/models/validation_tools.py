@@ -1,0 +1,235 @@
+"""Checks of `tool` blocks: kinds, kind-specific fields, python code, pipelines and policies."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
+from noetl_celery.models.policy import PREVIOUS_ALIASES
+from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list, nonblank
+from noetl_celery.models.validation_values import check_set_keys, check_when
+from noetl_celery.models.yaml_positions import Path
+
+SQL_KEYS = (
+    "command",
+    "commands",
+    "query",
+    "queries",
+    "cmd",
+    "cmds",
+    "command_b64",
+    "commands_b64",
+    "query_b64",
+)
+_DIRECT_DB_FIELDS = ("db_host", "db_port", "db_user", "db_password", "db_name", "db_conn_string")
+_SUPPORTED = ", ".join(sorted(TOOL_KINDS))
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    label: str  # python compile file name, e.g. the step or task name
+    in_pipeline: bool
+    workbook: tuple[str, ...]  # names of the playbook's `workbook` entries
+
+
+def check_tool(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+    """Kind, kind-specific requirements and policy rules of one tool (or pipeline task)."""
+    check_rules(collector, path, tool)
+    kind = tool.get("kind")
+    if not isinstance(kind, str):
+        return  # a missing / non-string kind is a schema error
+    if kind not in TOOL_KINDS:
+        collector.error((*path, "kind"), _unknown_kind(kind))
+        return
+    checker = _KIND_CHECKS.get(kind)
+    if checker is not None:
+        checker(collector, path, tool, ctx)
+
+
+def _unknown_kind(kind: str) -> str:
+    if kind in UNSUPPORTED_NOETL_KINDS:
+        return (
+            f"`kind: {kind}` is a NoETL tool kind that noetl-celery does not implement; "
+            f"use one of: {_SUPPORTED}"
+        )
+    return f"`kind: {kind}` is not a tool kind; use one of: {_SUPPORTED}"
+
+
+def _check_python(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+    if "script" in tool:
+        collector.error(
+            (*path, "script"),
+            "`script` (code loaded from a file, GCS, S3 or HTTP) is not supported by "
+            "noetl-celery; put the code inline in `code:`",
+        )
+    sources = [key for key in ("code", "code_b64", "code_base64") if nonblank(tool.get(key))]
+    if not sources and "script" not in tool:
+        collector.error((*path, "code"), "a python tool needs `code:` with the python source")
+    for key in sources:
+        _check_python_source(collector, (*path, key), tool[key], ctx.label, key != "code")
+
+
+def _check_python_source(
+    collector: Collector, path: Path, source: Any, label: str, encoded: bool
+) -> None:
+    if not isinstance(source, str):
+        collector.error(path, f"`{path[-1]}` must be a string of python code")
+        return
+    if encoded:
+        try:
+            source = base64.b64decode(source, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            collector.error(path, f"`{path[-1]}` is not valid base64-encoded UTF-8 text")
+            return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            compile(
+                source,
+                f"<{label}>",
+                "exec",
+                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                dont_inherit=True,
+            )
+        except SyntaxError as exc:
+            line = None if encoded else collector.document.text_line(path, exc.lineno or 1)
+            collector.error(path, _syntax_message(exc), line=line)
+        except ValueError as exc:  # e.g. NUL bytes in the source
+            collector.error(path, f"python code cannot be compiled: {exc}")
+    for warning in caught:
+        line = None if encoded else collector.document.text_line(path, warning.lineno)
+        collector.warning(path, f"python code, line {warning.lineno}: {warning.message}", line=line)
+
+
+def _syntax_message(exc: SyntaxError) -> str:
+    message = f"python code does not compile: {exc.msg} (line {exc.lineno} of the code)"
+    if "'return' outside function" in (exc.msg or ""):
+        message += "; set a module-level `result = ...` or define `def main(...)` and return there"
+    return message
+
+
+def _check_http(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+    if not (nonblank(tool.get("url")) or nonblank(tool.get("endpoint"))):
+        collector.error((*path, "url"), "an http tool needs `url:` (the address to call)")
+
+
+def _check_postgres(
+    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+) -> None:
+    if not nonblank(tool.get("auth")):
+        if "credential" in tool:
+            collector.error((*path, "credential"), "use `auth:` instead of legacy `credential:`")
+        else:
+            collector.error((*path, "auth"), "a postgres tool needs `auth: <credential name>`")
+    for key in _DIRECT_DB_FIELDS:
+        if key in tool:
+            collector.error(
+                (*path, key),
+                f"`{key}` is not allowed; put connection details in a credential and "
+                "reference it with `auth:`",
+            )
+    _require_sql(collector, path, tool, "postgres")
+
+
+def _check_duckdb(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+    _require_sql(collector, path, tool, "duckdb")
+
+
+def _require_sql(collector: Collector, path: Path, tool: dict[str, Any], kind: str) -> None:
+    if any(nonblank(tool.get(key)) for key in SQL_KEYS):
+        return
+    message = f"a {kind} tool needs SQL in `command:` (or `query`, `commands`, `queries`)"
+    if "script" in tool:
+        message += "; `script` (SQL loaded from elsewhere) is not supported by noetl-celery"
+    collector.error((*path, "command"), message)
+
+
+def _check_workbook(
+    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+) -> None:
+    key = "task" if ctx.in_pipeline and "task" in tool else "name"
+    ref = tool.get(key)
+    if not isinstance(ref, str) or not ref.strip():
+        wanted = "`task: <workbook entry>` (or `name:`)" if ctx.in_pipeline else "`name:`"
+        collector.error((*path, key), f"a workbook tool needs {wanted} naming a `workbook:` entry")
+    elif ref not in ctx.workbook:
+        known = names_list(list(ctx.workbook)) if ctx.workbook else "none: add a `workbook:` list"
+        collector.error((*path, key), f"no `workbook` entry is named `{ref}`; entries: {known}")
+
+
+def _check_playbook(
+    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+) -> None:
+    if not nonblank(tool.get("path")):
+        collector.error((*path, "path"), "a playbook tool needs `path:` (the catalog path to run)")
+
+
+_KIND_CHECKS: dict[str, Callable[[Collector, Path, dict[str, Any], ToolContext], None]] = {
+    "python": _check_python,
+    "http": _check_http,
+    "postgres": _check_postgres,
+    "duckdb": _check_duckdb,
+    "workbook": _check_workbook,
+    "playbook": _check_playbook,
+}
+
+
+def iter_actions(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The `then` mapping of every policy rule of a tool, `else` rules included."""
+    rules_path = (*path, "spec", "policy", "rules")
+    rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
+    for index, rule in enumerate(rules):
+        rule = as_dict(rule)
+        if "else" in rule:
+            yield (*rules_path, index, "else", "then"), as_dict(as_dict(rule["else"]).get("then"))
+        else:
+            yield (*rules_path, index, "then"), as_dict(rule.get("then"))
+
+
+def check_rules(collector: Collector, path: Path, tool: dict[str, Any]) -> None:
+    rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
+    for index, rule in enumerate(rules):
+        if isinstance(rule, dict) and "when" in rule:
+            check_when(collector, (*path, "spec", "policy", "rules", index, "when"), rule["when"])
+    for then_path, then in iter_actions(path, tool):
+        check_set_keys(collector, (*then_path, "set"), then.get("set"))
+
+
+def check_pipeline(collector: Collector, step_path: Path, step: str, tool: Any) -> None:
+    """Unique task labels; `jump` targets must be labels of the same pipeline."""
+    tasks: list[tuple[Path, dict[str, Any]]]
+    if isinstance(tool, dict):  # a single tool with rules runs as a one-task pipeline
+        tasks, labels = [((*step_path, "tool"), tool)], [f"{step}_task"]
+    else:
+        tasks, labels = [], []
+        for index, task in enumerate(as_list(tool)):
+            if not isinstance(task, dict):
+                continue
+            task_path = (*step_path, "tool", index)
+            name = task.get("name")
+            label = name if isinstance(name, str) and name else f"task_{index}"
+            if label in labels:
+                collector.error(
+                    (*task_path, "name"),
+                    f"task label `{label}` is used twice in this pipeline; give every task "
+                    "a unique `name:`",
+                )
+            tasks.append((task_path, task))
+            labels.append(label)
+    for task_path, task in tasks:
+        for then_path, then in iter_actions(task_path, task):
+            target = then.get("to")
+            if then.get("do") != "jump" or not isinstance(target, str) or not target:
+                continue  # a jump without `to` is a schema error
+            if target not in labels and target not in PREVIOUS_ALIASES:
+                collector.error(
+                    (*then_path, "to"),
+                    f"`jump` target `{target}` is not a task of this pipeline; use one of "
+                    f"{names_list(list(dict.fromkeys(labels)))} or `previous`",
+                )

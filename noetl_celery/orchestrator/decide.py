@@ -1,0 +1,314 @@
+"""The orchestrator's decision function: (playbook, state, completions) -> Decision.
+
+Pure: it reads immutable history through `Facts` and returns what to write and issue;
+the engine persists the decision in one transaction. Called with the same inputs it
+returns the same decision, which is what makes a crashed pass safe to redo.
+
+Semantics (reference §1.5-§1.8, §4; design §7):
+- arcs are evaluated after a non-loop step's `call.done` *and* `call.error`, and after a
+  loop step's `loop.done` only; `exclusive` fires the first match, `inclusive` all;
+- a failure is *handled* when a guarded arc (one with `when`) matched it; an unhandled
+  failure makes the execution FAILED once nothing is left running (unconditional arcs
+  are still followed, as NoETL does);
+- a non-loop step already running is not entered twice; re-entering a finished loop
+  starts a new epoch; an empty loop completes at once;
+- the execution is terminal when no command is in flight and the pass issued nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from noetl_celery.constants import (
+    CALL_DONE,
+    CALL_ERROR,
+    COMPLETED,
+    EV_EXECUTION_COMPLETED,
+    EV_EXECUTION_FAILED,
+    EV_STEP_FAILED,
+    FAILED,
+    KIND_STEP,
+    RUNNING,
+)
+from noetl_celery.errors import NoetlError
+from noetl_celery.models.outcome import error_message, output_view
+from noetl_celery.models.playbook import Playbook, Step
+from noetl_celery.orchestrator import loops
+from noetl_celery.orchestrator.decisions import (
+    Completion,
+    Decision,
+    Facts,
+    Limits,
+    NewCommand,
+    ResultWrite,
+    Terminal,
+)
+from noetl_celery.orchestrator.ids import step_command_id
+from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.orchestrator.variables import apply_set
+from noetl_celery.templating import evaluate_condition
+from noetl_celery.templating.context import build_context
+
+
+class Pass:
+    """One orchestration pass: folds completions, routes, and collects the decision."""
+
+    def __init__(
+        self, playbook: Playbook, state: ExecutionState, facts: Facts, limits: Limits
+    ) -> None:
+        self.playbook = playbook
+        self.state = state
+        self.facts = facts
+        self.limits = limits
+        self.decision = Decision(state=state)
+        self._fresh: dict[tuple[str, int], Any] = {}  # results written in this pass
+        self._dirty = False  # vars / result pointers changed since the last version
+        self.touched_loops: set[str] = set()
+        self._idle_hops = 0
+        self._entries: deque[str] = deque()
+
+    # ---- context ----------------------------------------------------------------------------
+    def result_of(self, step: str, epoch: int) -> Any:
+        key = (step, epoch)
+        if key in self._fresh:
+            return self._fresh[key]
+        return self.facts.result(step, epoch)
+
+    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        results = {
+            name: self.result_of(name, ep) for name, ep in self.state.result_pointers().items()
+        }
+        return build_context(
+            self.state.vars, results, execution_id=self.state.execution_id, extra=extra
+        )
+
+    def touch(self) -> None:
+        """Variables or result pointers changed: the next command needs a new context."""
+        self._dirty = True
+
+    def ctx_version(self) -> int:
+        """The context version new commands render with; a changed context gets a new
+        version, snapshotted once (`contexts` row) before the first command uses it."""
+        state = self.state
+        if self._dirty:
+            state.ctx_version += 1
+            self._dirty = False
+        if state.context_written < state.ctx_version:
+            self.decision.contexts[state.ctx_version] = {
+                "vars": copy.deepcopy(state.vars),
+                "results": state.result_pointers(),
+            }
+            state.context_written = state.ctx_version
+        return state.ctx_version
+
+    # ---- results and failures ---------------------------------------------------------------
+    def record_result(self, step: str, epoch: int, status: str, data: Any) -> None:
+        self._fresh[(step, epoch)] = data
+        self.decision.results.append(ResultWrite(step, epoch, status, data))
+        self.state.step(step).result_epoch = epoch
+        self.touch()
+
+    def fail(self, step: str, epoch: int, message: str, error: Any = None) -> None:
+        """Record an unhandled failure of `step`; the execution will end FAILED."""
+        st = self.state.step(step)
+        st.status = "failed"
+        failure = {"step": step, "epoch": epoch, "message": message}
+        if isinstance(error, dict):
+            failure["error"] = error
+        self.state.failures.append(failure)
+        self.decision.events.append(
+            loops.event(EV_STEP_FAILED, step, epoch, {"message": message, "error": error})
+        )
+
+    # ---- entering steps ---------------------------------------------------------------------
+    def enter(self, name: str) -> None:
+        self._entries.append(name)
+
+    def _drain_entries(self) -> None:
+        while self._entries:
+            name = self._entries.popleft()
+            step = self.playbook.step(name)
+            issued_before = len(self.decision.commands) + len(self.decision.issues)
+            if step.loop is not None:
+                loops.enter_loop(self, step)
+            else:
+                self._enter_plain(step)
+            if len(self.decision.commands) + len(self.decision.issues) == issued_before:
+                self._idle_hops += 1
+                if self._idle_hops > self.limits.max_idle_transitions:
+                    self.fail(
+                        name,
+                        self.state.step(name).epoch,
+                        "routing cycle that issues no work (too many transitions)",
+                    )
+                    self._entries.clear()
+
+    def _enter_plain(self, step: Step) -> None:
+        st = self.state.step(step.step)
+        if st.in_flight > 0:
+            return  # already issued and not finished: NoETL deduplicates the entry
+        st.epoch += 1
+        st.in_flight += 1
+        st.status = "running"
+        self.state.in_flight += 1
+        self.decision.commands.append(
+            NewCommand(
+                command_id=step_command_id(self.state.execution_id, step.step, st.epoch),
+                step=step.step,
+                kind=KIND_STEP,
+                epoch=st.epoch,
+                ctx_version=self.ctx_version(),
+            )
+        )
+
+    # ---- routing ----------------------------------------------------------------------------
+    def route(self, step: Step, epoch: int, output: dict[str, Any], event_name: str) -> bool:
+        """Evaluate the step's arcs; return True if a guarded arc matched (handled)."""
+        handled = False
+        for index, arc in enumerate(step.arcs):
+            extra = {
+                "output": output,
+                "event": {"name": event_name, "step": step.step},
+                "error": output.get("error"),
+            }
+            where = f"step '{step.step}' next.arcs[{index}].when"
+            try:
+                matched = evaluate_condition(arc.when, self.context(extra), where)
+                if matched and arc.set:
+                    context = self.context(extra)
+                    apply_set(self.state.vars, arc.set, context, f"step '{step.step}' arc set")
+                    self.touch()
+            except NoetlError as exc:
+                self.fail(step.step, epoch, str(exc))
+                return True  # the failure is recorded; do not double-report it
+            if not matched:
+                continue
+            handled = handled or arc.when is not None
+            self.enter(arc.step)
+            if step.exclusive:
+                break
+        return handled
+
+    # ---- completions ------------------------------------------------------------------------
+    def on_completion(self, completion: Completion) -> None:
+        if not self.playbook.has_step(completion.step):
+            return  # a step removed from the playbook cannot exist: ignore defensively
+        step = self.playbook.step(completion.step)
+        if completion.iteration is not None:
+            loops.on_iteration(self, step, completion)
+        else:
+            self._on_step_done(step, completion)
+        self._drain_entries()
+
+    def _on_step_done(self, step: Step, completion: Completion) -> None:
+        st = self.state.step(step.step)
+        if completion.epoch != st.epoch or st.in_flight == 0:
+            return  # a stale duplicate (another attempt already finished this epoch)
+        st.in_flight -= 1
+        self.state.in_flight -= 1
+        outcome = completion.outcome
+        ok = completion.ok
+        self.record_result(
+            step.step, completion.epoch, "ok" if ok else "error", outcome.get("result")
+        )
+        if outcome.get("ctx"):
+            self.state.vars.update(outcome["ctx"])
+            self.touch()
+        output = output_view(outcome)
+        if ok:
+            st.status = "completed"
+            self.state.last_step = step.step
+            if step.set:
+                try:
+                    context = self.context({"output": output, "event": {"name": CALL_DONE}})
+                    apply_set(self.state.vars, step.set, context, f"step '{step.step}' set")
+                    self.touch()
+                except NoetlError as exc:
+                    self.fail(step.step, completion.epoch, str(exc))
+                    return
+            self.route(step, completion.epoch, output, CALL_DONE)
+            return
+        st.status = "failed"
+        if not self.route(step, completion.epoch, output, CALL_ERROR):
+            error = outcome.get("error")
+            self.fail(step.step, completion.epoch, error_message(error), error)
+
+    # ---- end of pass ------------------------------------------------------------------------
+    def finish(self) -> Decision:
+        state = self.state
+        self.decision.loops = loops.mirrors(self)
+        if state.status != RUNNING or state.in_flight > 0 or self.decision.issued_work:
+            return self.decision  # already terminal (a duplicate), or work remains
+        if state.failures:
+            first = state.failures[0]
+            message = f"step '{first['step']}' failed: {first['message']}"
+            error = {"message": message, "failures": state.failures}
+            terminal = Terminal(FAILED, self._last_result(), error)
+            event = EV_EXECUTION_FAILED
+        else:
+            terminal = Terminal(COMPLETED, self._last_result(), None)
+            event = EV_EXECUTION_COMPLETED
+        state.status = terminal.status
+        self.decision.terminal = terminal
+        self.decision.events.append(
+            loops.event(
+                event, state.last_step, None, {"status": terminal.status, "error": terminal.error}
+            )
+        )
+        return self.decision
+
+    def _last_result(self) -> Any:
+        name = self.state.last_step
+        if name is None:
+            return None
+        epoch = self.state.step(name).result_epoch
+        return None if epoch is None else self.result_of(name, epoch)
+
+
+def initial_variables(playbook: Playbook, payload: dict[str, Any] | None) -> dict[str, Any]:
+    """Workload defaults with the execute payload merged on top (a dict payload key `ctx`
+    is merged flat, as NoETL does)."""
+    variables: dict[str, Any] = copy.deepcopy(playbook.workload)
+    for key, value in (payload or {}).items():
+        if key == "ctx" and isinstance(value, dict):
+            variables.update(copy.deepcopy(value))
+        else:
+            variables[key] = copy.deepcopy(value)
+    return variables
+
+
+def start(
+    playbook: Playbook,
+    execution_id: str,
+    payload: dict[str, Any] | None,
+    facts: Facts,
+    limits: Limits | None = None,
+) -> Decision:
+    """The first pass: initial variables and the entry step."""
+    state = ExecutionState(execution_id=execution_id, vars=initial_variables(playbook, payload))
+    run = Pass(playbook, state, facts, limits or Limits())
+    run.enter(playbook.entry_step)
+    run._drain_entries()
+    return run.finish()
+
+
+def decide(
+    playbook: Playbook,
+    state: ExecutionState,
+    completions: Iterable[Completion],
+    facts: Facts,
+    limits: Limits | None = None,
+) -> Decision:
+    """Fold `completions` (oldest first) into `state` and decide what happens next.
+
+    `state` is mutated and returned as `decision.state`; callers pass a fresh copy.
+    """
+    run = Pass(playbook, state, facts, limits or Limits())
+    if state.status != RUNNING:
+        return run.decision  # terminal executions ignore late completions
+    for completion in completions:
+        run.on_completion(completion)
+    return run.finish()

@@ -1,0 +1,131 @@
+"""Inputs and outputs of an orchestration pass (plain data, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from noetl_celery.orchestrator.state import ExecutionState
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A command's terminal event, read from the inbox."""
+
+    event_id: int
+    command_id: str
+    step: str
+    epoch: int
+    iteration: int | None
+    outcome: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.get("status") != "error"
+
+
+class Facts(Protocol):
+    """Read-only access to immutable history the state only points at."""
+
+    def result(self, step: str, epoch: int) -> Any:
+        """The result of `step` in `epoch` (as written by `ResultWrite`)."""
+
+    def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
+        """Results of the first `limit` iterations of a loop epoch, in iteration order."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    # `mode: parallel` without `max_in_flight` (NoETL would run it one at a time)
+    default_parallel_window: int = 10
+    # per-item results kept in a loop step's result (`{{ step.results }}`)
+    loop_results_cap: int = 100
+    # routing hops in one pass that issue no work: a cycle of empty loops / skipped
+    # steps would otherwise spin forever
+    max_idle_transitions: int = 10_000
+
+
+@dataclass(frozen=True)
+class NewCommand:
+    command_id: str
+    step: str
+    kind: str
+    epoch: int
+    ctx_version: int
+    iteration: int | None = None
+    item: Any = None
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """Plan every iteration of a loop epoch as a `planned` command row."""
+
+    step: str
+    epoch: int
+    items: list[Any]
+    ctx_version: int
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IssueRange:
+    """Turn planned iterations [start, stop) of a loop epoch into issued commands."""
+
+    step: str
+    epoch: int
+    start: int
+    stop: int
+    ctx_version: int
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    type: str
+    step: str | None = None
+    epoch: int | None = None
+    payload: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ResultWrite:
+    step: str
+    epoch: int
+    status: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class LoopMirror:
+    step: str
+    epoch: int
+    mode: str
+    total: int
+    issued: int
+    succeeded: int
+    failed: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class Terminal:
+    status: str
+    result: Any
+    error: dict[str, Any] | None
+
+
+@dataclass
+class Decision:
+    state: ExecutionState
+    commands: list[NewCommand] = field(default_factory=list)
+    plans: list[LoopPlan] = field(default_factory=list)
+    issues: list[IssueRange] = field(default_factory=list)
+    events: list[EngineEvent] = field(default_factory=list)
+    results: list[ResultWrite] = field(default_factory=list)
+    contexts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    loops: list[LoopMirror] = field(default_factory=list)
+    terminal: Terminal | None = None
+
+    @property
+    def issued_work(self) -> bool:
+        return bool(self.commands or self.issues)

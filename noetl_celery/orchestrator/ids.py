@@ -1,0 +1,20 @@
+"""Deterministic command ids (design §2.2).
+
+A command id is its logical coordinate, so re-running a decision yields the same id and
+the primary key turns the duplicate insert into a no-op. `:` cannot appear in a step name
+(the validator rejects it), which keeps the coordinates unambiguous.
+"""
+
+from __future__ import annotations
+
+
+def step_command_id(execution_id: str, step: str, epoch: int, attempt: int = 1) -> str:
+    base = f"{execution_id}:{step}:{epoch}"
+    return base if attempt == 1 else f"{base}:a{attempt}"
+
+
+def iteration_command_id(
+    execution_id: str, step: str, epoch: int, iteration: int, attempt: int = 1
+) -> str:
+    base = f"{execution_id}:{step}:{epoch}:{iteration}"
+    return base if attempt == 1 else f"{base}:a{attempt}"

@@ -1,0 +1,210 @@
+"""`loop.in` epochs: plan once, keep a window of iterations in flight, count, finish once.
+
+Entering a loop step renders `loop.in` once and plans every item as a command row; the
+window (`max_in_flight`, 1 for sequential) is issued and refilled as completions arrive.
+When every iteration is terminal the epoch emits `loop.done` (unique per epoch in the
+event table), its result becomes `{stats: {total, success, failed}, results: [...]}` and
+only then are the step's arcs evaluated with `event.name == "loop.done"`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE
+from noetl_celery.errors import NoetlError
+from noetl_celery.models.outcome import output_view
+from noetl_celery.models.playbook import Step
+from noetl_celery.orchestrator.decisions import (
+    Completion,
+    EngineEvent,
+    IssueRange,
+    LoopMirror,
+    LoopPlan,
+)
+from noetl_celery.orchestrator.state import LoopProgress, StepState
+from noetl_celery.orchestrator.variables import apply_set
+from noetl_celery.templating import render_value
+from noetl_celery.templating.context import iteration_names
+
+if TYPE_CHECKING:
+    from noetl_celery.orchestrator.decide import Pass
+
+
+def event(type_: str, step: str | None, epoch: int | None, payload: dict[str, Any]) -> EngineEvent:
+    return EngineEvent(type=type_, step=step, epoch=epoch, payload=payload)
+
+
+def as_collection(value: Any) -> list[Any]:
+    """NoETL's coercion of a rendered `loop.in`: a list stays, None is empty, a JSON list
+    in a string is parsed, anything else (a dict, a scalar) is a one-item list."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return [value]
+        return parsed if isinstance(parsed, list) else [value]
+    return [value]
+
+
+def window_of(run: Pass, step: Step) -> int:
+    assert step.loop is not None
+    spec = step.loop.spec
+    if spec.mode == "sequential":
+        return 1
+    raw = spec.max_in_flight
+    if raw is None:
+        return run.limits.default_parallel_window
+    value = render_value(raw, run.context(), f"step '{step.step}' loop.spec.max_in_flight")
+    try:
+        window = int(value)
+    except (TypeError, ValueError):
+        raise NoetlError(
+            f"step '{step.step}': loop.spec.max_in_flight rendered to {value!r}, not an integer"
+        ) from None
+    if window < 1:
+        raise NoetlError(f"step '{step.step}': loop.spec.max_in_flight must be >= 1")
+    return window
+
+
+def enter_loop(run: Pass, step: Step) -> None:
+    assert step.loop is not None
+    st = run.state.step(step.step)
+    if step.loop.is_cursor:
+        st.epoch += 1
+        run.fail(step.step, st.epoch, "cursor loops (loop.cursor) are not supported yet")
+        return
+    if st.loop is not None and not st.loop.done:
+        return  # an epoch is still running; a concurrent second epoch would orphan it
+    st.epoch += 1
+    epoch = st.epoch
+    try:
+        items = as_collection(
+            render_value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
+        )
+        window = window_of(run, step)
+    except NoetlError as exc:
+        run.fail(step.step, epoch, str(exc))
+        return
+    st.status = "running"
+    st.loop = LoopProgress(epoch=epoch, total=len(items), window=window, mode=step.loop.spec.mode)
+    run.touched_loops.add(step.step)
+    if not items:
+        finish_loop(run, step, st)
+        return
+    run.decision.plans.append(
+        LoopPlan(
+            step=step.step,
+            epoch=epoch,
+            items=items,
+            ctx_version=run.ctx_version(),
+            meta={"iterator": step.loop.iterator, "total": len(items)},
+        )
+    )
+    refill(run, step.step, st)
+
+
+def refill(run: Pass, name: str, st: StepState) -> None:
+    progress = st.loop
+    assert progress is not None
+    count = min(progress.window - progress.in_flight, progress.total - progress.next_index)
+    if count <= 0:
+        return
+    start, stop = progress.next_index, progress.next_index + count
+    version = run.ctx_version()
+    issues = run.decision.issues
+    last = issues[-1] if issues else None
+    if last is not None and (last.step, last.epoch, last.stop, last.ctx_version) == (
+        name,
+        progress.epoch,
+        start,
+        version,
+    ):
+        issues[-1] = IssueRange(name, progress.epoch, last.start, stop, version)
+    else:
+        issues.append(IssueRange(name, progress.epoch, start, stop, version))
+    progress.next_index = stop
+    progress.in_flight += count
+    run.state.in_flight += count
+
+
+def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
+    st = run.state.step(step.step)
+    progress = st.loop
+    if progress is None or progress.epoch != completion.epoch or progress.done:
+        return  # stale: an older epoch, or a duplicate after the epoch finished
+    progress.in_flight -= 1
+    run.state.in_flight -= 1
+    run.touched_loops.add(step.step)
+    outcome = completion.outcome
+    if completion.ok:
+        progress.succeeded += 1
+    else:
+        progress.failed += 1
+    if outcome.get("ctx"):
+        run.state.vars.update(outcome["ctx"])
+        run.touch()
+    if completion.ok and step.set:
+        _iteration_set(run, step, completion)
+    if progress.finished >= progress.total:
+        finish_loop(run, step, st)
+    else:
+        refill(run, step.step, st)
+
+
+def _iteration_set(run: Pass, step: Step, completion: Completion) -> None:
+    """Step-level `set` runs after every successful iteration (NoETL semantics)."""
+    assert step.loop is not None
+    scope = dict(completion.outcome.get("iter") or {})
+    item = scope.get(step.loop.iterator)
+    names = iteration_names(step.loop.iterator, item, completion.iteration or 0, None, scope)
+    extra = {"output": output_view(completion.outcome), "event": {"name": "call.done"}, **names}
+    try:
+        apply_set(run.state.vars, step.set, run.context(extra), f"step '{step.step}' set")
+    except NoetlError as exc:
+        run.fail(step.step, completion.epoch, str(exc))
+    run.touch()
+
+
+def finish_loop(run: Pass, step: Step, st: StepState) -> None:
+    progress = st.loop
+    assert progress is not None
+    progress.done = True
+    st.status = "completed"
+    cap = run.limits.loop_results_cap
+    per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []
+    stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}
+    aggregate = {"stats": stats, "results": per_item}
+    run.decision.events.append(event(EV_LOOP_DONE, step.step, progress.epoch, {"stats": stats}))
+    run.record_result(step.step, progress.epoch, "ok", aggregate)
+    run.state.last_step = step.step
+    output = output_view({"status": "ok", "result": aggregate})
+    run.route(step, progress.epoch, output, LOOP_DONE)
+
+
+def mirrors(run: Pass) -> list[LoopMirror]:
+    out = []
+    for name in sorted(run.touched_loops):
+        progress = run.state.step(name).loop
+        if progress is None:
+            continue
+        out.append(
+            LoopMirror(
+                step=name,
+                epoch=progress.epoch,
+                mode=progress.mode,
+                total=progress.total,
+                issued=progress.next_index,
+                succeeded=progress.succeeded,
+                failed=progress.failed,
+                done=progress.done,
+            )
+        )
+    return out

@@ -1,0 +1,111 @@
+"""The orchestrator's snapshot of one execution.
+
+It is deliberately small and bounded by the playbook's size, not by the execution's
+history: variables, per-step counters and pointers to results (the results themselves
+live in the `results` table, immutable per (step, epoch)), and counters of the loop
+epochs in progress (the items are planned command rows). It is rewritten once per
+orchestration pass, so its size is the per-pass cost (design §2.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from noetl_celery.constants import RUNNING
+
+
+@dataclass
+class LoopProgress:
+    epoch: int
+    total: int
+    window: int  # max iterations in flight
+    mode: str = "sequential"
+    next_index: int = 0  # next planned iteration to issue
+    in_flight: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    done: bool = False
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed
+
+
+@dataclass
+class StepState:
+    epoch: int = 0  # how many times the step was entered
+    in_flight: int = 0  # commands of a non-loop step not yet terminal (0 or 1)
+    status: str = ""  # "" | running | completed | failed
+    result_epoch: int | None = None  # which epoch's result `{{ step }}` renders
+    loop: LoopProgress | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.loop is None:
+            data.pop("loop")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepState:
+        loop = data.get("loop")
+        return cls(
+            epoch=data.get("epoch", 0),
+            in_flight=data.get("in_flight", 0),
+            status=data.get("status", ""),
+            result_epoch=data.get("result_epoch"),
+            loop=LoopProgress(**loop) if loop else None,
+        )
+
+
+@dataclass
+class ExecutionState:
+    execution_id: str
+    vars: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, StepState] = field(default_factory=dict)
+    # bumped whenever vars or result pointers change; commands record the version
+    # whose context they render with
+    ctx_version: int = 0
+    context_written: int = -1  # highest version with a `contexts` row
+    in_flight: int = 0  # commands of this execution not yet terminal
+    failures: list[dict[str, Any]] = field(default_factory=list)  # unhandled failures
+    last_step: str | None = None  # last step that completed successfully
+    status: str = RUNNING
+
+    def step(self, name: str) -> StepState:
+        state = self.steps.get(name)
+        if state is None:
+            state = self.steps[name] = StepState()
+        return state
+
+    def result_pointers(self) -> dict[str, int]:
+        return {
+            name: st.result_epoch for name, st in self.steps.items() if st.result_epoch is not None
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "execution_id": self.execution_id,
+            "vars": self.vars,
+            "steps": {name: st.to_json() for name, st in self.steps.items()},
+            "ctx_version": self.ctx_version,
+            "context_written": self.context_written,
+            "in_flight": self.in_flight,
+            "failures": self.failures,
+            "last_step": self.last_step,
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ExecutionState:
+        return cls(
+            execution_id=data["execution_id"],
+            vars=dict(data.get("vars") or {}),
+            steps={k: StepState.from_json(v) for k, v in (data.get("steps") or {}).items()},
+            ctx_version=data.get("ctx_version", 0),
+            context_written=data.get("context_written", -1),
+            in_flight=data.get("in_flight", 0),
+            failures=list(data.get("failures") or []),
+            last_step=data.get("last_step"),
+            status=data.get("status", RUNNING),
+        )

@@ -1,0 +1,111 @@
+"""Engine settings, read from the environment (`NOETL_` prefix) at composition roots only.
+
+Library code receives a `Settings` object; it never reads `os.environ` itself, so tests
+can build any configuration without touching the process environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from noetl_celery.errors import ConfigurationError
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from exc
+    if value < 0:
+        raise ConfigurationError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable. Defaults give the embedded mode (SQLite, in-process)."""
+
+    home: Path = field(default_factory=lambda: Path.home() / ".noetl-celery")
+    database_url: str = ""  # empty -> embedded SQLite file under `home`
+    broker_url: str = ""  # empty -> in-process workers, no broker
+    credentials_file: str = ""
+    # in-process worker threads for the embedded mode
+    embedded_workers: int = 8
+    # a running command's lease; a worker that stops renewing it is presumed dead
+    lease_seconds: int = 300
+    # completions folded per orchestration transaction (bounds transaction time)
+    orchestrate_batch: int = 1000
+    # default HTTP timeout when a tool gives none
+    http_timeout_seconds: float = 60.0
+    # rows kept from one postgres statement; beyond it the result says `truncated`
+    postgres_max_rows: int = 100_000
+    # `jump` actions allowed in one pipeline run before it fails (runaway guard)
+    max_pipeline_jumps: int = 100_000
+    # longest single retry delay a policy may ask for, seconds
+    max_retry_delay_seconds: float = 300.0
+    # how often `run` / `wait` poll the database for the terminal state
+    wait_poll_seconds: float = 0.05
+    # where duckdb files of executions live (default: home/duckdb)
+    duckdb_dir: str = ""
+
+    @property
+    def embedded(self) -> bool:
+        """True when no broker is configured: commands run in this process."""
+        return not self.broker_url
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.home / 'noetl.sqlite3'}"
+
+    @property
+    def effective_duckdb_dir(self) -> Path:
+        return Path(self.duckdb_dir) if self.duckdb_dir else self.home / "duckdb"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        home = env.get("NOETL_HOME")
+        base = cls() if not home else cls(home=Path(home).expanduser())
+        return replace(
+            base,
+            database_url=env.get("NOETL_DATABASE_URL", "").strip(),
+            broker_url=env.get("NOETL_BROKER_URL", "").strip(),
+            credentials_file=env.get("NOETL_CREDENTIALS_FILE", "").strip(),
+            embedded_workers=_int(env, "NOETL_EMBEDDED_WORKERS", base.embedded_workers, 1),
+            lease_seconds=_int(env, "NOETL_LEASE_SECONDS", base.lease_seconds, 5),
+            orchestrate_batch=_int(env, "NOETL_ORCHESTRATE_BATCH", base.orchestrate_batch, 1),
+            http_timeout_seconds=_float(
+                env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds
+            ),
+            postgres_max_rows=_int(env, "NOETL_POSTGRES_MAX_ROWS", base.postgres_max_rows, 1),
+            max_pipeline_jumps=_int(env, "NOETL_MAX_PIPELINE_JUMPS", base.max_pipeline_jumps, 1),
+            max_retry_delay_seconds=_float(
+                env, "NOETL_MAX_RETRY_DELAY_SECONDS", base.max_retry_delay_seconds
+            ),
+            wait_poll_seconds=_float(env, "NOETL_WAIT_POLL_SECONDS", base.wait_poll_seconds),
+            duckdb_dir=env.get("NOETL_DUCKDB_DIR", "").strip(),
+        )

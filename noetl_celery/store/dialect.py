@@ -1,0 +1,26 @@
+"""`INSERT ... ON CONFLICT` for both dialects (SQLAlchemy spells it per dialect)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table
+from sqlalchemy.dialects import postgresql, sqlite
+
+
+def _insert(conn: Connection, table: Table) -> Any:
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def insert_ignore(conn: Connection, table: Table) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING (any unique index, partial ones included)."""
+    return _insert(conn, table).on_conflict_do_nothing()
+
+
+def upsert(conn: Connection, table: Table, keys: Sequence[str], values: dict[str, Any]) -> Any:
+    stmt = _insert(conn, table).values(**values)
+    updates = {k: stmt.excluded[k] for k in values if k not in keys}
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)

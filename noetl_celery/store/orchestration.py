@@ -1,0 +1,244 @@
+"""The orchestration transaction: lock one execution, read its inbox, persist a decision.
+
+Everything a pass writes (commands, results, contexts, engine events, the handled marks
+of the inbox and the new state) commits together; the command ids it returns are the
+ones *this* transaction inserted or issued, and only those get published, after commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, select, update
+
+from noetl_celery.constants import (
+    CMD_ISSUED,
+    COMMAND_TERMINAL_EVENTS,
+    EV_COMMAND_FAILED,
+    KIND_ITERATION,
+    KIND_STEP,
+)
+from noetl_celery.orchestrator.decisions import Completion, Decision
+from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.store.schema import (
+    commands,
+    contexts,
+    events,
+    executions,
+    loops,
+    results,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from noetl_celery.store.repository import Store
+
+_PLAN_CHUNK = 5000  # rows per multi-row INSERT when planning a large loop
+
+
+class OrchestrationTx:
+    def __init__(self, store: Store, conn: Connection, execution: ExecutionRow) -> None:
+        self.store = store
+        self.conn = conn
+        self.execution = execution
+        self.execution_id = execution.execution_id
+
+    # ---- Facts (read-only history) ----------------------------------------------------------
+    def result(self, step: str, epoch: int) -> Any:
+        return self.store.result(self.execution_id, step, epoch, conn=self.conn)
+
+    def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
+        query = (
+            select(events.c.iteration, events.c.type, events.c.payload)
+            .where(
+                events.c.execution_id == self.execution_id,
+                events.c.step == step,
+                events.c.epoch == epoch,
+                events.c.iteration.is_not(None),
+                events.c.type.in_(COMMAND_TERMINAL_EVENTS),
+            )
+            .order_by(events.c.iteration)
+            .limit(limit)
+        )
+        out: list[Any] = []
+        for _, type_, payload in self.conn.execute(query):
+            payload = payload or {}
+            if type_ == EV_COMMAND_FAILED:
+                out.append({"status": "error", "error": payload.get("error")})
+            else:
+                out.append(payload.get("result"))
+        return out
+
+    # ---- inbox ------------------------------------------------------------------------------
+    def inbox(self, limit: int) -> list[Completion]:
+        query = (
+            select(
+                events.c.event_id,
+                events.c.command_id,
+                events.c.step,
+                events.c.epoch,
+                events.c.iteration,
+                events.c.payload,
+            )
+            .where(events.c.execution_id == self.execution_id, events.c.handled.is_(False))
+            .order_by(events.c.event_id)
+            .limit(limit)
+        )
+        return [
+            Completion(
+                event_id=row.event_id,
+                command_id=row.command_id or "",
+                step=row.step or "",
+                epoch=row.epoch or 0,
+                iteration=row.iteration,
+                outcome=row.payload or {},
+            )
+            for row in self.conn.execute(query)
+        ]
+
+    def mark_handled(self, event_ids: Sequence[int]) -> None:
+        if event_ids:
+            self.conn.execute(
+                update(events).where(events.c.event_id.in_(list(event_ids))).values(handled=True)
+            )
+
+    # ---- persisting a decision --------------------------------------------------------------
+    def apply(self, decision: Decision, handled: Sequence[int]) -> list[str]:
+        """Write the decision; return the command ids to publish after commit."""
+        now = utcnow()
+        conn, eid = self.conn, self.execution_id
+        if decision.results:
+            conn.execute(
+                insert_ignore(conn, results),
+                [
+                    {
+                        "execution_id": eid,
+                        "step": r.step,
+                        "epoch": r.epoch,
+                        "status": r.status,
+                        "data": r.data,
+                        "created_at": now,
+                    }
+                    for r in decision.results
+                ],
+            )
+        if decision.contexts:
+            conn.execute(
+                insert_ignore(conn, contexts),
+                [
+                    {"execution_id": eid, "version": v, "data": data, "created_at": now}
+                    for v, data in decision.contexts.items()
+                ],
+            )
+        for plan in decision.plans:
+            rows = [
+                {
+                    "command_id": iteration_command_id(eid, plan.step, plan.epoch, i),
+                    "execution_id": eid,
+                    "step": plan.step,
+                    "kind": KIND_ITERATION,
+                    "epoch": plan.epoch,
+                    "iteration": i,
+                    "attempt": 1,
+                    "status": "planned",
+                    "ctx_version": plan.ctx_version,
+                    "item": item,
+                    "meta": plan.meta,
+                }
+                for i, item in enumerate(plan.items)
+            ]
+            for start in range(0, len(rows), _PLAN_CHUNK):
+                conn.execute(insert_ignore(conn, commands), rows[start : start + _PLAN_CHUNK])
+        publish: list[str] = []
+        if decision.commands:
+            stmt = insert_ignore(conn, commands).returning(commands.c.command_id)
+            rows = [
+                {
+                    "command_id": c.command_id,
+                    "execution_id": eid,
+                    "step": c.step,
+                    "kind": c.kind or KIND_STEP,
+                    "epoch": c.epoch,
+                    "iteration": c.iteration,
+                    "attempt": 1,
+                    "status": CMD_ISSUED,
+                    "ctx_version": c.ctx_version,
+                    "item": c.item,
+                    "meta": c.meta,
+                    "issued_at": now,
+                }
+                for c in decision.commands
+            ]
+            publish += [r[0] for r in conn.execute(stmt, rows).all()]
+        for issue in decision.issues:
+            stmt = (
+                update(commands)
+                .where(
+                    and_(
+                        commands.c.execution_id == eid,
+                        commands.c.step == issue.step,
+                        commands.c.epoch == issue.epoch,
+                        commands.c.iteration >= issue.start,
+                        commands.c.iteration < issue.stop,
+                        commands.c.status == "planned",
+                    )
+                )
+                .values(status=CMD_ISSUED, issued_at=now, ctx_version=issue.ctx_version)
+                .returning(commands.c.command_id, commands.c.iteration)
+            )
+            issued = sorted(conn.execute(stmt).all(), key=lambda r: r[1])
+            publish += [r[0] for r in issued]
+        if decision.events:
+            conn.execute(
+                insert_ignore(conn, events),
+                [
+                    {
+                        "execution_id": eid,
+                        "type": e.type,
+                        "step": e.step,
+                        "epoch": e.epoch,
+                        "payload": e.payload,
+                        "handled": True,
+                        "created_at": now,
+                    }
+                    for e in decision.events
+                ],
+            )
+        for mirror in decision.loops:
+            conn.execute(
+                upsert(
+                    conn,
+                    loops,
+                    ["execution_id", "step", "epoch"],
+                    {
+                        "execution_id": eid,
+                        "step": mirror.step,
+                        "epoch": mirror.epoch,
+                        "mode": mirror.mode,
+                        "total": mirror.total,
+                        "issued": mirror.issued,
+                        "succeeded": mirror.succeeded,
+                        "failed": mirror.failed,
+                        "done": mirror.done,
+                        "updated_at": now,
+                    },
+                )
+            )
+        self.mark_handled(handled)
+        values: dict[str, Any] = {
+            "state": decision.state.to_json(),
+            "passes": executions.c.passes + 1,
+            "updated_at": now,
+        }
+        if decision.terminal is not None:
+            values.update(
+                status=decision.terminal.status,
+                result=decision.terminal.result,
+                error=decision.terminal.error,
+                finished_at=now,
+            )
+        conn.execute(update(executions).where(executions.c.execution_id == eid).values(**values))
+        return publish

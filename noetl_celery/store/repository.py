@@ -1,0 +1,353 @@
+"""`Store`: every query the engine makes (procrastinate style: SQL lives in one place).
+
+Layers above receive plain rows (`store.rows`) and never see SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from noetl_celery.constants import (
+    CMD_ISSUED,
+    CMD_RUNNING,
+    EV_COMMAND_COMPLETED,
+    EV_COMMAND_FAILED,
+    EV_EXECUTION_STARTED,
+    RUNNING,
+)
+from noetl_celery.errors import CatalogNotFound, ExecutionNotFound
+from noetl_celery.store.cache import ImmutableCache
+from noetl_celery.store.database import Database
+from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.rows import (
+    CatalogEntry,
+    ClaimedCommand,
+    CommandCounts,
+    EventRow,
+    ExecutionRow,
+    LoopRow,
+)
+from noetl_celery.store.schema import (
+    catalog,
+    commands,
+    contexts,
+    events,
+    executions,
+    loops,
+    results,
+    utcnow,
+)
+
+_EXECUTION_COLUMNS = (
+    executions.c.execution_id,
+    executions.c.catalog_id,
+    executions.c.path,
+    executions.c.status,
+    executions.c.parent_execution_id,
+    executions.c.parent_command_id,
+    executions.c.payload,
+    executions.c.state,
+    executions.c.result,
+    executions.c.error,
+    executions.c.created_at,
+    executions.c.updated_at,
+    executions.c.finished_at,
+    executions.c.passes,
+)
+
+
+def _execution(row: Any) -> ExecutionRow:
+    return ExecutionRow(**row._mapping)
+
+
+class Store:
+    def __init__(self, database: Database) -> None:
+        self.db = database
+        self._results: ImmutableCache[tuple[str, str, int], Any] = ImmutableCache(256)
+        self._contexts: ImmutableCache[tuple[str, int], dict[str, Any]] = ImmutableCache(256)
+        self._catalog_of: ImmutableCache[str, int] = ImmutableCache(4096)
+        self._content: ImmutableCache[int, str] = ImmutableCache(256)
+
+    # ---- catalog ----------------------------------------------------------------------------
+    def register(self, path: str, name: str, content: str) -> CatalogEntry:
+        """Register `content` under `path`; identical content reuses the latest version."""
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        with self.db.engine.begin() as conn:
+            latest = conn.execute(
+                select(catalog.c.catalog_id, catalog.c.version, catalog.c.content_sha256)
+                .where(catalog.c.path == path)
+                .order_by(catalog.c.version.desc())
+                .limit(1)
+            ).first()
+            if latest is not None and latest.content_sha256 == digest:
+                return CatalogEntry(latest.catalog_id, path, latest.version, name, created=False)
+            version = 1 if latest is None else latest.version + 1
+            row = conn.execute(
+                catalog.insert()
+                .values(
+                    path=path,
+                    version=version,
+                    name=name,
+                    content=content,
+                    content_sha256=digest,
+                    created_at=utcnow(),
+                )
+                .returning(catalog.c.catalog_id)
+            ).one()
+        return CatalogEntry(row[0], path, version, name, created=True)
+
+    def resolve_catalog(self, path: str, version: int | None = None) -> CatalogEntry:
+        query = select(catalog.c.catalog_id, catalog.c.version, catalog.c.name).where(
+            catalog.c.path == path
+        )
+        if version is not None:
+            query = query.where(catalog.c.version == version)
+        with self.db.read_engine.connect() as conn:
+            row = conn.execute(query.order_by(catalog.c.version.desc()).limit(1)).first()
+        if row is None:
+            suffix = f" version {version}" if version is not None else ""
+            raise CatalogNotFound(f"no playbook registered at catalog path '{path}'{suffix}")
+        return CatalogEntry(row.catalog_id, path, row.version, row.name)
+
+    def catalog_content(self, catalog_id: int) -> str:
+        def load() -> str:
+            with self.db.read_engine.connect() as conn:
+                value = conn.execute(
+                    select(catalog.c.content).where(catalog.c.catalog_id == catalog_id)
+                ).scalar_one()
+            return str(value)
+
+        return self._content.get_or_load(catalog_id, load)
+
+    # ---- executions -------------------------------------------------------------------------
+    def create_execution(
+        self,
+        execution_id: str,
+        entry: CatalogEntry,
+        payload: dict[str, Any] | None,
+        *,
+        parent_execution_id: str | None = None,
+        parent_command_id: str | None = None,
+    ) -> None:
+        now = utcnow()
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                executions.insert().values(
+                    execution_id=execution_id,
+                    catalog_id=entry.catalog_id,
+                    path=entry.path,
+                    status=RUNNING,
+                    parent_execution_id=parent_execution_id,
+                    parent_command_id=parent_command_id,
+                    payload=payload or {},
+                    state=None,
+                    passes=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            conn.execute(
+                events.insert().values(
+                    execution_id=execution_id,
+                    type=EV_EXECUTION_STARTED,
+                    payload={
+                        "path": entry.path,
+                        "version": entry.version,
+                        "catalog_id": entry.catalog_id,
+                    },
+                    handled=True,
+                    created_at=now,
+                )
+            )
+
+    def execution(self, execution_id: str) -> ExecutionRow:
+        with self.db.read_engine.connect() as conn:
+            row = conn.execute(
+                select(*_EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
+            ).first()
+        if row is None:
+            raise ExecutionNotFound(f"no execution with id {execution_id}")
+        return _execution(row)
+
+    def execution_status(self, execution_id: str) -> str:
+        with self.db.read_engine.connect() as conn:
+            status = conn.execute(
+                select(executions.c.status).where(executions.c.execution_id == execution_id)
+            ).scalar()
+        if status is None:
+            raise ExecutionNotFound(f"no execution with id {execution_id}")
+        return str(status)
+
+    # ---- orchestration ----------------------------------------------------------------------
+    @contextmanager
+    def orchestration(self, execution_id: str, *, wait: bool) -> Iterator[OrchestrationTx | None]:
+        """Lock the execution for one pass; yield None when another pass holds the lock
+        (that pass re-checks the inbox before it lets go, so nothing is lost)."""
+        with self.db.engine.begin() as conn:
+            query = select(*_EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
+            if self.db.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=not wait)
+            row = conn.execute(query).first()
+            yield None if row is None else OrchestrationTx(self, conn, _execution(row))
+
+    def has_unhandled(self, execution_id: str) -> bool:
+        with self.db.read_engine.connect() as conn:
+            row = conn.execute(
+                select(events.c.event_id)
+                .where(events.c.execution_id == execution_id, events.c.handled.is_(False))
+                .limit(1)
+            ).first()
+        return row is not None
+
+    # ---- commands (worker side) -------------------------------------------------------------
+    def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:
+        """Conditional claim: None means another delivery already took it (drop it)."""
+        now = utcnow()
+        with self.db.engine.begin() as conn:
+            row = conn.execute(
+                update(commands)
+                .where(commands.c.command_id == command_id, commands.c.status == CMD_ISSUED)
+                .values(
+                    status=CMD_RUNNING,
+                    worker=worker,
+                    started_at=now,
+                    lease_until=now + timedelta(seconds=lease_seconds),
+                )
+                .returning(
+                    commands.c.execution_id,
+                    commands.c.step,
+                    commands.c.kind,
+                    commands.c.epoch,
+                    commands.c.iteration,
+                    commands.c.attempt,
+                    commands.c.ctx_version,
+                    commands.c.item,
+                    commands.c.meta,
+                )
+            ).first()
+            if row is None:
+                return None
+            catalog_id = self._catalog_of.get_or_load(
+                row.execution_id, lambda: self._load_catalog_id(conn, row.execution_id)
+            )
+        return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
+
+    @staticmethod
+    def _load_catalog_id(conn: Connection, execution_id: str) -> int:
+        value = conn.execute(
+            select(executions.c.catalog_id).where(executions.c.execution_id == execution_id)
+        ).scalar_one()
+        return int(value)
+
+    def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
+        """Close a running command and append its terminal event (the inbox entry), in one
+        transaction. False when the command is no longer ours (cancelled, re-issued)."""
+        ok = outcome.get("status") != "error"
+        with self.db.engine.begin() as conn:
+            closed = conn.execute(
+                update(commands)
+                .where(
+                    commands.c.command_id == command.command_id, commands.c.status == CMD_RUNNING
+                )
+                .values(status="completed" if ok else "failed", finished_at=utcnow())
+                .returning(commands.c.command_id)
+            ).first()
+            if closed is None:
+                return False
+            conn.execute(
+                insert_ignore(conn, events).values(
+                    execution_id=command.execution_id,
+                    type=EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+                    step=command.step,
+                    command_id=command.command_id,
+                    epoch=command.epoch,
+                    iteration=command.iteration,
+                    payload=outcome,
+                    handled=False,
+                    created_at=utcnow(),
+                )
+            )
+        return True
+
+    # ---- immutable lookups ------------------------------------------------------------------
+    def context(self, execution_id: str, version: int) -> dict[str, Any]:
+        def load() -> dict[str, Any]:
+            with self.db.read_engine.connect() as conn:
+                value = conn.execute(
+                    select(contexts.c.data).where(
+                        contexts.c.execution_id == execution_id, contexts.c.version == version
+                    )
+                ).scalar_one()
+            return dict(value)
+
+        return self._contexts.get_or_load((execution_id, version), load)
+
+    def result(
+        self, execution_id: str, step: str, epoch: int, *, conn: Connection | None = None
+    ) -> Any:
+        def load() -> Any:
+            query = select(results.c.data).where(
+                results.c.execution_id == execution_id,
+                results.c.step == step,
+                results.c.epoch == epoch,
+            )
+            if conn is not None:
+                return conn.execute(query).scalar_one()
+            with self.db.read_engine.connect() as own:
+                return own.execute(query).scalar_one()
+
+        return self._results.get_or_load((execution_id, step, epoch), load)
+
+    # ---- reads for operators ----------------------------------------------------------------
+    def events(self, execution_id: str) -> list[EventRow]:
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(
+                select(events)
+                .where(events.c.execution_id == execution_id)
+                .order_by(events.c.event_id)
+            ).all()
+        return [EventRow(**r._mapping) for r in rows]
+
+    def command_counts(self, execution_id: str) -> CommandCounts:
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(
+                select(commands.c.status, func.count())
+                .where(commands.c.execution_id == execution_id)
+                .group_by(commands.c.status)
+            ).all()
+        return CommandCounts(**{status: count for status, count in rows})
+
+    def loops(self, execution_id: str) -> list[LoopRow]:
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    loops.c.step,
+                    loops.c.epoch,
+                    loops.c.mode,
+                    loops.c.total,
+                    loops.c.issued,
+                    loops.c.succeeded,
+                    loops.c.failed,
+                    loops.c.done,
+                )
+                .where(loops.c.execution_id == execution_id)
+                .order_by(loops.c.step, loops.c.epoch)
+            ).all()
+        return [LoopRow(**r._mapping) for r in rows]
+
+    def running_commands(self, execution_id: str) -> list[tuple[str, str]]:
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(
+                select(commands.c.command_id, commands.c.step).where(
+                    commands.c.execution_id == execution_id,
+                    commands.c.status.in_((CMD_ISSUED, CMD_RUNNING)),
+                )
+            ).all()
+        return [(r[0], r[1]) for r in rows]

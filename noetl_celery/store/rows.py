@@ -1,0 +1,107 @@
+"""Plain row types returned by the store (no SQLAlchemy objects leave `store/`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    catalog_id: int
+    path: str
+    version: int
+    name: str
+    created: bool = False  # True when this call registered a new version
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    execution_id: str
+    catalog_id: int
+    path: str
+    status: str
+    parent_execution_id: str | None
+    parent_command_id: str | None
+    payload: dict[str, Any] | None
+    state: dict[str, Any] | None
+    result: Any
+    error: Any
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+    passes: int = 0
+
+    @property
+    def duration_seconds(self) -> float:
+        end = self.finished_at or self.updated_at
+        return max(0.0, (end - self.created_at).total_seconds())
+
+
+@dataclass(frozen=True)
+class ClaimedCommand:
+    command_id: str
+    execution_id: str
+    catalog_id: int
+    step: str
+    kind: str
+    epoch: int
+    iteration: int | None
+    attempt: int
+    ctx_version: int
+    item: Any
+    meta: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    event_id: int
+    execution_id: str
+    type: str
+    step: str | None
+    command_id: str | None
+    epoch: int | None
+    iteration: int | None
+    payload: Any
+    handled: bool
+    created_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "execution_id": self.execution_id,
+            "type": self.type,
+            "step": self.step,
+            "command_id": self.command_id,
+            "epoch": self.epoch,
+            "iteration": self.iteration,
+            "payload": self.payload,
+            "created_at": self.created_at.isoformat() + "Z",
+        }
+
+
+@dataclass(frozen=True)
+class CommandCounts:
+    planned: int = 0
+    issued: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True)
+class LoopRow:
+    step: str
+    epoch: int
+    mode: str
+    total: int | None
+    issued: int
+    succeeded: int
+    failed: int
+    done: bool
+
+    @property
+    def in_flight(self) -> int:
+        return max(0, self.issued - self.succeeded - self.failed)

@@ -1,0 +1,207 @@
+"""The engine's tables (SQLAlchemy Core). Postgres is the target; SQLite serves the
+embedded default. The alembic migrations in `alembic/versions` create exactly this.
+
+Invariants enforced here rather than in process memory (design §2):
+- one terminal event per command          -> ux_events_command_terminal
+- one `loop.done` per loop epoch          -> ux_events_loop_done
+- one terminal event per execution        -> ux_events_execution_terminal
+- a command exists once per coordinate    -> commands.command_id is deterministic (PK)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+# Bump together with a new alembic revision; `Database.check_schema` compares it.
+SCHEMA_REVISION = "0001"
+
+metadata = MetaData()
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> dt.datetime:
+    """Naive UTC: timestamps are stored without zone on both dialects and always
+    compared against values computed here, never against the server's clock."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _partial(where: str) -> dict[str, Any]:
+    clause = text(where)
+    return {"postgresql_where": clause, "sqlite_where": clause}
+
+
+catalog = Table(
+    "catalog",
+    metadata,
+    Column("catalog_id", BigId, primary_key=True, autoincrement=True),
+    Column("path", String(512), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_sha256", String(64), nullable=False),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+    UniqueConstraint("path", "version", name="uq_catalog_path_version"),
+    Index("ix_catalog_path_sha", "path", "content_sha256"),
+)
+
+executions = Table(
+    "executions",
+    metadata,
+    Column("execution_id", String(40), primary_key=True),
+    Column("catalog_id", BigId, ForeignKey("catalog.catalog_id"), nullable=False),
+    Column("path", String(512), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("parent_execution_id", String(40), nullable=True),
+    Column("parent_command_id", String(512), nullable=True),
+    Column("payload", Json, nullable=True),
+    # the orchestrator's snapshot (small: vars, step status, loop counters, pointers)
+    Column("state", Json, nullable=True),
+    Column("passes", Integer, nullable=False, default=0),
+    Column("result", Json, nullable=True),
+    Column("error", Json, nullable=True),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+    Column("updated_at", DateTime, nullable=False, default=utcnow),
+    Column("finished_at", DateTime, nullable=True),
+    Index("ix_executions_status_created", "status", "created_at"),
+    Index("ix_executions_parent", "parent_execution_id"),
+)
+
+commands = Table(
+    "commands",
+    metadata,
+    # deterministic: <execution>:<step>:<epoch>[:<iteration>][:a<attempt>]
+    Column("command_id", String(512), primary_key=True),
+    Column("execution_id", String(40), nullable=False),
+    Column("step", String(256), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("iteration", Integer, nullable=True),
+    Column("attempt", Integer, nullable=False, default=1),
+    # planned -> issued -> running -> completed | failed | cancelled
+    Column("status", String(16), nullable=False),
+    Column("ctx_version", Integer, nullable=False),
+    Column("item", Json, nullable=True),  # the loop item / claimed row of this command
+    Column("meta", Json, nullable=True),
+    Column("worker", String(256), nullable=True),
+    Column("lease_until", DateTime, nullable=True),
+    Column("issued_at", DateTime, nullable=True),
+    Column("started_at", DateTime, nullable=True),
+    Column("finished_at", DateTime, nullable=True),
+    Index("ix_commands_execution_step", "execution_id", "step", "epoch", "iteration"),
+    Index(
+        "ix_commands_active",
+        "status",
+        "issued_at",
+        **_partial("status IN ('issued', 'running')"),
+    ),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("event_id", BigId, primary_key=True, autoincrement=True),
+    Column("execution_id", String(40), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("step", String(256), nullable=True),
+    Column("command_id", String(512), nullable=True),
+    Column("epoch", Integer, nullable=True),
+    Column("iteration", Integer, nullable=True),
+    Column("payload", Json, nullable=True),
+    # the inbox: completions are inserted unhandled; the orchestrator marks them handled
+    # in the same transaction that folds them into the state
+    Column("handled", Boolean, nullable=False, default=True),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+    Index("ix_events_execution", "execution_id", "event_id"),
+    Index(
+        "ux_events_command_terminal",
+        "command_id",
+        unique=True,
+        **_partial("type IN ('command.completed', 'command.failed')"),
+    ),
+    Index(
+        "ux_events_loop_done",
+        "execution_id",
+        "step",
+        "epoch",
+        unique=True,
+        **_partial("type = 'loop.done'"),
+    ),
+    Index(
+        "ux_events_execution_terminal",
+        "execution_id",
+        unique=True,
+        **_partial("type IN ('execution.completed', 'execution.failed', 'execution.cancelled')"),
+    ),
+    Index("ix_events_inbox", "execution_id", "event_id", **_partial("handled = false")),
+    # per-item results of a loop epoch, read once when the epoch finishes
+    Index(
+        "ix_events_iterations",
+        "execution_id",
+        "step",
+        "epoch",
+        "iteration",
+        **_partial("iteration IS NOT NULL"),
+    ),
+)
+
+# A step's result per epoch. Immutable once written, so workers and the orchestrator
+# cache them by (execution, step, epoch) for good.
+results = Table(
+    "results",
+    metadata,
+    Column("execution_id", String(40), primary_key=True),
+    Column("step", String(256), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("data", Json, nullable=True),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+)
+
+# The render context of commands: the variables as of a version of the execution's
+# state plus pointers to step results. Written once per version that issued commands.
+contexts = Table(
+    "contexts",
+    metadata,
+    Column("execution_id", String(40), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("data", Json, nullable=False),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+)
+
+# Loop progress per epoch, mirrored from the orchestrator's state for operators.
+loops = Table(
+    "loops",
+    metadata,
+    Column("execution_id", String(40), primary_key=True),
+    Column("step", String(256), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("mode", String(16), nullable=False),
+    Column("total", Integer, nullable=True),
+    Column("issued", Integer, nullable=False, default=0),
+    Column("succeeded", Integer, nullable=False, default=0),
+    Column("failed", Integer, nullable=False, default=0),
+    Column("done", Boolean, nullable=False, default=False),
+    Column("updated_at", DateTime, nullable=False, default=utcnow),
+)

@@ -1,0 +1,26 @@
+"""The two Celery tasks; thin adapters over the engine (design §3)."""
+
+from __future__ import annotations
+
+from celery.signals import worker_process_init
+
+from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE
+from noetl_celery.tasks.app import app
+from noetl_celery.tasks.runtime import engine, reset_after_fork
+
+
+@worker_process_init.connect
+def _fresh_engine_per_child(**_: object) -> None:
+    reset_after_fork()
+
+
+@app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True)
+def execute_command(command_id: str) -> None:
+    """Claim and run one command, record its outcome, then orchestrate in place."""
+    engine().executor.execute(command_id)
+
+
+@app.task(name=TASK_ORCHESTRATE, acks_late=True, ignore_result=True)
+def orchestrate(execution_id: str) -> None:
+    """Fold the execution's waiting completions and issue what follows."""
+    engine().orchestrator.drive(execution_id, wait=True)

@@ -1,0 +1,21 @@
+"""Jinja2 rendering shared by the orchestrator (guards, `set`) and the step runner."""
+
+from noetl_celery.templating.render import (
+    evaluate_condition,
+    is_template,
+    render_string,
+    render_value,
+    truthy,
+)
+from noetl_celery.templating.views import ResultView, unwrap, wrap
+
+__all__ = [
+    "ResultView",
+    "evaluate_condition",
+    "is_template",
+    "render_string",
+    "render_value",
+    "truthy",
+    "unwrap",
+    "wrap",
+]

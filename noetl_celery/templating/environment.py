@@ -1,0 +1,135 @@
+"""The one Jinja2 environment every template is rendered with.
+
+Sandboxed (playbooks are data, not trusted code), strict about undefined names (a typo
+must fail loudly, NoETL silently kept the raw `{{ ... }}` text), and dict-friendly:
+`{{ row.items }}` reads the key `items` before the dict method of that name.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import uuid
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import StrictUndefined, UndefinedError
+from jinja2.nodes import Template as TemplateNode
+from jinja2.runtime import Undefined
+from jinja2.sandbox import SandboxedEnvironment
+from jinja2.utils import missing
+
+
+class UndefinedNameError(UndefinedError):
+    """Raised for an undefined name or attribute; remembers which one."""
+
+    def __init__(self, message: str, name: str | None, is_attribute: bool) -> None:
+        super().__init__(message)
+        self.name = name
+        self.is_attribute = is_attribute
+
+
+class NoetlUndefined(StrictUndefined):
+    """StrictUndefined that tells a missing top-level name from a missing attribute.
+
+    Arc guards treat a missing attribute (data-dependent) as false but a missing name
+    (a typo in the playbook) as an error.
+    """
+
+    __slots__ = ()
+
+    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
+        is_attribute = self._undefined_obj is not missing
+        message = self._undefined_message
+        raise UndefinedNameError(message, self._undefined_name, is_attribute)
+
+
+# Rebind every operator StrictUndefined fails on to the override above (the base class
+# bound them to its own function object at class creation time).
+_OPERATORS = (
+    "__iter__", "__str__", "__len__", "__eq__", "__ne__", "__bool__", "__hash__",
+    "__contains__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+    "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
+    "__pos__", "__neg__", "__call__", "__getitem__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__int__", "__float__", "__complex__", "__pow__", "__rpow__",
+)
+for _name in _OPERATORS:
+    setattr(NoetlUndefined, _name, NoetlUndefined._fail_with_undefined_error)
+
+
+def json_default(value: Any) -> Any:
+    """JSON encoding for values that appear in results (dates, decimals, uuids, sets)."""
+    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    # Unlike Jinja's own tojson this does not HTML-escape: the output goes into SQL/JSON.
+    return json.dumps(value, default=json_default, indent=indent, ensure_ascii=False)
+
+
+def _fromjson(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _b64encode(value: Any) -> str:
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    return base64.b64encode(raw).decode()
+
+
+def _b64decode(value: Any) -> str:
+    return base64.b64decode(str(value)).decode()
+
+
+class NoetlEnvironment(SandboxedEnvironment):
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Data first: for mappings a key wins over a method of the same name.
+        if isinstance(obj, Mapping) and attribute in obj:
+            return obj[attribute]
+        return super().getattr(obj, attribute)
+
+
+def _build() -> NoetlEnvironment:
+    env = NoetlEnvironment(undefined=NoetlUndefined, autoescape=False, keep_trailing_newline=True)
+    env.filters.update(
+        tojson=_tojson,
+        to_json=_tojson,
+        fromjson=_fromjson,
+        from_json=_fromjson,
+        b64encode=_b64encode,
+        b64decode=_b64decode,
+    )
+    env.globals.update(now=lambda: _dt.datetime.now(_dt.UTC).isoformat())
+    return env
+
+
+ENV = _build()
+
+
+@lru_cache(maxsize=8192)
+def compile_template(source: str) -> Any:
+    return ENV.from_string(source)
+
+
+@lru_cache(maxsize=8192)
+def compile_expression(source: str) -> Any:
+    return ENV.compile_expression(source, undefined_to_none=False)
+
+
+def parse(source: str) -> TemplateNode:
+    """Parse only (for syntax checks)."""
+    return ENV.parse(source)

@@ -1,0 +1,128 @@
+"""Rendering values: native types for single expressions, strict errors with locations.
+
+`render_value` walks dicts and lists and renders every string that holds a template:
+- a string that is exactly one `{{ expr }}` keeps the expression's native type
+  (`'{{ rows }}'` gives the list, `'{{ n + 1 }}'` the int);
+- any other template renders to a string;
+- an undefined name or attribute raises `UndefinedVariable` naming the template and
+  where it sits (`| default(...)` and `is defined` keep working).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import TemplateError as JinjaTemplateError
+from jinja2.runtime import Undefined
+
+from noetl_celery.errors import TemplateError, UndefinedVariable
+from noetl_celery.templating.environment import (
+    UndefinedNameError,
+    compile_expression,
+    compile_template,
+)
+from noetl_celery.templating.views import unwrap
+
+_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+_FALSE_STRINGS = frozenset({"false", "0", "no", "none", "null", "off", ""})
+
+
+def is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def _single_expression(source: str) -> str | None:
+    match = _SINGLE.match(source)
+    if match is None:
+        return None
+    expr = match.group("expr")
+    if "{{" in expr or "}}" in expr or "{%" in source or "{#" in source:
+        return None
+    return expr
+
+
+def _location(where: str | None) -> str:
+    return f" in {where}" if where else ""
+
+
+def render_string(source: str, context: Mapping[str, Any], where: str | None = None) -> Any:
+    """Render one template string; see the module docstring for the rules."""
+    if not is_template(source):
+        return source
+    try:
+        expr = _single_expression(source)
+        if expr is not None:
+            value = compile_expression(expr.strip())(**context)
+            if isinstance(value, Undefined):
+                value._fail_with_undefined_error()
+            return unwrap(value)
+        return compile_template(source).render(**context)
+    except UndefinedNameError as exc:
+        kind = "attribute" if exc.is_attribute else "variable"
+        raise UndefinedVariable(
+            f"undefined {kind}{_location(where)}: {exc.message} (template: {source.strip()!r})",
+            template=source,
+            is_attribute=exc.is_attribute,
+        ) from None
+    except JinjaTemplateError as exc:
+        raise TemplateError(
+            f"template error{_location(where)}: {exc} (template: {source.strip()!r})",
+            template=source,
+        ) from None
+    except TemplateError:
+        raise
+    except Exception as exc:  # errors raised by expressions: ZeroDivisionError, TypeError...
+        raise TemplateError(
+            f"template failed{_location(where)}: {type(exc).__name__}: {exc} "
+            f"(template: {source.strip()!r})",
+            template=source,
+        ) from None
+
+
+def render_value(value: Any, context: Mapping[str, Any], where: str | None = None) -> Any:
+    """Render every template inside `value` (dicts and lists recursively)."""
+    if isinstance(value, str):
+        return render_string(value, context, where)
+    if isinstance(value, Mapping):
+        return {
+            key: render_value(item, context, f"{where}.{key}" if where else str(key))
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            render_value(item, context, f"{where}[{i}]" if where else f"[{i}]")
+            for i, item in enumerate(value)
+        ]
+    return value
+
+
+def truthy(value: Any) -> bool:
+    """NoETL's truthiness for guards: strings are true unless false/0/no/none/null/''."""
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_STRINGS
+    return bool(value)
+
+
+def evaluate_condition(
+    when: str | bool | None, context: Mapping[str, Any], where: str | None = None
+) -> bool:
+    """Evaluate an arc / rule guard.
+
+    Data-dependent failures (a missing attribute such as `output.data.rows[0]` on an empty
+    result, `None > 0`) make the guard false, as in NoETL. An undefined top-level *name*
+    is a bug in the playbook and raises `UndefinedVariable`.
+    """
+    if when is None:
+        return True
+    if isinstance(when, bool):
+        return when
+    try:
+        return truthy(render_string(when, context, where))
+    except UndefinedVariable as exc:
+        if exc.is_attribute:
+            return False
+        raise
+    except TemplateError:
+        return False

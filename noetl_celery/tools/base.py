@@ -1,0 +1,121 @@
+"""The contract between the step runner and the tools.
+
+A tool receives a `ToolCall` whose `config` is already rendered (every field except the
+ones the tool lists in `raw_fields`, e.g. python `code`) and returns a `ToolOutcome`.
+A tool never raises for a failure of the work itself (HTTP 500, SQL error, exception in
+user code): it returns `ToolOutcome.failure(...)` with an error `kind` so that policies
+can match on it. Raising is reserved for bugs and for `ToolError` (misconfiguration),
+which the runner turns into a failed outcome with kind `config_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+if TYPE_CHECKING:
+    from noetl_celery.tools.services import ToolServices
+
+# Error kinds a tool may report. Policies match on `output.error.kind`.
+ERROR_KINDS = frozenset(
+    {
+        "connection",  # could not reach the remote end
+        "timeout",  # the call took longer than its timeout
+        "rate_limit",  # HTTP 429
+        "auth",  # HTTP 401/403, bad database password
+        "not_found",  # HTTP 404
+        "client_error",  # other HTTP 4xx
+        "server_error",  # HTTP 5xx
+        "db_error",  # SQL error not covered below
+        "db_connection",
+        "db_constraint",
+        "db_deadlock",
+        "db_timeout",
+        "python_error",  # exception raised by user python code
+        "syntax_error",  # user code / SQL does not parse
+        "template_error",  # a template in the tool config failed to render
+        "config_error",  # the tool is misconfigured (missing field, unknown credential)
+        "result_error",  # the tool ran but its result says status error/failed
+        "cancelled",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call produced.
+
+    `data` is the tool result (what `output.data` and `{{ step }}` show). `detail` holds
+    the protocol-specific part of the output view: `{"http": {"status", "headers"}}`,
+    `{"pg": {"code", "sqlstate"}}` or `{"py": {"exception", "traceback"}}`.
+    """
+
+    status: Literal["ok", "error"]
+    data: Any = None
+    error: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def success(cls, data: Any, **detail: Any) -> ToolOutcome:
+        return cls(status="ok", data=data, detail=detail)
+
+    @classmethod
+    def failure(
+        cls,
+        kind: str,
+        message: str,
+        *,
+        data: Any = None,
+        retryable: bool = False,
+        detail: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> ToolOutcome:
+        error: dict[str, Any] = {"kind": kind, "message": message, "retryable": retryable}
+        error.update({k: v for k, v in extra.items() if v is not None})
+        return cls(status="error", data=data, error=error, detail=dict(detail or {}))
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One invocation of a tool, fully rendered."""
+
+    kind: str
+    config: dict[str, Any]  # the tool mapping, rendered except `raw_fields`
+    input: dict[str, Any]  # rendered step input merged over tool input
+    execution_id: str
+    step: str
+    command_id: str
+    services: ToolServices
+    # the full render context of the call (python exposes it as the `context` global)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    # render(value, extra_vars) renders templates a tool must render late
+    render: Callable[[Any, dict[str, Any]], Any] | None = None
+
+    @property
+    def timeout(self) -> float | None:
+        """The tool's `timeout` field (seconds), also accepted under `spec.timeout`."""
+        raw = self.config.get("timeout")
+        if raw is None and isinstance(self.config.get("spec"), dict):
+            raw = self.config["spec"].get("timeout")
+        if raw is None or raw == "":
+            return None
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            return None
+        return value if value > 0 else None
+
+
+class Tool(Protocol):
+    """A tool implementation. Instances are shared across threads: keep them stateless."""
+
+    kind: ClassVar[str]
+    # config fields the runner must NOT render (e.g. python `code`)
+    raw_fields: ClassVar[frozenset[str]]
+
+    def run(self, call: ToolCall) -> ToolOutcome: ...

@@ -1,0 +1,171 @@
+"""`kind: http`: one HTTP request through the worker's shared httpx client."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import http
+import json
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import httpx
+
+from noetl_celery.tools.base import ToolCall, ToolOutcome
+from noetl_celery.tools.http_request import (
+    RequestConfigError,
+    RequestSpec,
+    as_bool,
+    build_request,
+)
+from noetl_celery.tools.jsonable import to_jsonable
+
+
+class HttpTool:
+    kind: ClassVar[str] = "http"
+    raw_fields: ClassVar[frozenset[str]] = frozenset()
+
+    def run(self, call: ToolCall) -> ToolOutcome:
+        redact = call.services.redactor.redact
+        try:
+            spec = build_request(call.config)
+        except RequestConfigError as exc:
+            return ToolOutcome.failure("config_error", str(exc))
+        config = call.config
+        verify = as_bool(config.get("verify_ssl", config.get("verify")), True)
+        follow = as_bool(config.get("follow_redirects"), False)
+        # 0 in the settings means "no timeout", as for httpx
+        timeout = call.timeout or call.services.settings.http_timeout_seconds or None
+        client = call.services.http_client(verify)
+        try:
+            response = client.request(
+                spec.method,
+                spec.url,
+                params=spec.params or None,
+                headers=spec.headers,
+                timeout=timeout,
+                follow_redirects=follow,
+                **_body_arguments(spec),
+            )
+        except httpx.HTTPError as exc:
+            return _transport_failure(exc, spec, timeout, redact)
+        except httpx.InvalidURL as exc:  # not an HTTPError: raised while building the request
+            return ToolOutcome.failure("config_error", redact(f"invalid URL {spec.url!r}: {exc}"))
+        except (TypeError, ValueError) as exc:  # e.g. a header value httpx cannot encode
+            return ToolOutcome.failure("config_error", redact(f"http request rejected: {exc}"))
+        return _outcome(response, redact)
+
+
+def _body_arguments(spec: RequestSpec) -> dict[str, Any]:
+    if spec.has_json:
+        return {"json": to_jsonable(spec.json_body)}
+    if spec.form is not None:
+        return {"data": spec.form}
+    if spec.content is not None:
+        return {"content": spec.content}
+    return {}
+
+
+def _parse_body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    content_type = response.headers.get("content-type", "").lower()
+    text = response.text
+    # JSON by content type, or a body that looks like a JSON document; scalars like "42"
+    # stay text, so a plain-text API never sees its body turn into a number.
+    if "json" in content_type or text.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> int | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0, math.ceil(float(value)))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
+    return max(0, math.ceil((when - now).total_seconds()))
+
+
+def status_kind(code: int) -> str:
+    if code == 429:
+        return "rate_limit"
+    if code in (401, 403):
+        return "auth"
+    if code == 404:
+        return "not_found"
+    if code == 408:
+        return "timeout"
+    if code >= 500:
+        return "server_error"
+    return "client_error"  # other 4xx, and 1xx/3xx that were not followed
+
+
+def _outcome(response: httpx.Response, redact: Callable[[str], str]) -> ToolOutcome:
+    code = response.status_code
+    headers = dict(response.headers)
+    result = {
+        "status_code": code,
+        "headers": headers,
+        # a token in the query string must not end up in stored results
+        "url": redact(str(response.url)),
+        "elapsed": response.elapsed.total_seconds(),
+        "data": _parse_body(response),
+    }
+    http_view = {"status": code, "headers": headers}
+    if 200 <= code < 300:
+        return ToolOutcome.success(result, http=http_view)
+    reason = response.reason_phrase or _phrase(code)
+    message = f"HTTP {code}: {reason}"
+    if 300 <= code < 400:
+        message += " (redirect not followed; set `follow_redirects: true`)"
+    return ToolOutcome.failure(
+        status_kind(code),
+        redact(message),
+        data=result,
+        retryable=code in (408, 429) or code >= 500,
+        detail={"http": http_view},
+        code=f"HTTP_{code}",
+        status_code=code,
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
+    )
+
+
+def _phrase(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "Unknown Status"
+
+
+def _transport_failure(
+    exc: httpx.HTTPError, spec: RequestSpec, timeout: float | None, redact: Callable[[str], str]
+) -> ToolOutcome:
+    where = f"{spec.method} {spec.url}"
+    text = str(exc) or "no detail"
+    if isinstance(exc, httpx.TimeoutException):
+        limit = f" after {timeout:g}s" if timeout else ""
+        message = f"request timed out{limit} ({type(exc).__name__}): {where}"
+        return ToolOutcome.failure("timeout", redact(message), retryable=True)
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return ToolOutcome.failure("config_error", redact(f"invalid URL {spec.url!r}: {text}"))
+    if isinstance(exc, httpx.TooManyRedirects):
+        return ToolOutcome.failure("client_error", redact(f"{text}: {where}"))
+    # connect errors, connections dropped mid-response: the remote end may come back
+    retryable = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
+    message = f"{type(exc).__name__}: {text} ({where})"
+    return ToolOutcome.failure("connection", redact(message), retryable=retryable)

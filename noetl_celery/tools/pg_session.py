@@ -1,0 +1,111 @@
+"""Getting a pooled Postgres connection for one tool call, failing fast and truthfully.
+
+psycopg_pool connects in a background worker: when the server is down, a caller of
+`getconn()` just waits for its timeout and learns nothing but "couldn't get a connection".
+We wait in short slices instead; as soon as the pool reports a failed connect, we connect
+directly once: that either yields a working connection (the server is back) or the real
+libpq error (refused, bad password, unknown database) for the step's error message.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+# How long a call waits for a connection when all pooled ones are busy.
+POOL_WAIT_SECONDS = 60.0
+_FIRST_SLICE = 0.02
+_MAX_SLICE = 0.5
+
+
+class PoolExhausted(Exception):
+    """Every pooled connection stayed busy for the whole wait."""
+
+
+def _connect_errors(pool: ConnectionPool[Any]) -> int:
+    return int(pool.get_stats().get("connections_errors", 0))
+
+
+# Pools that failed to connect and have not handed out a connection since. For those,
+# calls try the pool only briefly and otherwise connect directly: that fails in a
+# millisecond while the server is down, and works at once when it is back, instead of
+# waiting out the pool's background retry delay.
+_failing: weakref.WeakKeyDictionary[ConnectionPool[Any], float] = weakref.WeakKeyDictionary()
+_FAILING_POOL_WAIT = 0.005
+
+
+def _direct(pool: ConnectionPool[Any], conninfo: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+    except psycopg.Error:
+        _failing[pool] = time.monotonic()
+        raise
+
+
+def _acquire(
+    pool: ConnectionPool[Any], conninfo: str, wait: float
+) -> tuple[psycopg.Connection[Any], bool]:
+    """(connection, is_direct). A direct connection is not the pool's: close it after."""
+    if pool in _failing:
+        try:
+            # also prompts the pool to try connecting again if it had given up
+            conn = pool.getconn(timeout=_FAILING_POOL_WAIT)
+        except PoolTimeout:
+            return _direct(pool, conninfo), True
+        _failing.pop(pool, None)
+        return conn, False
+    deadline = time.monotonic() + wait
+    errors_before = _connect_errors(pool)
+    slice_ = _FIRST_SLICE
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            conn = pool.getconn(timeout=max(min(slice_, remaining), 0.001))
+        except PoolTimeout:
+            pass
+        else:
+            return conn, False
+        if _connect_errors(pool) > errors_before:
+            # The pool cannot connect: find out why with a direct attempt.
+            return _direct(pool, conninfo), True
+        if remaining <= slice_:
+            raise PoolExhausted(
+                f"no postgres connection became free within {wait:g}s (pool size {pool.max_size})"
+            )
+        slice_ = min(slice_ * 2, _MAX_SLICE)
+
+
+@contextmanager
+def pg_connection(
+    pool: ConnectionPool[Any], conninfo: str, wait: float = POOL_WAIT_SECONDS
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in autocommit mode; raises psycopg.OperationalError or PoolExhausted."""
+    conn, direct = _acquire(pool, conninfo, wait)
+    try:
+        yield conn
+    finally:
+        if direct:
+            conn.close()
+        else:
+            # The pool discards a connection that broke meanwhile, so the next call gets
+            # a fresh one rather than the corpse.
+            pool.putconn(conn)
+
+
+def set_statement_timeout(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Bound every statement of this call (milliseconds granularity)."""
+    millis = max(1, int(seconds * 1000))
+    # set_config takes a bind parameter, SET does not (server-side binding).
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{millis}ms",))
+
+
+def reset_statement_timeout(conn: psycopg.Connection[Any]) -> None:
+    """Give the pooled connection back with the server default timeout."""
+    if not conn.closed and not conn.broken:
+        conn.execute("RESET statement_timeout")

@@ -1,0 +1,198 @@
+"""`kind: postgres`: SQL statements on a pooled autocommit connection (NoETL semantics).
+
+Every statement runs in its own implicit transaction and a failing statement does not
+stop the later ones; the result describes the last statement, and any failure turns the
+whole call into an error outcome listing each failed statement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import psycopg
+
+from noetl_celery.errors import CredentialError
+from noetl_celery.tools.base import ToolCall, ToolOutcome
+from noetl_celery.tools.jsonable import to_jsonable
+from noetl_celery.tools.pg_session import (
+    PoolExhausted,
+    pg_connection,
+    reset_statement_timeout,
+    set_statement_timeout,
+)
+from noetl_celery.tools.sql_text import SqlSourceError, extract_sql, split_statements
+
+Redact = Callable[[str], str]
+
+
+def auth_alias(config: Mapping[str, Any]) -> str | None:
+    """The credential alias of `auth: name` or `auth: {key|name|credential: name}`."""
+    auth = config.get("auth", config.get("credential"))  # `credential:` is NoETL's legacy
+    if isinstance(auth, Mapping):
+        auth = next((auth[k] for k in ("key", "name", "credential", "alias") if auth.get(k)), None)
+    return (auth.strip() or None) if isinstance(auth, str) else None
+
+
+def sqlstate_kind(sqlstate: str | None) -> tuple[str, bool]:
+    """(error kind, retryable) for a SQLSTATE."""
+    code = sqlstate or ""
+    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):  # link or server gone
+        return "db_connection", True
+    if code.startswith("23"):
+        return "db_constraint", False
+    if code in ("40P01", "40001"):  # deadlock, serialization failure: retry may succeed
+        return "db_deadlock", True
+    if code == "57014":
+        return "db_timeout", True
+    if code.startswith("28"):
+        return "auth", False
+    if code == "42601":
+        return "syntax_error", False
+    return "db_error", False
+
+
+def db_message(exc: psycopg.Error) -> str:
+    """The server's message: primary line plus DETAIL, on one line."""
+    diag = exc.diag
+    primary = diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    detail = diag.message_detail
+    return f"{primary} (DETAIL: {detail})" if detail else primary
+
+
+def _statement_result(cur: psycopg.Cursor[Any], max_rows: int) -> dict[str, Any]:
+    if cur.description is None:
+        return {"status": "success", "row_count": cur.rowcount, "message": cur.statusmessage}
+    columns = [column.name for column in cur.description]
+    kept = cur.fetchmany(max_rows)
+    result: dict[str, Any] = {
+        "status": "success",
+        "rows": [
+            {
+                name: to_jsonable(value, bytes_as="hex")
+                for name, value in zip(columns, row, strict=True)
+            }
+            for row in kept
+        ],
+        "row_count": len(kept),
+        "columns": columns,
+    }
+    if cur.rowcount > len(kept):
+        result["truncated"] = True
+        result["total_row_count"] = cur.rowcount
+    return result
+
+
+class PostgresTool:
+    kind: ClassVar[str] = "postgres"
+    raw_fields: ClassVar[frozenset[str]] = frozenset()
+
+    def run(self, call: ToolCall) -> ToolOutcome:
+        services = call.services
+        redact = services.redactor.redact
+        alias = auth_alias(call.config)
+        if alias is None:
+            return ToolOutcome.failure("config_error", "postgres tool needs `auth` (a credential)")
+        try:
+            conninfo = services.credentials.resolve(alias).postgres_conninfo()
+            statements = split_statements(extract_sql(call.config, "postgres"))
+        except (CredentialError, SqlSourceError) as exc:
+            return ToolOutcome.failure("config_error", redact(str(exc)))
+        if not statements:
+            return ToolOutcome.failure("config_error", "postgres tool: the SQL has no statements")
+        try:
+            with pg_connection(services.pg_pool(conninfo), conninfo) as conn:
+                return _run(
+                    conn, statements, call.timeout, services.settings.postgres_max_rows, redact
+                )
+        except PoolExhausted as exc:
+            return ToolOutcome.failure("db_connection", str(exc), retryable=True)
+        except psycopg.Error as exc:  # could not connect, or the link died between statements
+            return _connect_failure(exc, alias, redact)
+
+
+def _connect_failure(exc: psycopg.Error, alias: str, redact: Redact) -> ToolOutcome:
+    text = " ".join(str(exc).split())
+    kind, retryable = sqlstate_kind(exc.sqlstate)
+    if kind == "auth" or "authentication failed" in text:
+        kind, retryable = "auth", False  # a wrong password stays wrong on retry
+    else:
+        kind, retryable = "db_connection", True
+    return ToolOutcome.failure(
+        kind,
+        redact(f"cannot connect with postgres credential '{alias}': {text}"),
+        retryable=retryable,
+        detail={"pg": {"code": exc.sqlstate, "sqlstate": exc.sqlstate}},
+        code=exc.sqlstate,
+    )
+
+
+def _run(
+    conn: psycopg.Connection[Any],
+    statements: tuple[str, ...],
+    timeout: float | None,
+    max_rows: int,
+    redact: Redact,
+) -> ToolOutcome:
+    last: dict[str, Any] | None = None
+    errors: list[tuple[int, psycopg.Error]] = []
+    if timeout:
+        set_statement_timeout(conn, timeout)
+    try:
+        for index, statement in enumerate(statements):
+            try:
+                with conn.cursor() as cur:
+                    # no params: psycopg sends the text as is, so `%` needs no escaping
+                    cur.execute(statement)
+                    last = _statement_result(cur, max_rows)
+            except psycopg.Error as exc:
+                errors.append((index, exc))
+                if conn.broken or conn.closed:
+                    break  # nothing later can run on a dead link
+    finally:
+        if timeout:
+            # a broken connection is discarded by the pool anyway
+            with contextlib.suppress(psycopg.Error):
+                reset_statement_timeout(conn)
+    count = len(statements)
+    if not errors:
+        assert last is not None
+        return ToolOutcome.success(
+            {**last, "statement_count": count}, pg={"code": "00000", "sqlstate": "00000"}
+        )
+    return _failure(errors, last, count, redact)
+
+
+def _failure(
+    errors: list[tuple[int, psycopg.Error]],
+    last: dict[str, Any] | None,
+    count: int,
+    redact: Redact,
+) -> ToolOutcome:
+    listed: list[dict[str, Any]] = [
+        {"statement_index": i, "message": redact(db_message(e))} for i, e in errors
+    ]
+    message: str = listed[0]["message"]
+    first = errors[0][1]
+    kind, retryable = sqlstate_kind(first.sqlstate)
+    if first.sqlstate is None and isinstance(first, psycopg.OperationalError):
+        kind, retryable = "db_connection", True  # link lost mid-call: no SQLSTATE
+    data: dict[str, Any] = {
+        "status": "error",
+        "errors": listed,
+        "message": message,
+        "statement_count": count,
+    }
+    if last is not None and "rows" in last:
+        data.update(
+            {k: last[k] for k in ("rows", "columns", "row_count", "truncated") if k in last}
+        )
+    return ToolOutcome.failure(
+        kind,
+        message,
+        data=data,
+        retryable=retryable,
+        detail={"pg": {"code": first.sqlstate, "sqlstate": first.sqlstate}},
+        code=first.sqlstate,
+    )

@@ -1,0 +1,170 @@
+"""`kind: python`: runs inline user code in this worker process.
+
+Two modes, as in NoETL: if the code defines `main`, it is called (awaited when async)
+and its return value is the result; otherwise the module-level `result` is. Exceptions in
+user code become a `python_error` (or `syntax_error`) outcome, never a raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import concurrent.futures
+import datetime
+import importlib
+import inspect
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from noetl_celery.tools.base import ToolCall, ToolOutcome
+from noetl_celery.tools.jsonable import make_serializable, to_jsonable
+from noetl_celery.tools.python_args import main_arguments
+from noetl_celery.tools.python_errors import failure_outcome, register_source
+from noetl_celery.tools.python_helpers import (
+    deep_merge,
+    format_iso8601,
+    get_val,
+    now_utc,
+    stderr_print,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class _ConfigProblem(Exception):
+    """The step is misconfigured (no code, bad base64, unimportable lib)."""
+
+
+class PythonTool:
+    kind: ClassVar[str] = "python"
+    raw_fields: ClassVar[frozenset[str]] = frozenset({"code", "code_b64", "code_base64"})
+
+    def run(self, call: ToolCall) -> ToolOutcome:
+        redact = call.services.redactor.redact
+        try:
+            code = _source(call.config)
+            libs = _import_libs(call.config.get("libs"))
+        except _ConfigProblem as exc:
+            return ToolOutcome.failure("config_error", redact(str(exc)))
+        filename = register_source(call.step, code)
+        try:
+            compiled = compile(code, filename, "exec")
+            namespace = _namespace(call, libs)
+            initial = dict(namespace)
+            exec(compiled, namespace)
+            main = namespace.get("main")
+            if callable(main):
+                args, kwargs = main_arguments(main, call.input, namespace["context"])
+                result = _resolve_awaitable(main(*args, **kwargs))
+            elif "result" in namespace:
+                result = namespace["result"]
+            else:
+                result = _summary(namespace, initial)
+        except (Exception, SystemExit) as exc:  # SystemExit: sys.exit() must not end a worker
+            return failure_outcome(exc, filename, redact)
+        return ToolOutcome.success(to_jsonable(result))
+
+
+def _source(config: Mapping[str, Any]) -> str:
+    for name in ("code_b64", "code_base64"):
+        raw = config.get(name)
+        if raw:
+            try:
+                return base64.b64decode("".join(str(raw).split()), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError) as exc:
+                raise _ConfigProblem(f"python tool: `{name}` is not valid base64 UTF-8") from exc
+    code = config.get("code")
+    if isinstance(code, str) and code.strip():
+        return code
+    if config.get("script"):
+        raise _ConfigProblem("python tool: `script` sources are not supported; use `code`")
+    raise _ConfigProblem("python tool needs `code` (or `code_b64`)")
+
+
+def _import_libs(libs: Any) -> dict[str, Any]:
+    """`libs: {alias: module}` or `{alias: {from: pkg, import: name}}` as globals."""
+    if not libs:
+        return {}
+    if not isinstance(libs, Mapping):
+        logger.warning("python tool: list-form `libs` is ignored; use {alias: module}")
+        return {}
+    imported: dict[str, Any] = {}
+    for alias, spec in libs.items():
+        if isinstance(spec, Mapping):
+            package, name = spec.get("from"), spec.get("import")
+            target = f"{package}.{name}" if package and name else str(package or name or "")
+        else:
+            package, name, target = None, None, str(spec)
+        try:
+            if package and name:
+                module = importlib.import_module(str(package))
+                imported[str(alias)] = (
+                    getattr(module, str(name))
+                    if hasattr(module, str(name))
+                    else importlib.import_module(target)
+                )
+            else:
+                imported[str(alias)] = importlib.import_module(target)
+        except (ImportError, ValueError, TypeError) as exc:
+            raise _ConfigProblem(
+                f"python libs: cannot import '{target}' (alias '{alias}'): {exc}"
+            ) from exc
+    return imported
+
+
+def _namespace(call: ToolCall, libs: dict[str, Any]) -> dict[str, Any]:
+    namespace: dict[str, Any] = {
+        # not "__main__": a script's own `if __name__ == "__main__": main()` must not run
+        "__name__": "__noetl_python_step__",
+        "os": os,
+        "json": json,
+        "datetime": datetime,
+        "uuid": uuid,
+        "logging": logging,
+        "now_utc": now_utc,
+        "format_iso8601": format_iso8601,
+        "make_serializable": make_serializable,
+        "deep_merge": deep_merge,
+        "get_val": get_val,
+        "print": stderr_print,
+        "context": dict(call.context),
+    }
+    namespace.update(call.input)
+    namespace.update(libs)
+    return namespace
+
+
+def _resolve_awaitable(value: Any) -> Any:
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait() -> Any:
+        return await value
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    # A loop already runs in this thread (asyncio.run would refuse): use a fresh thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
+def _summary(namespace: dict[str, Any], initial: dict[str, Any]) -> dict[str, Any]:
+    names = sorted(
+        name
+        for name, value in namespace.items()
+        if not name.startswith("__")
+        and (name not in initial or initial[name] is not value)
+        and not (inspect.ismodule(value) or inspect.isroutine(value) or inspect.isclass(value))
+    )
+    return {
+        "status": "success",
+        "message": "python code ran without a result",
+        "locals_keys": names,
+    }

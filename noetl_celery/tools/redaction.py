@@ -1,0 +1,147 @@
+"""Masking of secrets in text that leaves a tool: error messages, tracebacks, logs.
+
+Every message a tool builds from foreign text (a database error, an exception, a URL)
+goes through `Redactor.redact` before it reaches a result, an event or a log line.
+Two layers: the literal secret values known from the credential store, and patterns
+for secrets we cannot know in advance (`password=...` in a conninfo, `user:pass@` in a
+URL, `token=...` in a query string).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+
+if TYPE_CHECKING:
+    from noetl_celery.tools.credentials import CredentialStore
+
+MASK = "***"
+
+# Shorter "secrets" are not secret, and masking every "a" or "12" would shred messages.
+MIN_SECRET_LENGTH = 3
+
+# Field names whose values are secrets wherever they appear in a credential record.
+_SECRET_FIELD = re.compile(r"password|passwd|pwd|secret|token|key", re.IGNORECASE)
+
+# `password=hunter2`, `api_token = 'x y'`, `?access_key=abc&...` (conninfo, query strings, logs)
+_KEY_VALUE = re.compile(
+    r"(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token|api_?key|access_?key)[\w.-]*)"
+    r"(?P<sep>\s*=\s*)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,)]+)",
+    re.IGNORECASE,
+)
+# `"password": "hunter2"` as it shows up in a repr or JSON dump
+_QUOTED_KEY = re.compile(
+    r"(?P<key>[\"'][\w.-]*(?:password|passwd|secret|token|api_?key|access_?key)[\w.-]*[\"']"
+    r"\s*:\s*)(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")",
+    re.IGNORECASE,
+)
+# `scheme://user:password@host`
+_URL_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^:/@\s]*):(?P<pw>[^@\s/]*)@")
+
+
+def is_secret_field(name: str) -> bool:
+    """True for field names like `db_password`, `api_token`, `client_secret`, `key`."""
+    return bool(_SECRET_FIELD.search(name))
+
+
+def url_password(url: str) -> str | None:
+    """The password embedded in a URL (`postgresql://u:pw@h/db`), if any."""
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def conninfo_password(conninfo: str) -> str | None:
+    """The value of `password=` in a key/value conninfo string, unquoted."""
+    match = re.search(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", conninfo)
+    if not match:
+        return None
+    raw = match.group(1)
+    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
+        raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+    return raw
+
+
+def collect_secrets(record: Any) -> set[str]:
+    """Every secret value in a (nested) credential record.
+
+    Values of secret-named fields are secrets; so are passwords embedded in DSN/URL
+    strings, whatever field holds them.
+    """
+    found: set[str] = set()
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, secret or is_secret_field(str(key)))
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item, secret)
+        elif isinstance(value, str):
+            if secret:
+                found.add(value)
+            for embedded in (
+                url_password(value) if "://" in value else None,
+                conninfo_password(value) if "=" in value else None,
+            ):
+                if embedded:
+                    found.add(embedded)
+        elif secret and isinstance(value, int | float) and not isinstance(value, bool):
+            found.add(str(value))
+
+    walk(record, False)
+    return found
+
+
+class Redactor:
+    """Replaces known secret values and secret-looking patterns with `***`.
+
+    Immutable after construction, hence safe to share between threads.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        variants: set[str] = set()
+        for secret in secrets:
+            if not secret or len(secret) < MIN_SECRET_LENGTH:
+                continue
+            # A password may show up raw, or percent-encoded as it sits in a URL.
+            variants.update({secret, quote(secret, safe=""), unquote(secret)})
+        # Longest first, so a secret that contains another is masked whole.
+        ordered = sorted(
+            (v for v in variants if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True
+        )
+        self._secrets = tuple(ordered)
+        self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+
+    @classmethod
+    def from_store(cls, store: CredentialStore) -> Redactor:
+        """A redactor for every secret held by `store`."""
+        return cls(store.secret_values())
+
+    @property
+    def secret_count(self) -> int:
+        return len(self._secrets)
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret replaced by `***`."""
+        if not text:
+            return text
+        if self._pattern is not None:
+            text = self._pattern.sub(MASK, text)
+        text = _URL_USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
+        text = _KEY_VALUE.sub(lambda m: f"{m.group('key')}{m.group('sep')}{MASK}", text)
+        return _QUOTED_KEY.sub(lambda m: f"{m.group('key')}'{MASK}'", text)
+
+    def redact_value(self, value: Any) -> Any:
+        """Redact every string inside a JSON-like structure (keys are left alone)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, Mapping):
+            return {k: self.redact_value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact_value(v) for v in value]
+        return value

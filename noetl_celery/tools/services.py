@@ -1,0 +1,127 @@
+"""Long-lived resources shared by tool calls: HTTP clients, Postgres pools, credentials.
+
+One `ToolServices` lives per worker process. Creating an `httpx.Client` costs ~20 ms (SSL
+context) and a Postgres connection ~8 ms, so both are built once, lazily (a process that
+never runs an HTTP step never imports httpx) and reused by every thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from noetl_celery.settings import Settings
+from noetl_celery.tools.credentials import CredentialStore
+from noetl_celery.tools.redaction import Redactor
+
+if TYPE_CHECKING:
+    import httpx
+    from psycopg_pool import ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+PG_POOL_MAX_SIZE = 8  # NoETL learned that a pool per command exhausts Postgres: share one
+PG_CONNECT_TIMEOUT = 10  # seconds; a black-holed host must not hang a worker slot
+# How long the pool keeps retrying a failed connect in the background before giving up.
+# Short, so that the next call after a server restart triggers a fresh attempt at once
+# instead of waiting out an exponential backoff.
+PG_RECONNECT_TIMEOUT = 2.0
+
+
+class ToolServices:
+    """Resources for tools. Safe to use from many threads; `close()` releases everything."""
+
+    def __init__(self, settings: Settings, credentials: CredentialStore | None = None) -> None:
+        self.settings = settings
+        if credentials is None:
+            credentials = (
+                CredentialStore.from_file(settings.credentials_file)
+                if settings.credentials_file
+                else CredentialStore.empty()
+            )
+        self.credentials = credentials
+        self.redactor = Redactor.from_store(credentials)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._http: dict[bool, httpx.Client] = {}
+        self._pools: dict[str, ConnectionPool[Any]] = {}
+
+    def _check_fork(self) -> None:
+        # A Celery prefork child inherits these objects, but not the pool worker threads
+        # or the sockets' owner: start afresh instead of sharing the parent's.
+        # Caller holds self._lock.
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            self._http = {}
+            self._pools = {}
+
+    def http_client(self, verify: bool = True) -> httpx.Client:
+        """The shared client (one per `verify` flag: httpx sets TLS checks per client)."""
+        client = self._http.get(verify)
+        if client is not None and self._pid == os.getpid():
+            return client
+        with self._lock:
+            self._check_fork()
+            client = self._http.get(verify)
+            if client is None:
+                import httpx  # lazy: ~90 ms import
+
+                client = httpx.Client(
+                    verify=verify,
+                    follow_redirects=False,
+                    timeout=self.settings.http_timeout_seconds,
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+                )
+                self._http[verify] = client
+            return client
+
+    def pg_pool(self, conninfo: str) -> ConnectionPool[Any]:
+        """The pool for `conninfo`, created on first use (autocommit connections)."""
+        pool = self._pools.get(conninfo)
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            self._check_fork()
+            pool = self._pools.get(conninfo)
+            if pool is None:
+                from psycopg_pool import ConnectionPool  # lazy: ~85 ms import
+
+                pool = ConnectionPool(
+                    conninfo,
+                    min_size=0,
+                    max_size=PG_POOL_MAX_SIZE,
+                    kwargs={"autocommit": True, "connect_timeout": PG_CONNECT_TIMEOUT},
+                    # a round trip on checkout: a connection killed by a server restart
+                    # is discarded here instead of failing the user's statement
+                    check=ConnectionPool.check_connection,
+                    reconnect_timeout=PG_RECONNECT_TIMEOUT,
+                    num_workers=2,
+                    open=True,
+                    name=f"noetl-tools-{len(self._pools) + 1}",
+                )
+                self._pools[conninfo] = pool
+            return pool
+
+    def close(self) -> None:
+        """Close every client and pool. Later calls create new ones."""
+        with self._lock:
+            clients, pools = list(self._http.values()), list(self._pools.values())
+            self._http, self._pools = {}, {}
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # closing must release the rest even if one fails
+                logger.warning("closing an http client failed", exc_info=True)
+        for pool in pools:
+            try:
+                pool.close(timeout=5.0)
+            except Exception:
+                logger.warning("closing a postgres pool failed", exc_info=True)
+
+    def __enter__(self) -> ToolServices:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,0 +1,91 @@
+"""Where the SQL of a postgres/duckdb tool comes from, and how it is cut into statements."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+# NoETL's field priority: base64 variants first, then the inline aliases.
+B64_FIELDS = ("command_b64", "commands_b64", "query_b64")
+TEXT_FIELDS = ("query", "queries", "command", "commands", "cmd", "cmds")
+
+_CACHE_MAX_CHARS = 16_384
+_FIRST_WORD = re.compile(r"\s*([A-Za-z_]+)")
+
+
+class SqlSourceError(ValueError):
+    """The tool config holds no usable SQL (a config error, not a database error)."""
+
+
+def extract_sql(config: Mapping[str, Any], tool: str) -> str:
+    """The SQL text of a tool config; SqlSourceError when there is none."""
+    for name in B64_FIELDS:
+        raw = config.get(name)
+        if raw:
+            try:
+                # line breaks are common in pasted base64; anything else invalid is an error
+                compact = "".join(str(raw).split())
+                return base64.b64decode(compact, validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError) as exc:
+                raise SqlSourceError(f"{tool} tool: `{name}` is not valid base64 UTF-8") from exc
+    for name in TEXT_FIELDS:
+        raw = config.get(name)
+        if raw is None or raw == "":
+            continue
+        if isinstance(raw, list | tuple):
+            return "\n".join(str(part) for part in raw if part is not None)
+        return str(raw)
+    if config.get("script"):
+        raise SqlSourceError(f"{tool} tool: `script` sources are not supported; inline the SQL")
+    raise SqlSourceError(f"{tool} tool needs `command` or `query`")
+
+
+def _is_blank(statement: str) -> bool:
+    """True when a statement holds nothing but comments, whitespace and semicolons."""
+    import sqlparse
+
+    stripped = sqlparse.format(statement, strip_comments=True)
+    return not stripped.strip().strip(";").strip()
+
+
+def split_statements(sql: str) -> tuple[str, ...]:
+    """Statements of `sql` in order, without empty or comment-only ones.
+
+    sqlparse respects quotes, comments and `$tag$` dollar quoting, so a `DO $$ ... ; $$`
+    block stays whole. Short texts are cached: a loop runs the same SQL many times, and
+    big rendered scripts would only fill the cache with one-offs.
+    """
+    return _split_cached(sql) if len(sql) <= _CACHE_MAX_CHARS else _split(sql)
+
+
+@lru_cache(maxsize=256)
+def _split_cached(sql: str) -> tuple[str, ...]:
+    return _split(sql)
+
+
+def _split(sql: str) -> tuple[str, ...]:
+    text = sql.strip()
+    if not text:
+        return ()
+    body = text.rstrip(";").rstrip()
+    # Fast path (most steps): one statement, no comments; sqlparse costs ~0.1 ms/statement.
+    if ";" not in body and "--" not in body and "/*" not in body:
+        return (text,) if body else ()
+    import sqlparse  # lazy: only needed for multi-statement or commented SQL
+
+    statements = (s.strip() for s in sqlparse.split(text))
+    return tuple(s for s in statements if s and not _is_blank(s))
+
+
+def first_keyword(statement: str) -> str:
+    """The statement's leading keyword in upper case (comments skipped), or ""."""
+    if "--" in statement or "/*" in statement:
+        import sqlparse
+
+        statement = sqlparse.format(statement, strip_comments=True)
+    match = _FIRST_WORD.match(statement)
+    return match.group(1).upper() if match else ""

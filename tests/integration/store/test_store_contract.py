@@ -1,0 +1,171 @@
+"""The store's contract, run against SQLite and Postgres alike: the invariants of design
+§2 are enforced by the database, not by process memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func, select
+
+from noetl_celery.orchestrator.decisions import (
+    Decision,
+    EngineEvent,
+    IssueRange,
+    LoopPlan,
+    NewCommand,
+    ResultWrite,
+)
+from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.store.database import Database
+from noetl_celery.store.repository import Store
+from noetl_celery.store.schema import commands, events
+
+PLAYBOOK = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: contract, path: tests/contract}
+workflow:
+  - step: start
+    tool: {kind: noop}
+"""
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    database = Database(store_url)
+    database.ensure_schema(upgrade=True)
+    yield Store(database)
+    database.dispose()
+
+
+def new_execution(store: Store, eid: str = "100") -> str:
+    entry = store.register("tests/contract", "contract", PLAYBOOK)
+    store.create_execution(eid, entry, {"a": 1})
+    return eid
+
+
+def apply(
+    store: Store, eid: str, decision: Decision, handled: list[int] | None = None
+) -> list[str]:
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        return tx.apply(decision, handled or [])
+
+
+def decision(eid: str, **parts: object) -> Decision:
+    d = Decision(state=ExecutionState(execution_id=eid))
+    for key, value in parts.items():
+        setattr(d, key, value)
+    return d
+
+
+def test_catalog_versions_by_content(store: Store) -> None:
+    first = store.register("p", "n", "a")
+    same = store.register("p", "n", "a")
+    second = store.register("p", "n", "b")
+    assert (first.version, first.created) == (1, True)
+    assert (same.version, same.created) == (1, False)
+    assert (second.version, second.created) == (2, True)
+    assert store.resolve_catalog("p").version == 2
+    assert store.resolve_catalog("p", 1).catalog_id == first.catalog_id
+
+
+def test_a_command_is_inserted_once_and_published_by_its_inserter_only(store: Store) -> None:
+    eid = new_execution(store)
+    cmd = NewCommand(f"{eid}:start:1", "start", "step", 1, 0)
+    assert apply(store, eid, decision(eid, commands=[cmd])) == [cmd.command_id]
+    # the same decision again (a redone pass): no second row, nothing to publish
+    assert apply(store, eid, decision(eid, commands=[cmd])) == []
+    with store.db.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(commands)).scalar() == 1
+
+
+def test_claim_is_conditional(store: Store) -> None:
+    eid = new_execution(store)
+    cmd = NewCommand(f"{eid}:start:1", "start", "step", 1, 0)
+    apply(store, eid, decision(eid, commands=[cmd]))
+    claimed = store.claim(cmd.command_id, "w1", 60)
+    assert claimed is not None and claimed.step == "start"
+    assert store.claim(cmd.command_id, "w2", 60) is None  # duplicate delivery: dropped
+
+
+def test_one_terminal_event_per_command(store: Store) -> None:
+    eid = new_execution(store)
+    cmd = NewCommand(f"{eid}:start:1", "start", "step", 1, 0)
+    apply(store, eid, decision(eid, commands=[cmd]))
+    claimed = store.claim(cmd.command_id, "w1", 60)
+    assert claimed is not None
+    assert store.complete(claimed, {"status": "ok", "result": 1}) is True
+    assert store.complete(claimed, {"status": "ok", "result": 2}) is False
+    with store.db.engine.connect() as conn:
+        terminal = conn.execute(
+            select(func.count()).select_from(events).where(events.c.command_id == cmd.command_id)
+        ).scalar()
+    assert terminal == 1
+    assert store.has_unhandled(eid)
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        inbox = tx.inbox(10)
+        assert [c.outcome["result"] for c in inbox] == [1]
+        tx.mark_handled([c.event_id for c in inbox])
+    assert not store.has_unhandled(eid)
+
+
+def test_one_loop_done_per_epoch(store: Store) -> None:
+    eid = new_execution(store)
+    done = EngineEvent("loop.done", "each", 1, {"stats": {}})
+    apply(store, eid, decision(eid, events=[done]))
+    apply(store, eid, decision(eid, events=[done, EngineEvent("loop.done", "each", 2, {})]))
+    rows = [e for e in store.events(eid) if e.type == "loop.done"]
+    assert [(e.step, e.epoch) for e in rows] == [("each", 1), ("each", 2)]
+
+
+def test_one_terminal_per_execution(store: Store) -> None:
+    eid = new_execution(store)
+    apply(store, eid, decision(eid, events=[EngineEvent("execution.completed")]))
+    apply(store, eid, decision(eid, events=[EngineEvent("execution.failed")]))
+    terminal = [
+        e.type
+        for e in store.events(eid)
+        if e.type.startswith("execution.") and e.type != "execution.started"
+    ]
+    assert terminal == ["execution.completed"]
+
+
+def test_planned_iterations_are_issued_once(store: Store) -> None:
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": i} for i in range(10)], 0, {"iterator": "x", "total": 10})
+    first = apply(store, eid, decision(eid, plans=[plan], issues=[IssueRange("each", 1, 0, 4, 0)]))
+    assert first == [f"{eid}:each:1:{i}" for i in range(4)]
+    overlap = apply(store, eid, decision(eid, issues=[IssueRange("each", 1, 2, 6, 0)]))
+    assert overlap == [f"{eid}:each:1:4", f"{eid}:each:1:5"]
+    claimed = store.claim(f"{eid}:each:1:5", "w", 60)
+    assert claimed is not None and claimed.item == {"i": 5} and claimed.iteration == 5
+
+
+def test_results_and_contexts_are_immutable_and_cached(store: Store) -> None:
+    eid = new_execution(store)
+    apply(
+        store,
+        eid,
+        decision(
+            eid,
+            results=[ResultWrite("start", 1, "ok", {"rows": [1]})],
+            contexts={1: {"vars": {"a": 1}, "results": {"start": 1}}},
+        ),
+    )
+    assert store.result(eid, "start", 1) == {"rows": [1]}
+    assert store.context(eid, 1) == {"vars": {"a": 1}, "results": {"start": 1}}
+    apply(store, eid, decision(eid, results=[ResultWrite("start", 1, "ok", {"rows": [2]})]))
+    assert store.result(eid, "start", 1) == {"rows": [1]}
+
+
+def test_terminal_decision_finishes_the_execution(store: Store) -> None:
+    from noetl_celery.orchestrator.decisions import Terminal
+
+    eid = new_execution(store)
+    d = decision(eid, terminal=Terminal("FAILED", {"x": 1}, {"message": "boom"}))
+    apply(store, eid, d)
+    row = store.execution(eid)
+    assert row.status == "FAILED" and row.result == {"x": 1} and row.error == {"message": "boom"}
+    assert row.finished_at is not None

@@ -1,0 +1,105 @@
+"""The engine on Postgres + Redis + two real `noetl-celery worker` processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from noetl_celery.engine.service import Engine
+from tests.support.engines import celery_engine
+from tests.support.http_server import http_api
+
+PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def engine(distributed: dict[str, Any], credentials_file: Path, tmp_path: Path) -> Iterator[Engine]:
+    built = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
+    yield built
+    built.close()
+
+
+def nothing_left_running(engine: Engine, execution_id: str) -> None:
+    counts = engine.store.command_counts(execution_id)
+    assert counts.issued == 0 and counts.running == 0 and counts.planned == 0, counts
+
+
+def test_chain_and_loop(engine: Engine) -> None:
+    eid = engine.start_text(
+        (Path(__file__).parents[2] / "playbooks/examples/hello_world.yaml").read_text()
+    )
+    row = engine.wait(eid, 60)
+    assert row.status == "COMPLETED", row.error
+    summary = engine.summary(eid)
+    assert summary["result"]["lines"] == [
+        "Hello World, Ada!",
+        "Hello World, Grace!",
+        "Hello World, Edsger!",
+    ]
+    assert summary["steps"]["greet_each"]["stats"] == {"total": 3, "success": 3, "failed": 0}
+    nothing_left_running(engine, eid)
+
+
+def test_each_iteration_runs_exactly_once(engine: Engine, data_db: str) -> None:
+    eid = engine.start_text((PLAYBOOKS / "side_effect_loop.yaml").read_text(), {"n": 300})
+    row = engine.wait(eid, 120)
+    assert row.status == "COMPLETED", row.error
+    assert engine.summary(eid)["result"]["rows"] == [{"runs": 300, "items": 300}]
+    events = engine.events(eid)
+    terminals = [e for e in events if e["type"] in ("command.completed", "command.failed")]
+    assert len(terminals) == 300 + 3  # one per iteration + start, make, count
+    assert [e["type"] for e in events].count("loop.done") == 1
+    nothing_left_running(engine, eid)
+
+
+def test_duplicate_delivery_changes_nothing(
+    distributed: dict[str, Any], credentials_file: Path, tmp_path: Path, data_db: str
+) -> None:
+    engine = celery_engine(
+        distributed["url"], distributed["redis_url"], tmp_path, credentials_file, duplicate=True
+    )
+    try:
+        eid = engine.start_text(
+            (PLAYBOOKS / "side_effect_loop.yaml").read_text(), {"n": 120, "window": 10}
+        )
+        row = engine.wait(eid, 120)
+        assert row.status == "COMPLETED", row.error
+        assert engine.summary(eid)["result"]["rows"] == [{"runs": 120, "items": 120}]
+        stats = engine.summary(eid)["steps"]["each"]["stats"]
+        assert stats == {"total": 120, "success": 120, "failed": 0}
+    finally:
+        engine.close()
+    with psycopg.connect(data_db) as conn:
+        runs = conn.execute(
+            "SELECT count(*) FROM public.it_runs WHERE execution_id = %s", (eid,)
+        ).fetchone()
+    assert runs == (120,)
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [
+        ("python", "ValueError: the python step broke on purpose"),
+        ("sql", 'relation "public.no_such_table_for_tests" does not exist'),
+        ("http", "HTTP 500"),
+        ("template", "not_defined_anywhere"),
+    ],
+)
+def test_runtime_failures_end_failed_with_a_clear_message(
+    engine: Engine, case: str, fragment: str
+) -> None:
+    with http_api() as api:
+        eid = engine.start_text(
+            (PLAYBOOKS / "negative_runtime.yaml").read_text(), {"case": case, "api": api}
+        )
+        row = engine.wait(eid, 60)
+    assert row.status == "FAILED"
+    summary = engine.summary(eid)
+    assert fragment in summary["error"], summary["error"]
+    assert "step '" in summary["error"]  # names the step
+    nothing_left_running(engine, eid)

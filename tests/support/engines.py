@@ -1,0 +1,55 @@
+"""Engines for tests: embedded (in-process workers) or publishing to real Celery workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+
+
+def embedded_engine(database_url: str, home: Path, credentials: Path | None = None) -> Engine:
+    settings = Settings(
+        home=home, database_url=database_url, credentials_file=str(credentials or "")
+    )
+    engine = Engine(settings)
+    engine.use_in_process_workers()
+    return engine
+
+
+class Duplicating:
+    """Publishes every command twice: at-least-once delivery at its worst."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.published = 0
+
+    def publish(self, command_ids: Sequence[str]) -> None:
+        self.published += len(command_ids)
+        self.inner.publish(list(command_ids) + list(command_ids))  # type: ignore[attr-defined]
+
+    def wake(self, execution_id: str) -> None:
+        self.inner.wake(execution_id)  # type: ignore[attr-defined]
+
+
+def celery_engine(
+    database_url: str,
+    broker_url: str,
+    home: Path,
+    credentials: Path | None = None,
+    duplicate: bool = False,
+) -> Engine:
+    from noetl_celery.tasks.app import make_app
+    from noetl_celery.tasks.dispatcher import CeleryDispatcher
+
+    settings = Settings(
+        home=home,
+        database_url=database_url,
+        broker_url=broker_url,
+        credentials_file=str(credentials or ""),
+    )
+    engine = Engine(settings)
+    dispatcher = CeleryDispatcher(make_app(settings))
+    engine.use_dispatcher(Duplicating(dispatcher) if duplicate else dispatcher)
+    return engine

@@ -1,0 +1,91 @@
+"""Real services for tests: Postgres databases cloned from a migrated template, Redis.
+
+A missing service fails the run with a message saying how to start it; nothing is
+skipped, so a broken environment can never look green.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+import redis
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+ADMIN_DSN = os.environ.get(
+    "NOETL_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("NOETL_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+PG_HINT = "start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+REDIS_HINT = (
+    "start it: redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
+    "--appendonly no"
+)
+
+
+def admin_connection() -> psycopg.Connection:
+    try:
+        return psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"Postgres is required at {ADMIN_DSN} ({exc}); {PG_HINT}", pytrace=False)
+
+
+def dsn_for(dbname: str) -> str:
+    params = conninfo_to_dict(ADMIN_DSN)
+    params["dbname"] = dbname
+    return make_conninfo(**params)
+
+
+def sqlalchemy_url(dbname: str) -> str:
+    params = conninfo_to_dict(ADMIN_DSN)
+    user = params.get("user", "postgres")
+    password = f":{params['password']}" if params.get("password") else ""
+    host = params.get("host", "127.0.0.1")
+    port = params.get("port", 5432)
+    return f"postgresql+psycopg://{user}{password}@{host}:{port}/{dbname}"
+
+
+def create_database(name: str, template: str | None = None) -> None:
+    with admin_connection() as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        if template:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+        else:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def drop_database(name: str) -> None:
+    with admin_connection() as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@contextmanager
+def cloned_database(template: str, prefix: str = "noetl_t") -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    create_database(name, template)
+    try:
+        yield name
+    finally:
+        drop_database(name)
+
+
+def redis_client() -> redis.Redis:
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is required at {REDIS_URL} ({exc}); {REDIS_HINT}", pytrace=False)
+    return client

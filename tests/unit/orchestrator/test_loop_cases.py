@@ -1,0 +1,176 @@
+"""loop.in epochs in the pure core: windows, counts, loop.done once, re-entry, replay."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from noetl_celery.orchestrator.decide import decide
+from noetl_celery.orchestrator.decisions import Completion, Limits
+from tests.unit.orchestrator.sim import Sim, err, ok, playbook
+
+LOOP = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: loops}}
+workload: {{items: {items}, rounds: 0}}
+workflow:
+  - step: start
+    tool: {{kind: python, code: 'result = 1'}}
+    next: {{arcs: [{{step: each}}]}}
+  - step: each
+    loop: {{in: '{{{{ items }}}}', iterator: it, spec: {{mode: {mode}, max_in_flight: {window}}}}}
+    tool: {{kind: python, code: 'result = 1'}}
+    next: {{arcs: [{{step: end, when: '{{{{ event.name == "loop.done" }}}}'}}]}}
+  - step: end
+    tool: {{kind: python, code: 'result = 1'}}
+"""
+
+
+def loop_playbook(items: list[Any], mode: str = "parallel", window: int = 3) -> Any:
+    return playbook(LOOP.format(items=items, mode=mode, window=window))
+
+
+def in_flight_peak(sim: Sim) -> int:
+    peak = 0
+    for d in sim.decisions:
+        st = d.state.steps.get("each")
+        if st is not None and st.loop is not None:
+            peak = max(peak, st.loop.in_flight)
+    return peak
+
+
+@pytest.mark.parametrize(
+    ("items", "mode", "window", "batch", "peak"),
+    [
+        (list(range(10)), "parallel", 3, 1, 3),
+        (list(range(10)), "parallel", 3, 5, 3),
+        (list(range(10)), "sequential", 3, 4, 1),
+        (list(range(2)), "parallel", 5, 1, 2),
+        (list(range(50)), "parallel", 7, 50, 7),
+    ],
+)
+def test_window_is_never_exceeded(
+    items: list[int], mode: str, window: int, batch: int, peak: int
+) -> None:
+    sim = Sim(loop_playbook(items, mode, window), lambda s, item, i: ok({"v": item}))
+    state = sim.run(batch=batch)
+    assert state.status == "COMPLETED"
+    assert in_flight_peak(sim) == peak
+    iterations = sorted(i for s, i in sim.ran if s == "each")
+    assert iterations == list(range(len(items)))  # every item exactly once
+    assert sim.event_types().count("loop.done") == 1
+
+
+def test_empty_collection_finishes_at_once() -> None:
+    sim = Sim(loop_playbook([]), lambda s, item, i: ok())
+    state = sim.run()
+    assert state.status == "COMPLETED"
+    assert sim.results[("each", 1)] == {
+        "stats": {"total": 0, "success": 0, "failed": 0},
+        "results": [],
+    }
+    assert sim.steps_ran() == ["start", "end"]
+
+
+def test_failed_iterations_are_counted_and_the_loop_completes() -> None:
+    def run(step: str, item: Any, i: int | None) -> dict[str, Any]:
+        return err("bad item") if step == "each" and item % 3 == 0 else ok({"v": item})
+
+    sim = Sim(loop_playbook(list(range(9))), run)
+    state = sim.run(batch=2)
+    stats = sim.results[("each", 1)]["stats"]
+    assert stats == {"total": 9, "success": 6, "failed": 3}
+    assert state.status == "COMPLETED"  # the arcs decide; loop.done still routes to end
+    assert "end" in sim.steps_ran()
+
+
+def test_loop_result_keeps_items_in_order_up_to_the_cap() -> None:
+    sim = Sim(
+        loop_playbook(list(range(8))),
+        lambda s, item, i: ok({"v": item}),
+        limits=Limits(loop_results_cap=5),
+    )
+    sim.run(batch=3)
+    assert sim.results[("each", 1)]["results"] == [{"v": i} for i in range(5)]
+
+
+def test_reentering_a_loop_starts_new_epochs() -> None:
+    text = LOOP.format(items=[1, 2], mode="parallel", window=2).replace(
+        "next: {arcs: [{step: end, when: '{{ event.name == \"loop.done\" }}'}]}",
+        "set: {ctx.rounds: '{{ rounds }}'}\n"
+        "    next: {arcs: [{step: again, when: '{{ event.name == \"loop.done\" }}'}]}\n"
+        "  - step: again\n"
+        "    tool: {kind: python, code: 'result = 1'}\n"
+        "    set: {ctx.rounds: '{{ rounds + 1 }}'}\n"
+        "    next: {arcs: [{step: each, when: '{{ rounds < 5 }}'}, {step: end}]}",
+    )
+    sim = Sim(playbook(text), lambda s, item, i: ok({"v": item}))
+    state = sim.run(batch=3)
+    assert state.status == "COMPLETED"
+    done = [e for e in sim.events if e["type"] == "loop.done"]
+    assert [e["epoch"] for e in done] == [1, 2, 3, 4, 5]
+    assert state.steps["each"].epoch == 5
+    assert sorted((i for s, i in sim.ran if s == "each")) == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+
+
+def test_duplicate_completion_is_ignored() -> None:
+    pb = loop_playbook([1, 2, 3], window=3)
+    sim = Sim(pb, lambda s, item, i: ok({"v": item}))
+    sim.run(batch=1)
+    final = sim.state
+    assert final is not None
+    # feed a completion of an already-finished iteration again (duplicate delivery)
+    dup = Completion(999, "e1:each:1:0", "each", 1, 0, ok({"v": 1}))
+    again = decide(pb, copy.deepcopy(final), [dup], sim, Limits())
+    assert again.commands == [] and again.issues == [] and again.plans == []
+    assert [e.type for e in again.events] == []  # no second loop.done, no second terminal
+    assert again.state.steps["each"].loop == final.steps["each"].loop
+
+
+def test_replay_is_deterministic() -> None:
+    """Same state + same completions -> the same decision (a crashed pass is redone)."""
+    pb = loop_playbook(list(range(20)), window=4)
+    sim = Sim(pb, lambda s, item, i: ok({"v": item}))
+    sim.run(batch=3)
+    history = sim.decisions
+    # re-run every recorded pass from its input state and compare outputs
+    replayed = Sim(pb, lambda s, item, i: ok({"v": item}))
+    replayed.run(batch=3)
+    assert [d.state.to_json() for d in history] == [d.state.to_json() for d in replayed.decisions]
+    assert [(d.commands, d.issues, d.plans, d.events) for d in history] == [
+        (d.commands, d.issues, d.plans, d.events) for d in replayed.decisions
+    ]
+
+
+def test_loop_in_render_error_fails_the_step() -> None:
+    text = LOOP.format(items=[1], mode="parallel", window=2).replace("{{ items }}", "{{ nope }}")
+    sim = Sim(playbook(text), lambda s, item, i: ok())
+    state = sim.run()
+    assert state.status == "FAILED"
+    assert "nope" in state.failures[0]["message"]
+
+
+def test_routing_cycle_without_work_fails_instead_of_spinning() -> None:
+    text = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: cycle}
+workload: {empty: []}
+workflow:
+  - step: start
+    tool: {kind: python, code: 'result = 1'}
+    next: {arcs: [{step: a}]}
+  - step: a
+    loop: {in: '{{ empty }}', iterator: x}
+    tool: {kind: python, code: 'result = 1'}
+    next: {arcs: [{step: b}]}
+  - step: b
+    loop: {in: '{{ empty }}', iterator: x}
+    tool: {kind: python, code: 'result = 1'}
+    next: {arcs: [{step: a}]}
+"""
+    sim = Sim(playbook(text), lambda s, item, i: ok(), limits=Limits(max_idle_transitions=50))
+    state = sim.run()
+    assert state.status == "FAILED"
+    assert "routing cycle" in state.failures[0]["message"]

@@ -1,0 +1,119 @@
+"""Rendering rules by table: native types, strictness, guards, result views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from noetl_celery.errors import TemplateError, UndefinedVariable
+from noetl_celery.templating import evaluate_condition, render_value, wrap
+from noetl_celery.templating.context import build_context
+
+CTX: dict[str, Any] = build_context(
+    {"n": 3, "name": "ada", "items": [1, 2], "flag": True, "none": None, "cfg": {"t": 30}},
+    {"claim": {"rows": [{"id": 7}], "row_count": 1}, "fetch": {"data": {"page": 2}}},
+    execution_id="42",
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{{ n }}", 3),
+        ("{{ items }}", [1, 2]),
+        ("{{ n + 1 }}", 4),
+        ("  {{ cfg }}  ", {"t": 30}),
+        ("n={{ n }}", "n=3"),
+        ("{{ n }}{{ n }}", "33"),
+        ("{{ flag }}", True),
+        ("{{ none }}", None),
+        ("{{ missing | default(5) }}", 5),
+        ("{{ cfg.missing | default('x') }}", "x"),
+        ("{{ missing is defined }}", False),
+        ("{{ claim.rows[0].id }}", 7),
+        ("{{ claim.data.rows[0].id }}", 7),  # `.data` falls back to the result itself
+        ("{{ fetch.data.page }}", 2),
+        ("{{ ctx.cfg.t }}", 30),
+        ("{{ workload.n }}", 3),
+        ("{{ ctx.claim.row_count }}", 1),  # step results mirror into ctx
+        ("{{ execution_id }}", "42"),
+        ("{{ job.uuid }}", "42"),
+        ("{{ {'a': 1} | tojson }}", '{"a": 1}'),
+        ("{{ 'x' | b64encode }}", "eA=="),
+        ("no template", "no template"),
+        ("{% if flag %}yes{% endif %}", "yes"),
+    ],
+)
+def test_render_value(template: str, expected: Any) -> None:
+    assert render_value(template, CTX) == expected
+
+
+def test_render_walks_containers_and_keeps_non_strings() -> None:
+    value = {"a": ["{{ n }}", 4, {"b": "{{ name }}"}], "c": None}
+    assert render_value(value, CTX) == {"a": [3, 4, {"b": "ada"}], "c": None}
+
+
+def test_a_rendered_step_result_is_a_plain_dict() -> None:
+    rendered = render_value("{{ claim }}", CTX)
+    assert type(rendered) is dict
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment", "attribute"),
+    [
+        ("{{ nope }}", "'nope' is undefined", False),
+        ("hello {{ nope.x }}", "'nope' is undefined", False),
+        ("{{ cfg.nope.deeper }}", "has no attribute 'nope'", True),
+        ("{{ claim.rows[5].id }}", "undefined", True),
+    ],
+)
+def test_undefined_raises_with_location(template: str, fragment: str, attribute: bool) -> None:
+    with pytest.raises(UndefinedVariable) as info:
+        render_value({"field": template}, CTX, "step 's' tool")
+    message = str(info.value)
+    assert fragment in message
+    assert "step 's' tool.field" in message and template.strip() in message
+    assert info.value.is_attribute is attribute
+
+
+def test_expression_errors_are_template_errors() -> None:
+    with pytest.raises(TemplateError, match="ZeroDivisionError"):
+        render_value("{{ n / 0 }}", CTX, "where")
+
+
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [
+        (None, True),
+        (True, True),
+        (False, False),
+        ("{{ n > 2 }}", True),
+        ("{{ n > 5 }}", False),
+        ("{{ 'false' }}", False),
+        ("{{ 'No' }}", False),
+        ("{{ '' }}", False),
+        ("{{ 'yes' }}", True),
+        ("{{ 0 }}", False),
+        ("{{ claim.rows[3].id > 0 }}", False),  # missing item: false, not an error
+        ("{{ none > 1 }}", False),  # TypeError: false, as NoETL
+    ],
+)
+def test_conditions(when: Any, expected: bool) -> None:
+    assert evaluate_condition(when, CTX) is expected
+
+
+def test_undefined_name_in_condition_is_an_error() -> None:
+    with pytest.raises(UndefinedVariable, match="typo"):
+        evaluate_condition("{{ typo > 1 }}", CTX, "arc")
+
+
+def test_sandbox_blocks_python_internals() -> None:
+    with pytest.raises(TemplateError):
+        render_value("{{ ''.__class__.__mro__ }}", CTX)
+
+
+def test_mapping_keys_win_over_dict_methods() -> None:
+    ctx = {"row": wrap({"items": [1], "values": "v"})}
+    assert render_value("{{ row.items }}", ctx) == [1]
+    assert render_value("{{ row.values }}", ctx) == "v"

@@ -1,0 +1,231 @@
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+
+import pytest
+
+from noetl_celery.tools.base import ToolOutcome
+
+RunTool = Callable[..., ToolOutcome]
+
+
+def test_main_gets_arguments_by_name(run_tool: RunTool) -> None:
+    code = (
+        "def main(a, b, from_ctx_input, from_ctx, context, missing='dflt', **rest):\n"
+        "    return {'a': a, 'b': b, 'ci': from_ctx_input, 'c': from_ctx,\n"
+        "            'has_ctx': 'workload' in context, 'missing': missing, 'rest': rest}\n"
+    )
+    out = run_tool(
+        "python",
+        {"code": code},
+        input={"a": 1, "b": [2], "extra": "x"},
+        context={
+            "input": {"from_ctx_input": "ci", "a": "ignored"},
+            "from_ctx": "c",
+            "workload": {},
+        },
+    )
+    assert out.ok, out.error
+    assert out.data == {
+        "a": 1,
+        "b": [2],
+        "ci": "ci",
+        "c": "c",
+        "has_ctx": True,
+        "missing": "dflt",
+        "rest": {"extra": "x"},
+    }
+
+
+def test_input_keys_and_context_are_globals(run_tool: RunTool) -> None:
+    code = "result = {'n': n * 2, 'run': context['execution_id'], 'x': get_val(doc, 'a.b.1')}"
+    out = run_tool(
+        "python",
+        {"code": code},
+        input={"n": 21, "doc": {"a": {"b": [0, 9]}}},
+        context={"execution_id": "e-9"},
+    )
+    assert out.data == {"n": 42, "run": "e-9", "x": 9}
+
+
+def test_helpers_are_available(run_tool: RunTool) -> None:
+    code = (
+        "merged = deep_merge({'a': {'x': 1, 'y': 1}}, {'a': {'y': 2}, 'b': 3})\n"
+        "result = {'merged': merged, 'now': now_utc(), 'tz': now_utc().tzinfo is not None,\n"
+        "          'id': uuid.uuid4(), 'js': json.dumps([1]), 'sep': os.sep,\n"
+        "          'missing': get_val({'a': 1}, 'a.b', 'd'),\n"
+        "          'ser': make_serializable({'d': datetime.date(2024, 1, 2)})}\n"
+    )
+    out = run_tool("python", {"code": code})
+    assert out.ok, out.error
+    assert out.data["merged"] == {"a": {"x": 1, "y": 2}, "b": 3}
+    assert out.data["tz"] is True and out.data["missing"] == "d"
+    assert out.data["ser"] == {"d": "2024-01-02"}
+    assert isinstance(out.data["now"], str) and isinstance(out.data["id"], str)
+
+
+def test_result_without_main_and_status_not_interpreted(run_tool: RunTool) -> None:
+    out = run_tool("python", {"code": "result = {'status': 'failed', 'why': 'assertion'}"})
+    assert out.ok  # the runner, not the tool, reads `status`
+    assert out.data == {"status": "failed", "why": "assertion"}
+
+
+def test_no_result_gives_a_summary(run_tool: RunTool) -> None:
+    code = "import math\nzeta = 1\nalpha = 2\ndef helper():\n    pass\nclass K:\n    pass\n"
+    out = run_tool("python", {"code": code}, input={"given": 1})
+    assert out.data == {
+        "status": "success",
+        "message": "python code ran without a result",
+        "locals_keys": ["alpha", "zeta"],
+    }
+
+
+def test_async_main_is_awaited(run_tool: RunTool) -> None:
+    code = "import asyncio\nasync def main(x):\n    await asyncio.sleep(0)\n    return x + 1\n"
+    out = run_tool("python", {"code": code}, input={"x": 1})
+    assert out.ok and out.data == 2
+
+
+def test_exception_becomes_python_error(run_tool: RunTool) -> None:
+    code = "def main():\n    values = {}\n    return values['nope']\n"
+    out = run_tool("python", {"code": code})
+    assert not out.ok and out.error is not None
+    assert out.error["kind"] == "python_error"
+    assert out.error["message"] == "KeyError: 'nope'"
+    assert out.error["retryable"] is False
+    py = out.detail["py"]
+    assert py["exception"] == "KeyError"
+    assert "line 3, in main" in py["traceback"] and "values['nope']" in py["traceback"]
+    assert "python_tool.py" not in py["traceback"]  # the tool's own frames are dropped
+
+
+def test_assert_without_message_names_the_line(run_tool: RunTool) -> None:
+    out = run_tool("python", {"code": "x = 1\nassert x == 2\n"})
+    assert out.error is not None and out.error["kind"] == "python_error"
+    assert out.error["message"] == "AssertionError: raised at line 2"
+    out = run_tool("python", {"code": "assert False, 'rows missing'"})
+    assert out.error is not None and out.error["message"] == "AssertionError: rows missing"
+
+
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        ("x = 1\nreturn x\n", "'return' outside function (line 2)"),
+        ("def main(:\n  pass\n", "(line 1)"),
+    ],
+)
+def test_syntax_error(run_tool: RunTool, code: str, needle: str) -> None:
+    out = run_tool("python", {"code": code})
+    assert out.error is not None and out.error["kind"] == "syntax_error"
+    assert out.error["message"].startswith("SyntaxError: ") and needle in out.error["message"]
+    assert out.detail["py"]["exception"] == "SyntaxError"
+
+
+def test_sys_exit_does_not_end_the_worker(run_tool: RunTool) -> None:
+    out = run_tool("python", {"code": "import sys\nsys.exit(3)"})
+    assert out.error is not None and out.error["message"] == "SystemExit: 3"
+
+
+def test_secrets_are_redacted_from_message_and_traceback(
+    run_tool: RunTool, unit_secret: str
+) -> None:
+    code = "def main(pw):\n    raise ValueError('login failed with ' + pw)\n"
+    out = run_tool("python", {"code": code}, input={"pw": unit_secret})
+    assert out.error is not None
+    assert unit_secret not in out.error["message"] and "***" in out.error["message"]
+    assert unit_secret not in out.detail["py"]["traceback"]
+
+
+def test_print_goes_to_stderr(run_tool: RunTool, capfd: pytest.CaptureFixture[str]) -> None:
+    out = run_tool(
+        "python", {"code": "print('hello from step')\nprint('x', file=None)\nresult = 1"}
+    )
+    assert out.ok
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert "hello from step" in captured.err
+
+
+def test_code_b64(run_tool: RunTool) -> None:
+    encoded = base64.b64encode(b"result = 'decoded'").decode()
+    assert run_tool("python", {"code_b64": encoded}).data == "decoded"
+    assert run_tool("python", {"code_base64": encoded}).data == "decoded"
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ({"script": {"uri": "x.py"}}, "`script` sources are not supported"),
+        ({}, "needs `code`"),
+        ({"code_b64": "!!!not base64"}, "not valid base64"),
+    ],
+)
+def test_config_errors(run_tool: RunTool, config: dict[str, object], needle: str) -> None:
+    out = run_tool("python", config)
+    assert out.error is not None and out.error["kind"] == "config_error"
+    assert needle in out.error["message"]
+
+
+def test_libs(run_tool: RunTool) -> None:
+    code = (
+        "result = {'pi': round(m.pi, 2), 'od': list(OD([('a', 1)]).items()),\n"
+        "          'p': pp.join('a', 'b')}"
+    )
+    libs = {
+        "m": "math",
+        "OD": {"from": "collections", "import": "OrderedDict"},
+        "pp": {"from": "os", "import": "path"},
+    }
+    out = run_tool("python", {"code": code, "libs": libs})
+    assert out.ok, out.error
+    assert out.data == {"pi": 3.14, "od": [["a", 1]], "p": "a/b"}
+
+
+def test_missing_lib_is_a_config_error(run_tool: RunTool) -> None:
+    out = run_tool("python", {"code": "result = 1", "libs": {"x": "no_such_module_xyz"}})
+    assert out.error is not None and out.error["kind"] == "config_error"
+    assert "no_such_module_xyz" in out.error["message"]
+
+
+def test_list_form_libs_are_ignored(run_tool: RunTool) -> None:
+    assert run_tool("python", {"code": "result = 5", "libs": ["math"]}).data == 5
+
+
+def test_result_is_made_json_serialisable(run_tool: RunTool) -> None:
+    code = (
+        "import decimal\n"
+        "class Thing:\n    def __str__(self):\n        return 'thing'\n"
+        "result = {'dt': datetime.datetime(2024, 1, 2, 3, 4, 5), 'd': datetime.date(2024, 1, 2),\n"
+        "          't': datetime.time(1, 2), 'i': decimal.Decimal('10.0'),\n"
+        "          'f': decimal.Decimal('1.5'),\n"
+        "          's': {3, 1, 2}, 'tu': (1, 2), 'b': b'hi', 'bin': b'\\xff\\x00',\n"
+        "          'u': uuid.UUID(int=1), 'o': Thing(), 1: 'int key'}\n"
+    )
+    out = run_tool("python", {"code": code})
+    assert out.ok, out.error
+    assert out.data == {
+        "dt": "2024-01-02T03:04:05",
+        "d": "2024-01-02",
+        "t": "01:02:00",
+        "i": 10,
+        "f": 1.5,
+        "s": [1, 2, 3],
+        "tu": [1, 2],
+        "b": "hi",
+        "bin": "/wA=",
+        "u": "00000000-0000-0000-0000-000000000001",
+        "o": "thing",
+        "1": "int key",
+    }
+    json.dumps(out.data)
+
+
+def test_main_guard_does_not_run(run_tool: RunTool) -> None:
+    code = (
+        "calls = []\n"
+        "def main():\n    calls.append(1)\n    return len(calls)\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    assert run_tool("python", {"code": code}).data == 1

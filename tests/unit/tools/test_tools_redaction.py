@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from noetl_celery.tools.credentials import CredentialStore
+from noetl_celery.tools.redaction import Redactor, collect_secrets, is_secret_field
+
+
+def test_known_secrets_are_masked_everywhere() -> None:
+    redactor = Redactor(["hunter2-Pw", "tok-123456"])
+    text = 'failed for hunter2-Pw and "tok-123456" twice: hunter2-Pw'
+    assert redactor.redact(text) == 'failed for *** and "***" twice: ***'
+
+
+def test_longest_secret_wins_and_percent_encoding_is_masked() -> None:
+    redactor = Redactor(["abc", "abc@def/1"])
+    assert redactor.redact("x abc@def/1 y") == "x *** y"
+    assert redactor.redact("postgres://u:abc%40def%2F1@h") == "postgres://u:***@h"
+
+
+def test_short_values_are_not_treated_as_secrets() -> None:
+    assert Redactor(["a", "12"]).redact("a 12 banana") == "a 12 banana"
+
+
+def test_patterns_mask_unknown_secrets() -> None:
+    redactor = Redactor()
+    assert redactor.redact("host=h password=p4ss dbname=d") == "host=h password=*** dbname=d"
+    assert redactor.redact("password = 'a b c' port=1") == "password = *** port=1"
+    assert redactor.redact("postgresql://bob:s3cr3t@db:5432/x") == "postgresql://bob:***@db:5432/x"
+    assert (
+        redactor.redact("GET https://api/x?api_key=K1&page=2")
+        == "GET https://api/x?api_key=***&page=2"
+    )
+    assert redactor.redact("{'db_password': 'zzz-1'}") == "{'db_password': '***'}"
+    assert redactor.redact("access_token=abc.def") == "access_token=***"
+
+
+def test_plain_text_is_untouched() -> None:
+    text = 'relation "public.no_such_table" does not exist'
+    assert Redactor(["secret-1"]).redact(text) == text
+    assert Redactor().redact("") == ""
+
+
+def test_redact_value_walks_structures() -> None:
+    redactor = Redactor(["pw-9999"])
+    assert redactor.redact_value({"a": ["x pw-9999", 1], "b": "pw-9999"}) == {
+        "a": ["x ***", 1],
+        "b": "***",
+    }
+
+
+def test_collect_secrets() -> None:
+    record = {"x": {"db_password": 12345, "nested": {"token": "t-1"}, "url": "https://u:p9p9@h"}}
+    assert collect_secrets(record) == {"12345", "t-1", "p9p9"}
+    assert is_secret_field("DB_PASSWORD") and is_secret_field("api_key")
+    assert not is_secret_field("db_host")
+
+
+def test_from_store() -> None:
+    store = CredentialStore({"pg": {"db_password": "Store-Pw-6161", "db_host": "h"}})
+    redactor = Redactor.from_store(store)
+    assert redactor.secret_count >= 1
+    assert redactor.redact("x Store-Pw-6161 h") == "x *** h"

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from noetl_celery.errors import ConfigurationError
+from noetl_celery.settings import Settings
+from noetl_celery.tools.credentials import CredentialStore
+from noetl_celery.tools.services import ToolServices
+
+
+def test_one_http_client_shared_by_threads(services: ToolServices) -> None:
+    seen: list[object] = []
+    barrier = threading.Barrier(16)
+
+    def grab() -> None:
+        barrier.wait()
+        seen.append(services.http_client())
+
+    threads = [threading.Thread(target=grab) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 16 and all(client is seen[0] for client in seen)
+    assert services.http_client(verify=False) is not seen[0]
+    assert services.http_client(verify=False) is services.http_client(verify=False)
+
+
+def test_close_then_recreate(services: ToolServices) -> None:
+    first = services.http_client()
+    services.close()
+    assert first.is_closed
+    second = services.http_client()
+    assert second is not first and not second.is_closed
+
+
+def test_one_pool_per_conninfo(services: ToolServices) -> None:
+    # min_size=0: creating a pool does not connect, so no server is needed here
+    a = services.pg_pool("host=127.0.0.1 port=1 dbname=a")
+    assert services.pg_pool("host=127.0.0.1 port=1 dbname=a") is a
+    b = services.pg_pool("host=127.0.0.1 port=1 dbname=b")
+    assert b is not a
+    assert a.max_size == 8 and a.min_size == 0
+    assert a.kwargs is not None and a.kwargs["autocommit"] is True  # type: ignore[index]
+    services.close()
+    assert a.closed and b.closed
+
+
+def test_redactor_knows_store_secrets(services: ToolServices, unit_secret: str) -> None:
+    assert services.redactor.redact(f"pw was {unit_secret}") == "pw was ***"
+    assert services.redactor.redact("tok-Unit-Token-5521") == "***"
+
+
+def test_credentials_file_from_settings(tmp_path: Path) -> None:
+    file = tmp_path / "creds.json"
+    file.write_text('{"pg": {"dsn": "postgresql://u:File-Pw-321@h/d"}}')
+    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)))
+    assert svc.credentials.aliases() == ["pg"]
+    assert svc.redactor.redact("File-Pw-321") == "***"
+    assert ToolServices(Settings(home=tmp_path)).credentials.aliases() == []
+    with pytest.raises(ConfigurationError, match=r"missing\.json"):
+        ToolServices(Settings(home=tmp_path, credentials_file=str(tmp_path / "missing.json")))
+    explicit = CredentialStore.empty()
+    assert (
+        ToolServices(Settings(home=tmp_path, credentials_file=str(file)), explicit).credentials
+        is explicit
+    )
