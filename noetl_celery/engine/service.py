@@ -22,7 +22,6 @@ from noetl_celery.settings import Settings
 from noetl_celery.store.database import Database
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
-from noetl_celery.tools.credentials import CredentialStore
 from noetl_celery.tools.services import ToolServices
 
 
@@ -45,12 +44,7 @@ class Engine:
         self.database = Database(settings.effective_database_url)
         self.database.ensure_schema(upgrade=upgrade_schema)
         self.store = Store(self.database)
-        credentials = (
-            CredentialStore.from_file(settings.credentials_file)
-            if settings.credentials_file
-            else CredentialStore.empty()
-        )
-        self.services = ToolServices(settings, credentials)
+        self.services = ToolServices(settings)  # reads the credentials file when needed
         self.playbooks = PlaybookCache(self.store)
         self._dispatcher = _LateDispatcher()
         self.orchestrator = Orchestrator(

@@ -38,8 +38,8 @@ def make_app(settings: Settings) -> Celery:
         broker_transport_options={"visibility_timeout": max(3600, settings.lease_seconds * 4)},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # task events cost broker traffic per task; Flower turns them on when it runs
+        worker_send_task_events=False,
         imports=("noetl_celery.tasks.tasks",),
     )
     return app

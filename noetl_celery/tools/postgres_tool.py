@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from noetl_celery.errors import CredentialError
+from noetl_celery.errors import ConfigurationError, CredentialError
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.pg_session import (
@@ -97,7 +97,7 @@ class PostgresTool:
         try:
             conninfo = services.credentials.resolve(alias).postgres_conninfo()
             statements = split_statements(extract_sql(call.config, "postgres"))
-        except (CredentialError, SqlSourceError) as exc:
+        except (CredentialError, ConfigurationError, SqlSourceError) as exc:
             return ToolOutcome.failure("config_error", redact(str(exc)))
         if not statements:
             return ToolOutcome.failure("config_error", "postgres tool: the SQL has no statements")

@@ -7,11 +7,13 @@ never runs an HTTP step never imports httpx) and reused by every thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from noetl_celery.errors import NoetlError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
 from noetl_celery.tools.redaction import Redactor
@@ -35,18 +37,43 @@ class ToolServices:
 
     def __init__(self, settings: Settings, credentials: CredentialStore | None = None) -> None:
         self.settings = settings
-        if credentials is None:
-            credentials = (
-                CredentialStore.from_file(settings.credentials_file)
-                if settings.credentials_file
-                else CredentialStore.empty()
-            )
-        self.credentials = credentials
-        self.redactor = Redactor.from_store(credentials)
         self._lock = threading.Lock()
+        # Credentials are read when a command first needs them and re-read when the file
+        # changes, so a worker picks up a rotated password without a restart and a worker
+        # started before the file exists fails only the commands that need it.
+        self._credentials_path = settings.credentials_file if credentials is None else ""
+        self._credentials_mtime: float | None = None
+        self._credentials = credentials if credentials is not None else CredentialStore.empty()
+        self._redactor = Redactor.from_store(self._credentials)
         self._pid = os.getpid()
         self._http: dict[bool, httpx.Client] = {}
         self._pools: dict[str, ConnectionPool[Any]] = {}
+
+    @property
+    def credentials(self) -> CredentialStore:
+        """The credential aliases (raises ConfigurationError for a bad/missing file)."""
+        path = self._credentials_path
+        if not path:
+            return self._credentials
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            mtime = None
+        if mtime is None or mtime != self._credentials_mtime:
+            with self._lock:
+                if mtime is None or mtime != self._credentials_mtime:
+                    store = CredentialStore.from_file(path)  # raises with the file named
+                    self._credentials, self._credentials_mtime = store, mtime
+                    self._redactor = Redactor.from_store(store)
+        return self._credentials
+
+    @property
+    def redactor(self) -> Redactor:
+        # refresh when the file changed; on a bad file keep the last good redactor (the
+        # error surfaces where credentials are used)
+        with contextlib.suppress(NoetlError):
+            self.credentials  # noqa: B018
+        return self._redactor
 
     def _check_fork(self) -> None:
         # A Celery prefork child inherits these objects, but not the pool worker threads

@@ -61,10 +61,27 @@ def test_credentials_file_from_settings(tmp_path: Path) -> None:
     assert svc.credentials.aliases() == ["pg"]
     assert svc.redactor.redact("File-Pw-321") == "***"
     assert ToolServices(Settings(home=tmp_path)).credentials.aliases() == []
+    # a missing file does not stop the worker from starting: it fails where it is used
+    missing = ToolServices(Settings(home=tmp_path, credentials_file=str(tmp_path / "missing.json")))
     with pytest.raises(ConfigurationError, match=r"missing\.json"):
-        ToolServices(Settings(home=tmp_path, credentials_file=str(tmp_path / "missing.json")))
+        missing.credentials  # noqa: B018
+    assert missing.redactor.redact("x") == "x"
     explicit = CredentialStore.empty()
     assert (
         ToolServices(Settings(home=tmp_path, credentials_file=str(file)), explicit).credentials
         is explicit
     )
+
+
+def test_credentials_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+    import os
+
+    file = tmp_path / "creds.json"
+    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
+    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)))
+    assert svc.credentials.aliases() == ["a"]
+    file.write_text('{"a": {"dsn": "postgresql://u:New-Pw-222@h/d"}, "b": {"dsn": "x"}}')
+    stat = file.stat()
+    os.utime(file, (stat.st_atime, stat.st_mtime + 5))  # a different mtime for sure
+    assert svc.credentials.aliases() == ["a", "b"]
+    assert svc.redactor.redact("New-Pw-222") == "***"
