@@ -40,6 +40,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in allowed:
+        raise ConfigurationError(f"{name} must be one of {', '.join(allowed)}, got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. Defaults give the embedded mode (SQLite, in-process)."""
@@ -66,6 +75,11 @@ class Settings:
     wait_poll_seconds: float = 0.05
     # where duckdb files of executions live (default: home/duckdb)
     duckdb_dir: str = ""
+    # Postgres `synchronous_commit` of the engine's bookkeeping. "off" (default) lets a
+    # crash lose the last few hundred ms of commits, which the engine re-derives (passes
+    # are redone, commands re-run); a transaction that ends an execution always commits
+    # synchronously, so a terminal status anyone saw is durable (and all before it).
+    synchronous_commit: str = "off"
 
     @property
     def embedded(self) -> bool:
@@ -108,4 +122,7 @@ class Settings:
             ),
             wait_poll_seconds=_float(env, "NOETL_WAIT_POLL_SECONDS", base.wait_poll_seconds),
             duckdb_dir=env.get("NOETL_DUCKDB_DIR", "").strip(),
+            synchronous_commit=_choice(
+                env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
+            ),
         )

@@ -9,13 +9,14 @@ taken and left the work to us, so we must not exit while one is waiting.
 
 from __future__ import annotations
 
-import copy
 import logging
+from dataclasses import dataclass, field
 
 from noetl_celery.constants import RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.errors import PlaybookError
+from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Decision, Limits, Terminal
 from noetl_celery.orchestrator.state import ExecutionState
@@ -41,42 +42,54 @@ class Orchestrator:
         self.batch = batch
         self.limits = limits or Limits()
 
-    def drive(self, execution_id: str, *, wait: bool = False) -> int:
+    def drive(self, execution_id: str, *, wait: bool = False, recheck_first: bool = False) -> int:
         """Run passes until the inbox is empty or another driver holds the lock.
-        Returns the number of passes that changed something."""
+
+        `recheck_first` is for a caller that has just committed a pass of its own: it
+        only needs to look for completions that arrived meanwhile. Returns the number of
+        passes that changed something."""
         passes = 0
+        if recheck_first and not self.store.has_unhandled(execution_id):
+            return passes
         while True:
             with self.store.orchestration(execution_id, wait=wait) as tx:
                 if tx is None:
                     return passes  # the holder re-checks the inbox before it exits
-                publish, changed = self._pass(tx)
-            if changed:
+                result = self.run_pass(tx)
+            if result.changed:
                 passes += 1
-            if publish:
-                self.dispatcher.publish(publish)
-            if not self.store.has_unhandled(execution_id):
+            if result.publish:
+                self.dispatcher.publish(result.publish)
+            if result.deferred or not self.store.has_unhandled(execution_id):
                 return passes
             wait = False
 
-    def _pass(self, tx: OrchestrationTx) -> tuple[list[str], bool]:
+    def run_pass(self, tx: OrchestrationTx) -> PassResult:
+        """One pass inside the caller's transaction; publish `result.publish` after the
+        commit."""
+        return self._pass(tx)
+
+    def _pass(self, tx: OrchestrationTx) -> PassResult:
         row = tx.execution
         if row.status != RUNNING:
             # finished or cancelled: late completions change nothing, just consume them
             tx.mark_handled([c.event_id for c in tx.inbox(self.batch)])
-            return [], False
+            return PassResult()
         try:
             playbook = self.playbooks.get(row.catalog_id)
         except PlaybookError as exc:  # a catalog row that no longer validates
             decision = Decision(state=ExecutionState(row.execution_id, status="FAILED"))
             decision.terminal = Terminal("FAILED", None, {"message": str(exc)})
-            return tx.apply(decision, []), True
+            return PassResult(tx.apply(decision, []), changed=True)
         if row.state is None:
             decision = start(playbook, row.execution_id, row.payload, tx, self.limits)
-            return tx.apply(decision, []), True
+            return PassResult(tx.apply(decision, []), changed=True)
+        state = ExecutionState.from_json(row.state)  # freshly decoded: ours to mutate
+        if may_defer_all(state, tx.waiting()):
+            return PassResult(deferred=True)
         completions = tx.inbox(self.batch)
         if not completions:
-            return [], False
-        state = ExecutionState.from_json(copy.deepcopy(row.state))
+            return PassResult()
         decision = decide(playbook, state, completions, tx, self.limits)
         publish = tx.apply(decision, [c.event_id for c in completions])
         if decision.terminal is not None:
@@ -86,4 +99,12 @@ class Orchestrator:
                 decision.terminal.status,
                 extra={"execution_id": row.execution_id},
             )
-        return publish, True
+        return PassResult(publish, changed=True)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    publish: list[str] = field(default_factory=list)  # command ids, publish after commit
+    changed: bool = False
+    # every waiting completion may wait for a later pass (orchestrator.batching)
+    deferred: bool = False

@@ -41,7 +41,9 @@ class _LateDispatcher:
 class Engine:
     def __init__(self, settings: Settings, *, upgrade_schema: bool = True) -> None:
         self.settings = settings
-        self.database = Database(settings.effective_database_url)
+        self.database = Database(
+            settings.effective_database_url, synchronous_commit=settings.synchronous_commit
+        )
         self.database.ensure_schema(upgrade=upgrade_schema)
         self.store = Store(self.database)
         self.services = ToolServices(settings)  # reads the credentials file when needed

@@ -38,25 +38,42 @@ def execution_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
     }
 
 
+def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
+    """Every loop epoch: finished ones from the `loops` table, the running one of each
+    step live from the state snapshot (the table is written at epoch start and end)."""
+    live = {}
+    for name, st in ((row.state or {}).get("steps") or {}).items():
+        lp = st.get("loop")
+        if lp and not lp.get("done"):
+            live[(name, lp["epoch"])] = lp
+    out = []
+    for lp in store.loops(row.execution_id):
+        current = live.get((lp.step, lp.epoch))
+        succeeded = current["succeeded"] if current else lp.succeeded
+        failed = current["failed"] if current else lp.failed
+        in_flight = current["in_flight"] if current else 0
+        out.append(
+            {
+                "step": lp.step,
+                "epoch": lp.epoch,
+                "mode": lp.mode,
+                "total": lp.total,
+                "done": succeeded + failed,
+                "succeeded": succeeded,
+                "failed": failed,
+                "in_flight": in_flight,
+                "finished": lp.done,
+            }
+        )
+    return out
+
+
 def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
     state = row.state or {}
     steps = state.get("steps") or {}
     running = store.running_commands(row.execution_id)
     current = sorted({step for _, step in running})
-    loops = [
-        {
-            "step": lp.step,
-            "epoch": lp.epoch,
-            "mode": lp.mode,
-            "total": lp.total,
-            "done": lp.succeeded + lp.failed,
-            "succeeded": lp.succeeded,
-            "failed": lp.failed,
-            "in_flight": lp.in_flight,
-            "finished": lp.done,
-        }
-        for lp in store.loops(row.execution_id)
-    ]
+    loops = loop_progress(store, row)
     counts = store.command_counts(row.execution_id)
     return {
         "execution_id": row.execution_id,

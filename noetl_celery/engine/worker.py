@@ -12,11 +12,16 @@ import os
 import socket
 import traceback
 
+from noetl_celery.constants import RUNNING
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.models.outcome import make_outcome
+from noetl_celery.orchestrator.batching import may_defer_loop
+from noetl_celery.orchestrator.state import LoopProgress
+from noetl_celery.store.completion import Closed
 from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ClaimedCommand
 
 log = logging.getLogger("noetl_celery.worker")
 
@@ -64,6 +69,31 @@ class CommandExecutor:
                     "traceback": traceback.format_exc(limit=8),
                 },
             )
-        self.store.complete(command, outcome)
-        self.orchestrator.drive(command.execution_id, wait=False)
+        publish: list[str] = []
+        with self.store.completion(command) as completion:
+            closed = completion.close(outcome)
+            if not closed.closed:
+                return True  # no longer ours (cancelled or re-issued meanwhile)
+            if self._deferrable(command, closed):
+                return True  # enough of the window still runs: a later pass folds this
+            tx = completion.lock()
+            if tx is not None:  # the lock was free: orchestrate in this same transaction
+                result = self.orchestrator.run_pass(tx)
+                if result.deferred:
+                    return True
+                publish = result.publish
+            ran_pass = tx is not None
+        if publish:
+            self.orchestrator.dispatcher.publish(publish)
+        # either look for completions that arrived during our pass, or (lock was busy)
+        # try once more now that our completion is committed: the holder may have done
+        # its final inbox check before our commit
+        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
         return True
+
+    @staticmethod
+    def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:
+        if command.iteration is None or closed.status != RUNNING or not closed.loop:
+            return False
+        progress = LoopProgress.from_json(closed.loop)
+        return may_defer_loop(progress, command.epoch, closed.waiting)

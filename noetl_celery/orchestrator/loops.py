@@ -142,7 +142,6 @@ def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
         return  # stale: an older epoch, or a duplicate after the epoch finished
     progress.in_flight -= 1
     run.state.in_flight -= 1
-    run.touched_loops.add(step.step)
     outcome = completion.outcome
     if completion.ok:
         progress.succeeded += 1
@@ -178,6 +177,7 @@ def finish_loop(run: Pass, step: Step, st: StepState) -> None:
     assert progress is not None
     progress.done = True
     st.status = "completed"
+    run.touched_loops.add(step.step)
     cap = run.limits.loop_results_cap
     per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []
     stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}

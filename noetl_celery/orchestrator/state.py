@@ -31,6 +31,10 @@ class LoopProgress:
     def finished(self) -> int:
         return self.succeeded + self.failed
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LoopProgress:
+        return cls(**data)
+
 
 @dataclass
 class StepState:
@@ -54,7 +58,7 @@ class StepState:
             in_flight=data.get("in_flight", 0),
             status=data.get("status", ""),
             result_epoch=data.get("result_epoch"),
-            loop=LoopProgress(**loop) if loop else None,
+            loop=LoopProgress.from_json(loop) if loop else None,
         )
 
 

@@ -37,7 +37,7 @@ def normalise_url(url: str) -> str:
 class Database:
     """Engines for one database URL, plus schema checks."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, synchronous_commit: str = "off") -> None:
         self.url = normalise_url(url)
         if self.url.startswith("sqlite"):
             self.dialect = "sqlite"
@@ -50,10 +50,14 @@ class Database:
                 json_serializer=_dumps,
                 pool_size=5,
                 max_overflow=20,
-                pool_pre_ping=True,  # survive a Postgres restart
+                connect_args={"options": f"-c synchronous_commit={synchronous_commit}"},
+                # no pre-ping (a round trip per checkout on the hot path): a connection
+                # that died is invalidated by the error it raises, and callers retry
                 pool_recycle=1800,
             )
-            self.read_engine = self.engine
+            # one statement needs no BEGIN/COMMIT around it: reads and single-statement
+            # writes (the claim) run in autocommit
+            self.read_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         else:
             raise ConfigurationError(
                 f"NOETL_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {url!r}"
@@ -62,6 +66,13 @@ class Database:
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
+
+    def single_write(self) -> Any:
+        """A connection for one write statement: autocommit on Postgres; on SQLite a
+        transaction (its BEGIN IMMEDIATE is what serialises writers)."""
+        if self.is_sqlite:
+            return self.engine.begin()
+        return self.read_engine.connect()
 
     def _sqlite_engine(self, *, write: bool) -> Engine:
         path = self.url.split("///", 1)[-1]

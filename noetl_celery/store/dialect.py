@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Table
@@ -16,8 +17,15 @@ def _insert(conn: Connection, table: Table) -> Any:
 
 
 def insert_ignore(conn: Connection, table: Table) -> Any:
-    """INSERT ... ON CONFLICT DO NOTHING (any unique index, partial ones included)."""
-    return _insert(conn, table).on_conflict_do_nothing()
+    """INSERT ... ON CONFLICT DO NOTHING (any unique index, partial ones included); built
+    once per dialect and table (values come as execute parameters)."""
+    return _insert_ignore(conn.dialect.name, table)
+
+
+@lru_cache(maxsize=64)
+def _insert_ignore(dialect: str, table: Table) -> Any:
+    module = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(table).on_conflict_do_nothing()
 
 
 def upsert(conn: Connection, table: Table, keys: Sequence[str], values: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, select, text, update
 
 from noetl_celery.constants import (
     CMD_ISSUED,
@@ -32,11 +32,21 @@ from noetl_celery.store.schema import (
     results,
     utcnow,
 )
+from noetl_celery.store.statements import (
+    INBOX,
+    ISSUE_RANGE,
+    MARK_HANDLED,
+    SAVE_STATE,
+    WAITING,
+)
 
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
 
-_PLAN_CHUNK = 5000  # rows per multi-row INSERT when planning a large loop
+_PLAN_CHUNK = 5000
+SYNC_COMMIT = text(
+    "SET LOCAL synchronous_commit TO on"
+)  # rows per multi-row INSERT when planning a large loop
 
 
 class OrchestrationTx:
@@ -74,19 +84,7 @@ class OrchestrationTx:
 
     # ---- inbox ------------------------------------------------------------------------------
     def inbox(self, limit: int) -> list[Completion]:
-        query = (
-            select(
-                events.c.event_id,
-                events.c.command_id,
-                events.c.step,
-                events.c.epoch,
-                events.c.iteration,
-                events.c.payload,
-            )
-            .where(events.c.execution_id == self.execution_id, events.c.handled.is_(False))
-            .order_by(events.c.event_id)
-            .limit(limit)
-        )
+        rows = self.conn.execute(INBOX, {"b_eid": self.execution_id, "b_limit": limit})
         return [
             Completion(
                 event_id=row.event_id,
@@ -96,14 +94,18 @@ class OrchestrationTx:
                 iteration=row.iteration,
                 outcome=row.payload or {},
             )
-            for row in self.conn.execute(query)
+            for row in rows
         ]
+
+    def waiting(self) -> list[tuple[str, int, int, bool]]:
+        """The inbox grouped by (step, epoch): count, and whether any entry is not a loop
+        iteration (the inbox is small: it holds only what no pass folded yet)."""
+        rows = self.conn.execute(WAITING, {"b_eid": self.execution_id}).all()
+        return [(r[0] or "", r[1] or 0, int(r[2]), bool(r[3])) for r in rows]
 
     def mark_handled(self, event_ids: Sequence[int]) -> None:
         if event_ids:
-            self.conn.execute(
-                update(events).where(events.c.event_id.in_(list(event_ids))).values(handled=True)
-            )
+            self.conn.execute(MARK_HANDLED, {"b_ids": list(event_ids)})
 
     # ---- persisting a decision --------------------------------------------------------------
     def apply(self, decision: Decision, handled: Sequence[int]) -> list[str]:
@@ -174,22 +176,16 @@ class OrchestrationTx:
             ]
             publish += [r[0] for r in conn.execute(stmt, rows).all()]
         for issue in decision.issues:
-            stmt = (
-                update(commands)
-                .where(
-                    and_(
-                        commands.c.execution_id == eid,
-                        commands.c.step == issue.step,
-                        commands.c.epoch == issue.epoch,
-                        commands.c.iteration >= issue.start,
-                        commands.c.iteration < issue.stop,
-                        commands.c.status == "planned",
-                    )
-                )
-                .values(status=CMD_ISSUED, issued_at=now, ctx_version=issue.ctx_version)
-                .returning(commands.c.command_id, commands.c.iteration)
-            )
-            issued = sorted(conn.execute(stmt).all(), key=lambda r: r[1])
+            params = {
+                "b_eid": eid,
+                "b_step": issue.step,
+                "b_epoch": issue.epoch,
+                "b_start": issue.start,
+                "b_stop": issue.stop,
+                "b_now": now,
+                "b_ctx": issue.ctx_version,
+            }
+            issued = sorted(conn.execute(ISSUE_RANGE, params).all(), key=lambda r: r[1])
             publish += [r[0] for r in issued]
         if decision.events:
             conn.execute(
@@ -228,17 +224,27 @@ class OrchestrationTx:
                 )
             )
         self.mark_handled(handled)
-        values: dict[str, Any] = {
-            "state": decision.state.to_json(),
-            "passes": executions.c.passes + 1,
-            "updated_at": now,
-        }
-        if decision.terminal is not None:
-            values.update(
-                status=decision.terminal.status,
-                result=decision.terminal.result,
-                error=decision.terminal.error,
+        if decision.terminal is None:
+            conn.execute(
+                SAVE_STATE, {"b_eid": eid, "b_state": decision.state.to_json(), "b_now": now}
+            )
+            return publish
+        terminal = decision.terminal
+        if conn.dialect.name == "postgresql":
+            # a terminal status is what clients act on: make it (and, WAL being
+            # sequential, everything committed before it) durable before we say it
+            conn.execute(SYNC_COMMIT)
+        conn.execute(
+            update(executions)
+            .where(executions.c.execution_id == eid)
+            .values(
+                state=decision.state.to_json(),
+                passes=executions.c.passes + 1,
+                updated_at=now,
+                status=terminal.status,
+                result=terminal.result,
+                error=terminal.error,
                 finished_at=now,
             )
-        conn.execute(update(executions).where(executions.c.execution_id == eid).values(**values))
+        )
         return publish

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select
 
 from noetl_celery.constants import (
     CMD_ISSUED,
@@ -23,6 +23,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound
 from noetl_celery.store.cache import ImmutableCache
+from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.orchestration import OrchestrationTx
@@ -44,22 +45,16 @@ from noetl_celery.store.schema import (
     results,
     utcnow,
 )
-
-_EXECUTION_COLUMNS = (
-    executions.c.execution_id,
-    executions.c.catalog_id,
-    executions.c.path,
-    executions.c.status,
-    executions.c.parent_execution_id,
-    executions.c.parent_command_id,
-    executions.c.payload,
-    executions.c.state,
-    executions.c.result,
-    executions.c.error,
-    executions.c.created_at,
-    executions.c.updated_at,
-    executions.c.finished_at,
-    executions.c.passes,
+from noetl_celery.store.statements import (
+    CATALOG_OF,
+    CLAIM,
+    CLOSE_COMMAND,
+    EXECUTION_COLUMNS,
+    HAS_UNHANDLED,
+    LOCK_TRY,
+    LOCK_WAIT,
+    STATE_OF,
+    STATUS_OF,
 )
 
 
@@ -170,7 +165,7 @@ class Store:
     def execution(self, execution_id: str) -> ExecutionRow:
         with self.db.read_engine.connect() as conn:
             row = conn.execute(
-                select(*_EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
+                select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
             ).first()
         if row is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
@@ -178,9 +173,7 @@ class Store:
 
     def execution_status(self, execution_id: str) -> str:
         with self.db.read_engine.connect() as conn:
-            status = conn.execute(
-                select(executions.c.status).where(executions.c.execution_id == execution_id)
-            ).scalar()
+            status = conn.execute(STATUS_OF, {"b_eid": execution_id}).scalar()
         if status is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
         return str(status)
@@ -191,90 +184,87 @@ class Store:
         """Lock the execution for one pass; yield None when another pass holds the lock
         (that pass re-checks the inbox before it lets go, so nothing is lost)."""
         with self.db.engine.begin() as conn:
-            query = select(*_EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
-            if self.db.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=not wait)
-            row = conn.execute(query).first()
-            yield None if row is None else OrchestrationTx(self, conn, _execution(row))
+            yield self._lock(conn, execution_id, wait=wait)
+
+    def _lock(self, conn: Connection, execution_id: str, *, wait: bool) -> OrchestrationTx | None:
+        row = conn.execute(LOCK_WAIT if wait else LOCK_TRY, {"b_eid": execution_id}).first()
+        return None if row is None else OrchestrationTx(self, conn, _execution(row))
 
     def has_unhandled(self, execution_id: str) -> bool:
         with self.db.read_engine.connect() as conn:
-            row = conn.execute(
-                select(events.c.event_id)
-                .where(events.c.execution_id == execution_id, events.c.handled.is_(False))
-                .limit(1)
-            ).first()
-        return row is not None
+            return conn.execute(HAS_UNHANDLED, {"b_eid": execution_id}).first() is not None
 
     # ---- commands (worker side) -------------------------------------------------------------
     def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:
         """Conditional claim: None means another delivery already took it (drop it)."""
         now = utcnow()
-        with self.db.engine.begin() as conn:
-            row = conn.execute(
-                update(commands)
-                .where(commands.c.command_id == command_id, commands.c.status == CMD_ISSUED)
-                .values(
-                    status=CMD_RUNNING,
-                    worker=worker,
-                    started_at=now,
-                    lease_until=now + timedelta(seconds=lease_seconds),
-                )
-                .returning(
-                    commands.c.execution_id,
-                    commands.c.step,
-                    commands.c.kind,
-                    commands.c.epoch,
-                    commands.c.iteration,
-                    commands.c.attempt,
-                    commands.c.ctx_version,
-                    commands.c.item,
-                    commands.c.meta,
-                )
-            ).first()
+        params = {
+            "b_cid": command_id,
+            "b_worker": worker,
+            "b_now": now,
+            "b_lease": now + timedelta(seconds=lease_seconds),
+        }
+        with self.db.single_write() as conn:
+            row = conn.execute(CLAIM, params).first()
             if row is None:
                 return None
             catalog_id = self._catalog_of.get_or_load(
-                row.execution_id, lambda: self._load_catalog_id(conn, row.execution_id)
+                row.execution_id,
+                lambda: int(conn.execute(CATALOG_OF, {"b_eid": row.execution_id}).scalar_one()),
             )
         return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
-    @staticmethod
-    def _load_catalog_id(conn: Connection, execution_id: str) -> int:
-        value = conn.execute(
-            select(executions.c.catalog_id).where(executions.c.execution_id == execution_id)
-        ).scalar_one()
-        return int(value)
+    def close_command(
+        self, conn: Connection, command: ClaimedCommand, outcome: dict[str, Any]
+    ) -> bool:
+        ok = outcome.get("status") != "error"
+        now = utcnow()
+        closed = conn.execute(
+            CLOSE_COMMAND,
+            {
+                "b_cid": command.command_id,
+                "b_status": "completed" if ok else "failed",
+                "b_now": now,
+            },
+        ).first()
+        if closed is None:
+            return False
+        conn.execute(
+            insert_ignore(conn, events),
+            {
+                "execution_id": command.execution_id,
+                "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+                "step": command.step,
+                "command_id": command.command_id,
+                "epoch": command.epoch,
+                "iteration": command.iteration,
+                "payload": outcome,
+                "handled": False,
+                "created_at": now,
+            },
+        )
+        return True
 
     def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
         """Close a running command and append its terminal event (the inbox entry), in one
         transaction. False when the command is no longer ours (cancelled, re-issued)."""
-        ok = outcome.get("status") != "error"
         with self.db.engine.begin() as conn:
-            closed = conn.execute(
-                update(commands)
-                .where(
-                    commands.c.command_id == command.command_id, commands.c.status == CMD_RUNNING
-                )
-                .values(status="completed" if ok else "failed", finished_at=utcnow())
-                .returning(commands.c.command_id)
-            ).first()
-            if closed is None:
-                return False
-            conn.execute(
-                insert_ignore(conn, events).values(
-                    execution_id=command.execution_id,
-                    type=EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-                    step=command.step,
-                    command_id=command.command_id,
-                    epoch=command.epoch,
-                    iteration=command.iteration,
-                    payload=outcome,
-                    handled=False,
-                    created_at=utcnow(),
-                )
-            )
-        return True
+            return self.close_command(conn, command, outcome)
+
+    @contextmanager
+    def completion(self, command: ClaimedCommand) -> Iterator[CompletionTx]:
+        """A transaction to close `command` and maybe orchestrate right after (see
+        store.completion)."""
+        with self.db.engine.begin() as conn:
+            yield CompletionTx(self, conn, command)
+
+    def try_lock(self, conn: Connection, execution_id: str) -> OrchestrationTx | None:
+        return self._lock(conn, execution_id, wait=False)
+
+    @staticmethod
+    def execution_state(conn: Connection, execution_id: str) -> dict[str, Any] | None:
+        value = conn.execute(STATE_OF, {"b_eid": execution_id}).scalar()
+        return dict(value) if value else None
 
     # ---- immutable lookups ------------------------------------------------------------------
     def context(self, execution_id: str, version: int) -> dict[str, Any]:

@@ -1,12 +1,18 @@
 """Publishes commands as Celery messages (ids only: a few dozen bytes each).
 
 Messages are sent by task name, so any process with a configured app (the CLI, a test)
-can publish without importing the task functions.
+can publish without importing the task functions. Each thread keeps one producer on a
+connection of its own: a worker publishes after most completions, and acquiring a pooled
+producer per publish cost more than the publish itself (see also tasks.kombu_redis).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 from celery import Celery
 
@@ -16,6 +22,9 @@ from noetl_celery.constants import (
     TASK_EXECUTE_COMMAND,
     TASK_ORCHESTRATE,
 )
+from noetl_celery.tasks import kombu_redis
+
+log = logging.getLogger("noetl_celery.dispatch")
 
 
 class CeleryDispatcher:
@@ -25,18 +34,46 @@ class CeleryDispatcher:
 
             app = default_app
         self.app = app
+        self._local = threading.local()
+        kombu_redis.install()
+        # building a Connection object does not connect; it tells the transport's errors
+        self._errors: tuple[type[BaseException], ...] = tuple(
+            app.connection_for_write().connection_errors
+        )
+
+    def _producer(self) -> Any:
+        producer = getattr(self._local, "producer", None)
+        if producer is None or self._local.pid != os.getpid():
+            connection = self.app.connection_for_write()
+            producer = self.app.amqp.Producer(connection.default_channel)
+            self._local.producer, self._local.pid = producer, os.getpid()
+        return producer
+
+    def _reset(self) -> None:
+        producer = getattr(self._local, "producer", None)
+        self._local.producer = None
+        if producer is not None:
+            try:
+                producer.connection.close()
+            except Exception:  # closing a broken connection may fail: it is gone anyway
+                log.debug("closing a broken producer connection failed", exc_info=True)
+
+    def _send(self, name: str, arg: str, queue: str) -> None:
+        self.app.send_task(name, args=(arg,), queue=queue, producer=self._producer())
 
     def publish(self, command_ids: Sequence[str]) -> None:
-        if not command_ids:
-            return
-        with self.app.producer_or_acquire() as producer:
-            for command_id in command_ids:
-                self.app.send_task(
-                    TASK_EXECUTE_COMMAND,
-                    args=(command_id,),
-                    queue=QUEUE_COMMANDS,
-                    producer=producer,
-                )
+        for command_id in command_ids:
+            try:
+                self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
+            except self._errors:
+                # the broker went away: reconnect once; a message still lost is
+                # re-published by the reaper (the command row says `issued`)
+                self._reset()
+                self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
 
     def wake(self, execution_id: str) -> None:
-        self.app.send_task(TASK_ORCHESTRATE, args=(execution_id,), queue=QUEUE_ORCHESTRATE)
+        try:
+            self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)
+        except self._errors:
+            self._reset()
+            self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)

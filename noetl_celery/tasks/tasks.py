@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE
+from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.app import app
 from noetl_celery.tasks.runtime import engine, reset_after_fork
 
@@ -12,6 +13,11 @@ from noetl_celery.tasks.runtime import engine, reset_after_fork
 @worker_process_init.connect
 def _fresh_engine_per_child(**_: object) -> None:
     reset_after_fork()
+
+
+@worker_init.connect
+def _worker_tuning(**_: object) -> None:
+    kombu_redis.install()
 
 
 @app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True)

@@ -29,8 +29,9 @@ def test_run_accepts_yaml_text(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_client_on_workers(distributed: dict[str, Any], tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path, database_url=distributed["url"],
-                        broker_url=distributed["redis_url"])
+    settings = Settings(
+        home=tmp_path, database_url=distributed["url"], broker_url=distributed["redis_url"]
+    )
     with noetl_celery.Client(settings) as client:
         registered = client.register(HELLO)
         assert registered["path"] == "examples/hello_world"

@@ -169,3 +169,23 @@ def test_terminal_decision_finishes_the_execution(store: Store) -> None:
     row = store.execution(eid)
     assert row.status == "FAILED" and row.result == {"x": 1} and row.error == {"message": "boom"}
     assert row.finished_at is not None
+
+
+def test_bookkeeping_commits_async_but_a_terminal_commits_synchronously(pg_url: str) -> None:
+    from sqlalchemy import event, text
+
+    from noetl_celery.orchestrator.decisions import Terminal
+
+    database = Database(pg_url)  # default: synchronous_commit off for bookkeeping
+    store = Store(database)
+    with database.engine.connect() as conn:
+        assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
+    seen: list[str] = []
+    event.listen(database.engine, "before_cursor_execute",
+                 lambda *args: seen.append(args[2]))
+    eid = new_execution(store)
+    apply(store, eid, decision(eid, events=[EngineEvent("loop.done", "each", 1, {})]))
+    assert not any("synchronous_commit" in s for s in seen)
+    apply(store, eid, decision(eid, terminal=Terminal("COMPLETED", None, None)))
+    assert sum("SET LOCAL synchronous_commit TO on" in s for s in seen) == 1
+    database.dispose()

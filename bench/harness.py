@@ -1,0 +1,94 @@
+"""Shared pieces of the benchmarks: a scratch Postgres database, a Redis db, worker
+processes started and stopped per measurement, and readings (RSS, Redis command counts)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+
+def fresh_database(name: str) -> str:
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    host = PG_ADMIN.split("@", 1)[1].rsplit("/", 1)[0]
+    user = PG_ADMIN.split("://", 1)[1].split("@", 1)[0]
+    return f"postgresql+psycopg://{user}@{host}/{name}"
+
+
+def flush_redis() -> redis.Redis:
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    return client
+
+
+def push_calls(client: redis.Redis) -> int:
+    """Messages published so far: kombu's Redis transport LPUSHes each message."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("lpush", "rpush"))
+
+
+def env_for(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    env.update(values)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@contextmanager
+def worker(cmd: list[str], env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while " ready." not in log.read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
+                time.sleep(0.05)
+            time.sleep(1.0)  # a fresh worker ignores the broker for ~1 s after "ready"
+            yield proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def peak_rss_mb(pids: list[int]) -> float:
+    """Highest VmHWM (peak resident set) among the processes, in MiB."""
+    peak = 0.0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            continue
+    return peak
+
+
+def python() -> str:
+    return sys.executable

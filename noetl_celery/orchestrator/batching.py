@@ -1,0 +1,42 @@
+"""When may a finished loop iteration leave its completion in the inbox for a later pass?
+
+Folding every completion immediately costs a full orchestration pass per iteration.
+Deferring is safe when enough iterations of the same epoch are *genuinely* still running
+(in flight per the snapshot, minus completions already waiting in the inbox): each of
+them will finish and come here again, and when few are left every completion folds, so
+the last ones always fold everything. Loop counts stay exact (they come from the inbox,
+which is only ever marked handled by a pass); only the refill of the window is batched.
+"""
+
+from __future__ import annotations
+
+from noetl_celery.constants import RUNNING
+from noetl_celery.orchestrator.state import ExecutionState, LoopProgress
+
+# Windows this small always fold: a deferred refill would idle most of the window.
+MIN_BATCHED_WINDOW = 8
+
+
+def may_defer_all(state: ExecutionState, waiting: list[tuple[str, int, int, bool]]) -> bool:
+    """`waiting`: the inbox grouped as (step, epoch, count, has_non_iteration). True when
+    every waiting completion is a deferrable loop iteration (an empty inbox is not)."""
+    return bool(waiting) and all(
+        not other and may_defer(state, step, epoch, count) for step, epoch, count, other in waiting
+    )
+
+
+def may_defer(state: ExecutionState, step: str, epoch: int, waiting: int) -> bool:
+    """`waiting`: unhandled completions of this loop epoch, the caller's included."""
+    if state.status != RUNNING:
+        return False
+    st = state.steps.get(step)
+    return may_defer_loop(st.loop if st is not None else None, epoch, waiting)
+
+
+def may_defer_loop(loop: LoopProgress | None, epoch: int, waiting: int) -> bool:
+    """The rule on one loop's progress; the progress and `waiting` must come from one
+    consistent snapshot (then `in_flight - waiting` is exactly what still runs)."""
+    if loop is None or loop.done or loop.epoch != epoch or loop.window < MIN_BATCHED_WINDOW:
+        return False
+    still_running = loop.in_flight - waiting
+    return still_running > loop.window // 2

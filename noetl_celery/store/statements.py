@@ -1,0 +1,124 @@
+"""Hot-path statements, built once with bind parameters.
+
+Building a Core statement per call costs more Python time than the round trip it makes
+(cache-key generation over fresh objects): the per-iteration statements of the engine
+are therefore module constants, executed with parameter dicts only.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, false, func, select, update
+
+from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
+from noetl_celery.store.schema import commands, events, executions
+
+EXECUTION_COLUMNS = (
+    executions.c.execution_id,
+    executions.c.catalog_id,
+    executions.c.path,
+    executions.c.status,
+    executions.c.parent_execution_id,
+    executions.c.parent_command_id,
+    executions.c.payload,
+    executions.c.state,
+    executions.c.result,
+    executions.c.error,
+    executions.c.created_at,
+    executions.c.updated_at,
+    executions.c.finished_at,
+    executions.c.passes,
+)
+
+_by_id = executions.c.execution_id == bindparam("b_eid")
+
+# The orchestration lock (SQLite drops FOR UPDATE: its write lock serialises instead).
+LOCK_WAIT = select(*EXECUTION_COLUMNS).where(_by_id).with_for_update()
+LOCK_TRY = select(*EXECUTION_COLUMNS).where(_by_id).with_for_update(skip_locked=True)
+
+# `handled = false` (not `IS false`): the predicate of the partial index ix_events_inbox
+_unhandled = (events.c.execution_id == bindparam("b_eid"), events.c.handled == false())
+INBOX = (
+    select(
+        events.c.event_id,
+        events.c.command_id,
+        events.c.step,
+        events.c.epoch,
+        events.c.iteration,
+        events.c.payload,
+    )
+    .where(*_unhandled)
+    .order_by(events.c.event_id)
+    .limit(bindparam("b_limit"))
+)
+HAS_UNHANDLED = select(events.c.event_id).where(*_unhandled).limit(1)
+WAITING_EPOCH = select(func.count()).where(
+    *_unhandled, events.c.step == bindparam("b_step"), events.c.epoch == bindparam("b_epoch")
+)
+WAITING = (
+    select(
+        events.c.step,
+        events.c.epoch,
+        func.count(),
+        func.count(events.c.command_id) - func.count(events.c.iteration),
+    )
+    .where(*_unhandled)
+    .group_by(events.c.step, events.c.epoch)
+)
+MARK_HANDLED = (
+    update(events)
+    .where(events.c.event_id.in_(bindparam("b_ids", expanding=True)))
+    .values(handled=True)
+)
+
+CLAIM = (
+    update(commands)
+    .where(commands.c.command_id == bindparam("b_cid"), commands.c.status == CMD_ISSUED)
+    .values(
+        status=CMD_RUNNING,
+        worker=bindparam("b_worker"),
+        started_at=bindparam("b_now"),
+        lease_until=bindparam("b_lease"),
+    )
+    .returning(
+        commands.c.execution_id,
+        commands.c.step,
+        commands.c.kind,
+        commands.c.epoch,
+        commands.c.iteration,
+        commands.c.attempt,
+        commands.c.ctx_version,
+        commands.c.item,
+        commands.c.meta,
+    )
+)
+CLOSE_COMMAND = (
+    update(commands)
+    .where(commands.c.command_id == bindparam("b_cid"), commands.c.status == CMD_RUNNING)
+    .values(status=bindparam("b_status"), finished_at=bindparam("b_now"))
+    .returning(commands.c.command_id)
+)
+ISSUE_RANGE = (
+    update(commands)
+    .where(
+        commands.c.execution_id == bindparam("b_eid"),
+        commands.c.step == bindparam("b_step"),
+        commands.c.epoch == bindparam("b_epoch"),
+        commands.c.iteration >= bindparam("b_start"),
+        commands.c.iteration < bindparam("b_stop"),
+        commands.c.status == "planned",
+    )
+    .values(status=CMD_ISSUED, issued_at=bindparam("b_now"), ctx_version=bindparam("b_ctx"))
+    .returning(commands.c.command_id, commands.c.iteration)
+)
+SAVE_STATE = (
+    update(executions)
+    .where(_by_id)
+    .values(
+        state=bindparam("b_state"),
+        passes=executions.c.passes + 1,
+        updated_at=bindparam("b_now"),
+    )
+)
+CATALOG_OF = select(executions.c.catalog_id).where(_by_id)
+STATUS_OF = select(executions.c.status).where(_by_id)
+STATE_OF = select(executions.c.state).where(_by_id)
