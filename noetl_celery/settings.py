@@ -75,6 +75,11 @@ class Settings:
     wait_poll_seconds: float = 0.05
     # where duckdb files of executions live (default: home/duckdb)
     duckdb_dir: str = ""
+    # per-item results kept in a loop step's result (`{{ step.results }}`); the counts in
+    # `stats` are always exact, this only bounds how many item results are carried along
+    loop_results_cap: int = 100
+    # `mode: parallel` without `max_in_flight`
+    default_parallel_window: int = 10
     # Postgres `synchronous_commit` of the engine's bookkeeping. "off" (default) lets a
     # crash lose the last few hundred ms of commits, which the engine re-derives (passes
     # are redone, commands re-run); a transaction that ends an execution always commits
@@ -122,6 +127,10 @@ class Settings:
             ),
             wait_poll_seconds=_float(env, "NOETL_WAIT_POLL_SECONDS", base.wait_poll_seconds),
             duckdb_dir=env.get("NOETL_DUCKDB_DIR", "").strip(),
+            loop_results_cap=_int(env, "NOETL_LOOP_RESULTS_CAP", base.loop_results_cap, 0),
+            default_parallel_window=_int(
+                env, "NOETL_DEFAULT_PARALLEL_WINDOW", base.default_parallel_window, 1
+            ),
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
             ),

@@ -18,6 +18,7 @@ from noetl_celery.engine.views import execution_summary, status_view
 from noetl_celery.engine.worker import CommandExecutor
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
+from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import Database
 from noetl_celery.store.repository import Store
@@ -49,8 +50,16 @@ class Engine:
         self.services = ToolServices(settings)  # reads the credentials file when needed
         self.playbooks = PlaybookCache(self.store)
         self._dispatcher = _LateDispatcher()
+        limits = Limits(
+            default_parallel_window=settings.default_parallel_window,
+            loop_results_cap=settings.loop_results_cap,
+        )
         self.orchestrator = Orchestrator(
-            self.store, self.playbooks, self._dispatcher, batch=settings.orchestrate_batch
+            self.store,
+            self.playbooks,
+            self._dispatcher,
+            batch=settings.orchestrate_batch,
+            limits=limits,
         )
         self.runner = StepRunner(self.store, self.services, settings)
         self.executor = CommandExecutor(

@@ -136,24 +136,29 @@ class OrchestrationTx:
                 ],
             )
         for plan in decision.plans:
-            rows = [
-                {
-                    "command_id": iteration_command_id(eid, plan.step, plan.epoch, i),
-                    "execution_id": eid,
-                    "step": plan.step,
-                    "kind": KIND_ITERATION,
-                    "epoch": plan.epoch,
-                    "iteration": i,
-                    "attempt": 1,
-                    "status": "planned",
-                    "ctx_version": plan.ctx_version,
-                    "item": item,
-                    "meta": plan.meta,
-                }
-                for i, item in enumerate(plan.items)
-            ]
-            for start in range(0, len(rows), _PLAN_CHUNK):
-                conn.execute(insert_ignore(conn, commands), rows[start : start + _PLAN_CHUNK])
+            # rows are built one chunk at a time: a 100k-item loop must not hold 100k row
+            # dicts (and one giant INSERT) in memory at once
+            for start in range(0, len(plan.items), _PLAN_CHUNK):
+                chunk = plan.items[start : start + _PLAN_CHUNK]
+                conn.execute(
+                    insert_ignore(conn, commands),
+                    [
+                        {
+                            "command_id": iteration_command_id(eid, plan.step, plan.epoch, i),
+                            "execution_id": eid,
+                            "step": plan.step,
+                            "kind": KIND_ITERATION,
+                            "epoch": plan.epoch,
+                            "iteration": i,
+                            "attempt": 1,
+                            "status": "planned",
+                            "ctx_version": plan.ctx_version,
+                            "item": item,
+                            "meta": plan.meta,
+                        }
+                        for i, item in enumerate(chunk, start)
+                    ],
+                )
         publish: list[str] = []
         if decision.commands:
             stmt = insert_ignore(conn, commands).returning(commands.c.command_id)

@@ -181,8 +181,7 @@ def test_bookkeeping_commits_async_but_a_terminal_commits_synchronously(pg_url: 
     with database.engine.connect() as conn:
         assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
     seen: list[str] = []
-    event.listen(database.engine, "before_cursor_execute",
-                 lambda *args: seen.append(args[2]))
+    event.listen(database.engine, "before_cursor_execute", lambda *args: seen.append(args[2]))
     eid = new_execution(store)
     apply(store, eid, decision(eid, events=[EngineEvent("loop.done", "each", 1, {})]))
     assert not any("synchronous_commit" in s for s in seen)

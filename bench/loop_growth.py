@@ -1,0 +1,94 @@
+"""Growth: per-iteration time and orchestrator peak RSS of a parallel no-op loop at 1,000
+and 100,000 items (Postgres + Redis, one worker process with concurrency 2, a fresh worker
+per run so that its peak RSS belongs to that run). The loop is not the entry step, so the
+pass that plans it runs in a worker process, like every later pass.
+
+    python bench/loop_growth.py [--sizes 1000,100000] [--runs 3]
+
+Target: at 100,000 items both figures within 1.3x of those at 1,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench import harness
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+from noetl_celery.tasks.app import make_app
+from noetl_celery.tasks.dispatcher import CeleryDispatcher
+
+PLAYBOOK = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: bench_growth, path: bench/growth}
+workload: {n: 1000}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {arcs: [{step: fan}]}
+  - step: fan
+    loop:
+      in: "{{ range(n) | list }}"
+      iterator: i
+      spec: {mode: parallel, max_in_flight: 100}
+    tool: {kind: noop}
+"""
+
+
+def run_once(n: int, url: str, logdir: Path) -> tuple[float, float]:
+    harness.flush_redis()
+    settings = Settings(home=Path(tempfile.mkdtemp()), database_url=url,
+                        broker_url=harness.REDIS_URL, wait_poll_seconds=0.01)
+    env = harness.env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=harness.REDIS_URL)
+    cmd = [harness.python(), "-m", "noetl_celery.cli.main", "worker", "-c", "2", "-l", "INFO",
+           "--without-heartbeat"]
+    engine = Engine(settings)
+    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
+    try:
+        with harness.worker(cmd, env, logdir / f"worker-{n}.log") as proc:
+            started = time.time()
+            eid = engine.start_text(PLAYBOOK, {"n": n})
+            row = engine.wait(eid, timeout=7200)
+            wall = time.time() - started
+            assert row.status == "COMPLETED", row.error
+            rss = harness.peak_rss_mb(harness.children(proc.pid))
+        stats = engine.summary(eid)["steps"]["fan"]["stats"]
+        assert stats == {"total": n, "success": n, "failed": 0}, stats
+        return wall / n, rss
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    url = harness.fresh_database("noetl_bench_growth")
+    Engine(Settings(database_url=url)).close()
+    logdir = Path(tempfile.mkdtemp(prefix="bench-growth-"))
+    per_it: dict[int, list[float]] = {n: [] for n in sizes}
+    rss: dict[int, list[float]] = {n: [] for n in sizes}
+    for run in range(args.runs):
+        for n in sizes:
+            t, r = run_once(n, url, logdir)
+            per_it[n].append(t)
+            rss[n].append(r)
+            print(f"run {run + 1} n={n}: {1000 * t:.3f} ms/iteration, peak RSS {r:.1f} MiB",
+                  flush=True)
+    base = sizes[0]
+    print(f"\n{'n':>8} {'ms/it':>7} {'ratio':>6} {'peak MiB':>9} {'ratio':>6}")
+    for n in sizes:
+        t, r = statistics.median(per_it[n]), statistics.median(rss[n])
+        print(f"{n:>8} {1000 * t:7.3f} {t / statistics.median(per_it[base]):6.2f} "
+              f"{r:9.1f} {r / statistics.median(rss[base]):6.2f}")
+    print(f"target: ratios within 1.3 (medians of {args.runs} runs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""An orchestration pass killed between its writes and its commit changes nothing: the
+transaction is rolled back, the next pass redoes the work, counts stay exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.engines import celery_engine
+
+PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+pytestmark = pytest.mark.integration
+
+
+def test_pass_killed_before_commit(
+    distributed: dict[str, Any], credentials_file: Path, tmp_path: Path, data_db: str
+) -> None:
+    engine = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
+    try:
+        eid = engine.start_text(
+            (PLAYBOOKS / "side_effect_loop.yaml").read_text(), {"n": 400, "window": 30}
+        )
+        killer = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.kill_in_pass", eid, distributed["url"]],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=distributed["env"],
+            start_new_session=True,
+        )
+        line = killer.stdout.readline() if killer.stdout else ""
+        assert line.startswith("APPLIED"), line
+        assert int(line.split()[1]) > 0  # the killed pass had issued new commands
+        os.killpg(killer.pid, signal.SIGKILL)
+        killer.wait(10)
+        time.sleep(0.5)
+        # the killed pass left no trace: the marker written in its transaction is absent
+        assert "test.killed_pass_marker" not in {e["type"] for e in engine.events(eid)}
+        engine.orchestrator.dispatcher.wake(eid)  # what the reconcile sweep does
+        row = engine.wait(eid, 300)
+        assert row.status == "COMPLETED", row.error
+        summary = engine.summary(eid)
+        assert summary["result"]["rows"] == [{"runs": 400, "items": 400}]
+        assert summary["steps"]["each"]["stats"] == {"total": 400, "success": 400, "failed": 0}
+        assert [e["type"] for e in engine.events(eid)].count("loop.done") == 1
+        assert not engine.store.has_unhandled(eid)
+    finally:
+        engine.close()
+    with psycopg.connect(data_db) as conn:
+        runs = conn.execute(
+            "SELECT count(*), count(DISTINCT i) FROM public.it_runs WHERE execution_id = %s", (eid,)
+        ).fetchone()
+    assert runs == (400, 400)

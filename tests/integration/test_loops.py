@@ -1,0 +1,119 @@
+"""Loops on real workers with exact counts: pagination inside loops, re-entry, a large
+loop, and the loop progress operators see."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from noetl_celery.engine.service import Engine
+from tests.support import http_server
+from tests.support.engines import celery_engine
+
+PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def engine(distributed: dict[str, Any], credentials_file: Path, tmp_path: Path) -> Iterator[Engine]:
+    built = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
+    yield built
+    built.close()
+
+
+def finish(engine: Engine, eid: str, timeout: float = 180) -> dict[str, Any]:
+    row = engine.wait(eid, timeout)
+    assert row.status == "COMPLETED", row.error
+    counts = engine.store.command_counts(eid)
+    assert (counts.planned, counts.issued, counts.running) == (0, 0, 0), counts
+    return engine.summary(eid)
+
+
+def loop_dones(engine: Engine, eid: str) -> list[tuple[str | None, int | None]]:
+    return [(e["step"], e["epoch"]) for e in engine.events(eid) if e["type"] == "loop.done"]
+
+
+def test_paginate_until_404_with_retries_inside_a_parallel_loop(engine: Engine) -> None:
+    ids = [f"p{i}" for i in range(30)]
+    expected_pages = sum(http_server.pages_for(i) for i in ids)
+    with http_server.http_api() as api:
+        eid = engine.start_text(
+            (PLAYBOOKS / "paginate_in_loop.yaml").read_text(),
+            {"api": api, "ids": ids, "fail": "1", "limit": 40},
+        )
+        summary = finish(engine, eid)
+        counts = http_server.stats()
+    assert summary["result"]["rows"] == [
+        {"pages": expected_pages, "ids": 30, "items": 3 * expected_pages}
+    ]
+    assert counts["pages:200"] == expected_pages  # every page fetched once
+    # one injected 500 on the first request of every page, the 404 page included
+    assert counts["pages:500"] == expected_pages + 30
+    assert counts["pages:404"] == 30  # one 404 per id ends its pagination
+    assert summary["steps"]["fetch_all"]["stats"] == {"total": 30, "success": 30, "failed": 0}
+    assert loop_dones(engine, eid) == [("fetch_all", 1)]
+
+
+def test_rate_limited_pages_honour_retry_after(engine: Engine) -> None:
+    ids = [f"r{i}" for i in range(12)]
+    expected_pages = sum(http_server.pages_for(i) for i in ids)
+    with http_server.http_api() as api:
+        eid = engine.start_text(
+            (PLAYBOOKS / "paginate_in_loop.yaml").read_text(),
+            {"api": api, "ids": ids, "limit": 5, "window": 12},
+        )
+        summary = finish(engine, eid, timeout=300)
+        counts = http_server.stats()
+    assert summary["result"]["rows"][0]["pages"] == expected_pages
+    assert counts.get("pages:429", 0) >= 1  # the limit was hit and absorbed by retries
+
+
+def test_step_loopback_pagination_reenters_the_loop_per_page(engine: Engine) -> None:
+    pages = http_server.pages_for("batch7")
+    with http_server.http_api() as api:
+        eid = engine.start_text((PLAYBOOKS / "loopback_pages.yaml").read_text(), {"api": api})
+        summary = finish(engine, eid)
+    assert summary["result"] == {"processed": 3 * pages, "pages": pages}
+    assert loop_dones(engine, eid) == [("process_items", e) for e in range(1, pages + 1)]
+
+
+def test_a_loop_reentered_five_times(engine: Engine, data_db: str) -> None:
+    eid = engine.start_text((PLAYBOOKS / "reentry.yaml").read_text(), {"rounds": 5})
+    finish(engine, eid)
+    with psycopg.connect(data_db) as conn:
+        rows = conn.execute(
+            "SELECT round, count(*), count(DISTINCT item) FROM public.it_rounds "
+            "WHERE execution_id = %s GROUP BY round ORDER BY round",
+            (eid,),
+        ).fetchall()
+    assert rows == [(r, 12, 12) for r in range(1, 6)]
+    assert loop_dones(engine, eid) == [("each", e) for e in range(1, 6)]
+    loops = engine.status(eid)["loops"]
+    assert [(lp["epoch"], lp["done"], lp["total"], lp["finished"]) for lp in loops] == [
+        (e, 12, 12, True) for e in range(1, 6)
+    ]
+
+
+def test_ten_thousand_items_exactly(engine: Engine, data_db: str) -> None:
+    eid = engine.start_text(
+        (PLAYBOOKS / "side_effect_loop.yaml").read_text(), {"n": 10_000, "window": 100}
+    )
+    summary = finish(engine, eid, timeout=600)
+    assert summary["result"]["rows"] == [{"runs": 10_000, "items": 10_000}]
+    assert summary["steps"]["each"]["stats"] == {"total": 10_000, "success": 10_000, "failed": 0}
+    events = engine.events(eid)
+    terminals = [e for e in events if e["type"] in ("command.completed", "command.failed")]
+    assert len(terminals) == 10_003
+    assert len({e["command_id"] for e in terminals}) == 10_003
+    assert loop_dones(engine, eid) == [("each", 1)]
+    with psycopg.connect(data_db) as conn:
+        dup = conn.execute(
+            "SELECT count(*) FROM (SELECT i FROM public.it_runs WHERE "
+            "execution_id = %s GROUP BY i HAVING count(*) > 1) d",
+            (eid,),
+        ).fetchone()
+    assert dup == (0,)

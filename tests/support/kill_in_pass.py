@@ -1,0 +1,38 @@
+"""Run one orchestration pass of EXECUTION_ID on DATABASE_URL and stop right after its
+writes, before the commit, holding the lock: the caller SIGKILLs this process there."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from noetl_celery.engine import orchestrate
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+from noetl_celery.store.schema import events, utcnow
+
+
+def main() -> None:
+    execution_id, url = sys.argv[1], sys.argv[2]
+    engine = Engine(Settings(database_url=url))
+    orchestrate.may_defer_all = lambda *args: False  # fold now: we want a real pass
+    while not engine.store.has_unhandled(execution_id):
+        time.sleep(0.01)
+    with engine.store.orchestration(execution_id, wait=True) as tx:
+        assert tx is not None
+        result = engine.orchestrator.run_pass(tx)
+        # a marker in the same transaction: absent after the kill <=> nothing committed
+        tx.conn.execute(
+            events.insert().values(
+                execution_id=execution_id,
+                type="test.killed_pass_marker",
+                handled=True,
+                created_at=utcnow(),
+            )
+        )
+        print(f"APPLIED {len(result.publish)}", flush=True)
+        time.sleep(300)  # killed here, before the commit
+
+
+if __name__ == "__main__":
+    main()
