@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
+from alembic import context
 from sqlalchemy import create_engine
 
-from alembic import context
 from noetl_celery.store.database import normalise_url
 from noetl_celery.store.schema import metadata
 

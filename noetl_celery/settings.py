@@ -80,6 +80,9 @@ class Settings:
     loop_results_cap: int = 100
     # `mode: parallel` without `max_in_flight`
     default_parallel_window: int = 10
+    # "strict" (undefined names/attributes fail the step) or "noetl" (NoETL's rendering:
+    # a failed template keeps its raw text; see templating.renderer)
+    template_mode: str = "strict"
     # Postgres `synchronous_commit` of the engine's bookkeeping. "off" (default) lets a
     # crash lose the last few hundred ms of commits, which the engine re-derives (passes
     # are redone, commands re-run); a transaction that ends an execution always commits
@@ -130,6 +133,9 @@ class Settings:
             loop_results_cap=_int(env, "NOETL_LOOP_RESULTS_CAP", base.loop_results_cap, 0),
             default_parallel_window=_int(
                 env, "NOETL_DEFAULT_PARALLEL_WINDOW", base.default_parallel_window, 1
+            ),
+            template_mode=_choice(
+                env, "NOETL_TEMPLATE_MODE", base.template_mode, ("strict", "noetl")
             ),
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")

@@ -5,26 +5,31 @@ the first match (or the `else` rule) decides: `continue`, `retry` (attempts coun
 runs), `jump` to a label, `break`, or `fail`. Without a matching rule a successful task
 continues and a failed one fails the pipeline. `set` in a rule writes `iter.*` into the
 iteration scope and `ctx.*` into the pipeline's ctx, returned to the orchestrator.
+
+A task that waits for a sub-playbook suspends the pipeline: its whole run state is
+returned as a continuation (plain JSON) and the pipeline resumes from it, with the
+child's outcome as that task's outcome, when the command is issued again.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
+from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import make_outcome, output_view
 from noetl_celery.models.playbook import ToolSpec
 from noetl_celery.models.policy import PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
-from noetl_celery.templating import evaluate_condition, render_value
+from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolOutcome
 
-# runs one task: (label, tool, context) -> outcome
-TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any]], ToolOutcome]
+# runs one task: (label, tool, context, spawn key) -> outcome (or raises Suspend)
+TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any], str], ToolOutcome]
 
 
 @dataclass
@@ -32,18 +37,32 @@ class PipelineLimits:
     max_jumps: int = 100_000
     max_retry_delay: float = 300.0
     sleep: Callable[[float], None] = time.sleep
+    renderer: Renderer = STRICT
 
 
 @dataclass
-class _Run:
+class RunState:
+    """Everything a pipeline needs to continue; JSON-serialisable (it is the
+    continuation of a waiting command)."""
+
+    index: int = 0
     results: dict[str, Any] = field(default_factory=dict)
     ctx: dict[str, Any] = field(default_factory=dict)
     iter: dict[str, Any] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
     prev: Any = None
     runs: int = 0
     jumps: int = 0
+    spawns: int = 0
     last_label: str | None = None
-    last: ToolOutcome | None = None
+    last: dict[str, Any] | None = None  # the last task outcome (status, data, error, detail)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunState:
+        return cls(**dict(data))
 
 
 def task_failed(outcome: ToolOutcome) -> bool:
@@ -77,16 +96,23 @@ def run_pipeline(
     iter_scope: Mapping[str, Any] | None,
     run_task: TaskRunner,
     limits: PipelineLimits,
-) -> dict[str, Any]:
-    """Run the tasks; return the step's outcome (see models.outcome)."""
+    resume: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | Suspended:
+    """Run the tasks; return the step's outcome (see models.outcome), or `Suspended`.
+
+    `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
+    waited for a sub-playbook."""
     labels = [label for label, _ in tasks]
-    run = _Run(iter=dict(iter_scope or {}))
-    attempts: dict[str, int] = {}
-    index, status, failure = 0, "ok", None
+    if resume is not None:
+        run = RunState.from_json(resume["continuation"])
+        child: Mapping[str, Any] | None = resume["child"]
+    else:
+        run, child = RunState(iter=dict(iter_scope or {})), None
+    status, failure = "ok", None
     base_ctx = base.get("ctx") or {}
-    while index < len(tasks):
-        label, tool = tasks[index]
-        attempt = attempts.get(label, 1)
+    while run.index < len(tasks):
+        label, tool = tasks[run.index]
+        attempt = run.attempts.get(label, 1)
         context = {
             **base,
             **run.results,
@@ -97,11 +123,24 @@ def run_pipeline(
             "_prev": run.prev,
             "_attempt": attempt,
         }
-        outcome = run_task(label, tool, context)
+        if child is not None:
+            outcome, child = child_outcome(child), None
+        else:
+            try:
+                outcome = run_task(label, tool, context, f"{label}#{run.spawns + 1}")
+            except Suspend as suspend:
+                run.spawns += 1
+                return Suspended(run.to_json(), suspend.request)
         run.runs += 1
         if task_failed(outcome):
             outcome = _as_error(outcome)
-        run.results[label], run.last, run.last_label = outcome.data, outcome, label
+        run.results[label], run.last_label = outcome.data, label
+        run.last = {
+            "status": outcome.status,
+            "data": outcome.data,
+            "error": outcome.error,
+            "detail": outcome.detail,
+        }
         if outcome.ok:
             run.prev = outcome.data
         output = output_view(
@@ -116,9 +155,10 @@ def run_pipeline(
         )
         rule_context = {**context, "output": output, "error": outcome.error}
         try:
-            then = _match(step, label, tool, rule_context)
+            then = _match(step, label, tool, rule_context, limits.renderer)
             if then is not None and then.set:
-                _apply_set(then.set, rule_context, run, f"step '{step}' task '{label}' set")
+                where_set = f"step '{step}' task '{label}' set"
+                _apply_set(then.set, rule_context, run, where_set, limits.renderer)
         except NoetlError as exc:
             status, failure = (
                 PIPELINE_STATUS_FAILED,
@@ -127,8 +167,8 @@ def run_pipeline(
             break
         action = then.do if then is not None else ("continue" if outcome.ok else "fail")
         if action == "continue":
-            attempts.pop(label, None)
-            index += 1
+            run.attempts.pop(label, None)
+            run.index += 1
         elif action == "retry":
             assert then is not None
             if attempt >= then.attempts:
@@ -136,7 +176,7 @@ def run_pipeline(
                 failure = _exhausted(outcome, attempt)
                 break
             limits.sleep(_retry_delay(then, attempt, outcome, limits.max_retry_delay))
-            attempts[label] = attempt + 1
+            run.attempts[label] = attempt + 1
         elif action == "jump":
             assert then is not None and then.to is not None
             run.jumps += 1
@@ -147,9 +187,9 @@ def run_pipeline(
                     "message": f"step '{step}': more than {limits.max_jumps} jumps",
                 }
                 break
-            target = index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
-            attempts.pop(labels[max(target, 0)], None)
-            index = max(target, 0)
+            target = run.index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
+            run.index = max(target, 0)
+            run.attempts.pop(labels[run.index], None)
         elif action == "break":
             status = PIPELINE_STATUS_BREAK
             break
@@ -163,21 +203,27 @@ def run_pipeline(
     return _finish(run, status, failure, multi=len(tasks) > 1)
 
 
-def _match(step: str, label: str, tool: ToolSpec, context: Mapping[str, Any]) -> Then | None:
+def _match(
+    step: str, label: str, tool: ToolSpec, context: Mapping[str, Any], renderer: Renderer
+) -> Then | None:
     for i, rule in enumerate(tool.rules):
         if rule.is_else:
             return rule.action
         where = f"step '{step}' task '{label}' spec.policy.rules[{i}].when"
-        if evaluate_condition(rule.when, context, where):
+        if renderer.condition(rule.when, context, where):
             return rule.action
     return None
 
 
 def _apply_set(
-    mapping: Mapping[str, Any], context: Mapping[str, Any], run: _Run, where: str
+    mapping: Mapping[str, Any],
+    context: Mapping[str, Any],
+    run: RunState,
+    where: str,
+    renderer: Renderer,
 ) -> None:
     rendered = [
-        (split_set_key(k), render_value(v, context, f"{where}.{k}")) for k, v in mapping.items()
+        (split_set_key(k), renderer.value(v, context, f"{where}.{k}")) for k, v in mapping.items()
     ]
     for (scope, name), value in rendered:
         (run.iter if scope == "iter" else run.ctx)[name] = value
@@ -190,15 +236,17 @@ def _exhausted(outcome: ToolOutcome, attempts: int) -> dict[str, Any]:
     return error
 
 
-def _finish(run: _Run, status: str, failure: dict[str, Any] | None, multi: bool) -> dict[str, Any]:
-    last = run.last.data if run.last is not None else None
+def _finish(
+    run: RunState, status: str, failure: dict[str, Any] | None, multi: bool
+) -> dict[str, Any]:
+    last = run.last["data"] if run.last is not None else None
     result: dict[str, Any] = dict(last) if isinstance(last, dict) else {"data": last}
     result["status"] = status
     if multi:
         result["results"] = run.results
     if run.ctx:
         result["ctx"] = run.ctx
-    detail = dict(run.last.detail) if run.last is not None else {}
+    detail = dict(run.last["detail"] or {}) if run.last is not None else {}
     meta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
     if status == PIPELINE_STATUS_FAILED:
         return make_outcome(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
+from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import make_outcome, normalise_status
@@ -19,7 +20,7 @@ from noetl_celery.models.playbook import Playbook, Step, ToolSpec
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
-from noetl_celery.templating import render_value
+from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context, iteration_names
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.services import ToolServices
@@ -29,9 +30,11 @@ class StepRunner:
     def __init__(self, store: Store, services: ToolServices, settings: Settings) -> None:
         self.store = store
         self.services = services
+        self.renderer = renderer_for(settings.template_mode, worker=True)
         self.limits = PipelineLimits(
             max_jumps=settings.max_pipeline_jumps,
             max_retry_delay=settings.max_retry_delay_seconds,
+            renderer=self.renderer,
         )
 
     def context_for(
@@ -56,12 +59,18 @@ class StepRunner:
         )
         return context, scope
 
-    def run(self, playbook: Playbook, command: ClaimedCommand) -> dict[str, Any]:
+    def run(
+        self, playbook: Playbook, command: ClaimedCommand, children: Children | None = None
+    ) -> dict[str, Any] | Suspended:
+        """The command's outcome, or `Suspended` when it must wait for a child."""
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
+        resume = command.resume if command.resume and "child" in command.resume else None
 
-        def run_task(label: str, tool: ToolSpec, task_context: Mapping[str, Any]) -> ToolOutcome:
+        def run_task(
+            label: str, tool: ToolSpec, task_context: Mapping[str, Any], key: str
+        ) -> ToolOutcome:
             return run_tool(
                 playbook=playbook,
                 tool=tool,
@@ -73,30 +82,48 @@ class StepRunner:
                 command_id=command.command_id,
                 where=f"step '{step.step}' task '{label}'",
                 in_pipeline=True,
+                children=children,
+                spawn_key=f"{command.command_id}#{key}",
+                renderer=self.renderer,
             )
 
+        outcome: dict[str, Any] | Suspended
         if step.is_pipeline:
             try:
-                step_input = render_value(step.input, context, f"step '{step.step}' input")
+                step_input = self.renderer.value(step.input, context, f"step '{step.step}' input")
             except NoetlError as exc:
                 return make_outcome("error", None, {"kind": "template_error", "message": str(exc)})
             context = {**context, **step_input}
-            outcome = run_pipeline(step.step, step.tasks(), context, scope, run_task, self.limits)
+            outcome = run_pipeline(
+                step.step, step.tasks(), context, scope, run_task, self.limits, resume
+            )
         else:
             assert isinstance(step.tool, ToolSpec)
-            single = run_tool(
-                playbook=playbook,
-                tool=step.tool,
-                context=context,
-                step_input=step.input,
-                services=self.services,
-                execution_id=command.execution_id,
-                step=step.step,
-                command_id=command.command_id,
-                where=f"step '{step.step}'",
-                in_pipeline=False,
-            )
+            try:
+                single = (
+                    child_outcome(resume["child"])
+                    if resume is not None
+                    else run_tool(
+                        playbook=playbook,
+                        tool=step.tool,
+                        context=context,
+                        step_input=step.input,
+                        services=self.services,
+                        execution_id=command.execution_id,
+                        step=step.step,
+                        command_id=command.command_id,
+                        where=f"step '{step.step}'",
+                        in_pipeline=False,
+                        children=children,
+                        spawn_key=f"{command.command_id}#{step.step}#1",
+                        renderer=self.renderer,
+                    )
+                )
+            except Suspend as suspend:
+                return Suspended({"single": True}, suspend.request)
             outcome = single_outcome(single, scope if step.set else None)
+        if isinstance(outcome, Suspended):
+            return outcome
         meta = dict(outcome.get("meta") or {})
         meta["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
         meta["attempt"] = command.attempt

@@ -53,6 +53,7 @@ class Engine:
         limits = Limits(
             default_parallel_window=settings.default_parallel_window,
             loop_results_cap=settings.loop_results_cap,
+            template_mode=settings.template_mode,
         )
         self.orchestrator = Orchestrator(
             self.store,

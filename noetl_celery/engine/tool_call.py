@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from noetl_celery.engine.subplaybook import Children, Suspend, spawn_request, started
 from noetl_celery.errors import NoetlError, TemplateError, ToolError
 from noetl_celery.models.playbook import Playbook, ToolSpec
-from noetl_celery.templating import render_value
+from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.registry import get_tool
 from noetl_celery.tools.services import ToolServices
@@ -47,14 +48,24 @@ def run_tool(
     command_id: str,
     where: str,
     in_pipeline: bool,
+    children: Children | None = None,
+    spawn_key: str = "",
+    renderer: Renderer = STRICT,
 ) -> ToolOutcome:
+    """Run the tool; a waiting sub-playbook raises `Suspend` (see engine.subplaybook)."""
     try:
         target, defaults = resolve_workbook(playbook, tool, in_pipeline)
-        if target.kind == "playbook":
-            raise ToolError("sub-playbook calls (tool kind `playbook`) are not supported yet")
-        implementation = get_tool(target.kind)
         raw_input = {**defaults, **tool.input, **step_input}
-        rendered_input = render_value(raw_input, context, f"{where} input")
+        if target.kind == "playbook":
+            if children is None:
+                raise ToolError("sub-playbooks cannot run here")
+            request = spawn_request(target, context, where, spawn_key, raw_input, renderer)
+            children.check(request)
+            if request.wait:
+                raise Suspend(request)
+            return started(children.start_detached(request), request)
+        implementation = get_tool(target.kind)
+        rendered_input = renderer.value(raw_input, context, f"{where} input")
         if not isinstance(rendered_input, dict):
             rendered_input = {}
         field_context = {**context, **rendered_input}
@@ -63,7 +74,7 @@ def run_tool(
             if key in implementation.raw_fields or key in _NOT_RENDERED:
                 config[key] = value
             else:
-                config[key] = render_value(value, field_context, f"{where} tool.{key}")
+                config[key] = renderer.value(value, field_context, f"{where} tool.{key}")
         call = ToolCall(
             kind=target.kind,
             config=config,

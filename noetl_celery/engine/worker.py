@@ -11,17 +11,21 @@ import logging
 import os
 import socket
 import traceback
+from typing import Any
 
 from noetl_celery.constants import RUNNING
+from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
+from noetl_celery.engine.subplaybook import Suspended
 from noetl_celery.models.outcome import make_outcome
 from noetl_celery.orchestrator.batching import may_defer_loop
 from noetl_celery.orchestrator.state import LoopProgress
+from noetl_celery.store.children import spawn_detached, suspend_and_spawn
 from noetl_celery.store.completion import Closed
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 
 log = logging.getLogger("noetl_celery.worker")
 
@@ -57,31 +61,51 @@ class CommandExecutor:
             return False
         try:
             playbook = self.playbooks.get(command.catalog_id)
-            outcome = self.runner.run(playbook, command)
+            result = self.runner.run(playbook, command, _Children(self, command))
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command_id)
-            outcome = make_outcome(
+            redact = self.runner.services.redactor.redact
+            result = make_outcome(
                 "error",
                 None,
                 {
                     "kind": "engine_error",
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(limit=8),
+                    "message": redact(f"{type(exc).__name__}: {exc}"),
+                    "traceback": redact(traceback.format_exc(limit=8)),
                 },
             )
+        if isinstance(result, Suspended):
+            self._wait_for_child(command, result)
+            return True
+        self._finish(command, result)
+        return True
+
+    def _wait_for_child(self, command: ClaimedCommand, suspended: Suspended) -> None:
+        """Park the command and start its child (one transaction), then drive the child."""
+        child, resumed = suspend_and_spawn(
+            self.store, command, suspended.continuation, suspended.request, new_execution_id()
+        )
+        if child is None:
+            return  # no longer ours
+        if resumed:  # that child had already finished (an earlier run of this command)
+            self.orchestrator.dispatcher.publish([command.command_id])
+        else:
+            self.orchestrator.drive(child, wait=True)
+
+    def _finish(self, command: ClaimedCommand, outcome: dict[str, Any]) -> None:
         publish: list[str] = []
         with self.store.completion(command) as completion:
             closed = completion.close(outcome)
             if not closed.closed:
-                return True  # no longer ours (cancelled or re-issued meanwhile)
+                return  # no longer ours (cancelled or re-issued meanwhile)
             if self._deferrable(command, closed):
-                return True  # enough of the window still runs: a later pass folds this
+                return  # enough of the window still runs: a later pass folds this
             tx = completion.lock()
             if tx is not None:  # the lock was free: orchestrate in this same transaction
-                result = self.orchestrator.run_pass(tx)
-                if result.deferred:
-                    return True
-                publish = result.publish
+                passed = self.orchestrator.run_pass(tx)
+                if passed.deferred:
+                    return
+                publish = passed.publish
             ran_pass = tx is not None
         if publish:
             self.orchestrator.dispatcher.publish(publish)
@@ -89,7 +113,6 @@ class CommandExecutor:
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
-        return True
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:
@@ -97,3 +120,19 @@ class CommandExecutor:
             return False
         progress = LoopProgress.from_json(closed.loop)
         return may_defer_loop(progress, command.epoch, closed.waiting)
+
+
+class _Children:
+    """Sub-playbook access for the task a worker runs (engine.subplaybook.Children)."""
+
+    def __init__(self, executor: CommandExecutor, command: ClaimedCommand) -> None:
+        self.executor = executor
+        self.command = command
+
+    def check(self, request: SpawnRequest) -> None:
+        self.executor.store.resolve_catalog(request.path, request.version)
+
+    def start_detached(self, request: SpawnRequest) -> str:
+        child = spawn_detached(self.executor.store, self.command, request, new_execution_id())
+        self.executor.orchestrator.drive(child, wait=True)
+        return child

@@ -49,7 +49,7 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.ids import step_command_id
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.orchestrator.variables import apply_set
-from noetl_celery.templating import evaluate_condition
+from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context
 
 
@@ -63,6 +63,7 @@ class Pass:
         self.state = state
         self.facts = facts
         self.limits = limits
+        self.renderer = renderer_for(limits.template_mode, worker=False)
         self.decision = Decision(state=state)
         self._fresh: dict[tuple[str, int], Any] = {}  # results written in this pass
         self._dirty = False  # vars / result pointers changed since the last version
@@ -176,10 +177,11 @@ class Pass:
             }
             where = f"step '{step.step}' next.arcs[{index}].when"
             try:
-                matched = evaluate_condition(arc.when, self.context(extra), where)
+                matched = self.renderer.condition(arc.when, self.context(extra), where)
                 if matched and arc.set:
                     context = self.context(extra)
-                    apply_set(self.state.vars, arc.set, context, f"step '{step.step}' arc set")
+                    where_set = f"step '{step.step}' arc set"
+                    apply_set(self.state.vars, arc.set, context, where_set, renderer=self.renderer)
                     self.touch()
             except NoetlError as exc:
                 self.fail(step.step, epoch, str(exc))
@@ -224,7 +226,8 @@ class Pass:
             if step.set:
                 try:
                     context = self.context({"output": output, "event": {"name": CALL_DONE}})
-                    apply_set(self.state.vars, step.set, context, f"step '{step.step}' set")
+                    where_set = f"step '{step.step}' set"
+                    apply_set(self.state.vars, step.set, context, where_set, renderer=self.renderer)
                     self.touch()
                 except NoetlError as exc:
                     self.fail(step.step, completion.epoch, str(exc))

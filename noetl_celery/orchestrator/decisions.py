@@ -43,6 +43,8 @@ class Limits:
     # routing hops in one pass that issue no work: a cycle of empty loops / skipped
     # steps would otherwise spin forever
     max_idle_transitions: int = 10_000
+    # "strict" or "noetl" (templating.renderer)
+    template_mode: str = "strict"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from noetl_celery.orchestrator.decisions import (
 )
 from noetl_celery.orchestrator.state import LoopProgress, StepState
 from noetl_celery.orchestrator.variables import apply_set
-from noetl_celery.templating import render_value
 from noetl_celery.templating.context import iteration_names
 
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ def window_of(run: Pass, step: Step) -> int:
     raw = spec.max_in_flight
     if raw is None:
         return run.limits.default_parallel_window
-    value = render_value(raw, run.context(), f"step '{step.step}' loop.spec.max_in_flight")
+    value = run.renderer.value(raw, run.context(), f"step '{step.step}' loop.spec.max_in_flight")
     try:
         window = int(value)
     except (TypeError, ValueError):
@@ -87,7 +86,7 @@ def enter_loop(run: Pass, step: Step) -> None:
     epoch = st.epoch
     try:
         items = as_collection(
-            render_value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
+            run.renderer.value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
         )
         window = window_of(run, step)
     except NoetlError as exc:
@@ -166,7 +165,13 @@ def _iteration_set(run: Pass, step: Step, completion: Completion) -> None:
     names = iteration_names(step.loop.iterator, item, completion.iteration or 0, None, scope)
     extra = {"output": output_view(completion.outcome), "event": {"name": "call.done"}, **names}
     try:
-        apply_set(run.state.vars, step.set, run.context(extra), f"step '{step.step}' set")
+        apply_set(
+            run.state.vars,
+            step.set,
+            run.context(extra),
+            f"step '{step.step}' set",
+            renderer=run.renderer,
+        )
     except NoetlError as exc:
         run.fail(step.step, completion.epoch, str(exc))
     run.touch()

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.models.scopes import split_set_key
-from noetl_celery.templating import render_value
+from noetl_celery.templating import STRICT, Renderer
 
 
 def apply_set(
@@ -15,6 +15,8 @@ def apply_set(
     context: Mapping[str, Any],
     where: str,
     iter_scope: dict[str, Any] | None = None,
+    *,
+    renderer: Renderer = STRICT,
 ) -> None:
     """Render every value against the same context, then assign.
 
@@ -23,7 +25,7 @@ def apply_set(
     is where NoETL's server puts them.
     """
     rendered = [
-        (split_set_key(key), render_value(value, context, f"{where}.{key}"))
+        (split_set_key(key), renderer.value(value, context, f"{where}.{key}"))
         for key, value in mapping.items()
     ]
     for (scope, name), value in rendered:

@@ -28,9 +28,8 @@ def script_location() -> Path:
 
 
 def upgrade_to_head(database: Database) -> None:
-    from alembic.config import Config
-
     from alembic import command
+    from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(script_location()))

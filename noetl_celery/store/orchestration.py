@@ -8,6 +8,7 @@ ones *this* transaction inserted or issued, and only those get published, after 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, text, update
@@ -21,6 +22,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.orchestrator.decisions import Completion, Decision
 from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.store.children import resume_parent
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import (
@@ -252,4 +254,16 @@ class OrchestrationTx:
                 finished_at=now,
             )
         )
+        if self.execution.parent_command_id:
+            # a child's end resumes the parent command waiting for it, atomically
+            ended = replace(
+                self.execution,
+                status=terminal.status,
+                result=terminal.result,
+                error=terminal.error,
+                state=decision.state.to_json(),
+            )
+            parent = resume_parent(self.store, conn, ended)
+            if parent is not None:
+                publish.append(parent)
         return publish

@@ -32,6 +32,7 @@ class ExecutionRow:
     updated_at: dt.datetime
     finished_at: dt.datetime | None
     passes: int = 0
+    spawn_key: str | None = None
 
     @property
     def duration_seconds(self) -> float:
@@ -52,6 +53,18 @@ class ClaimedCommand:
     ctx_version: int
     item: Any
     meta: dict[str, Any] | None
+    resume: dict[str, Any] | None = None  # continuation (+ `child` summary) after a wait
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    """Start a child execution of the playbook at `path`, linked to a parent command."""
+
+    path: str
+    version: int | None
+    payload: dict[str, Any]
+    key: str  # unique per (parent command, task, spawn number)
+    wait: bool
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.check_schema` compares it.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 metadata = MetaData()
 
@@ -75,6 +75,9 @@ executions = Table(
     Column("status", String(16), nullable=False),
     Column("parent_execution_id", String(40), nullable=True),
     Column("parent_command_id", String(512), nullable=True),
+    # a child's deterministic identity: <parent command>#<task>#<spawn number>; a parent
+    # command that runs again finds its child instead of starting a second one
+    Column("spawn_key", String(640), nullable=True),
     Column("payload", Json, nullable=True),
     # the orchestrator's snapshot (small: vars, step status, loop counters, pointers)
     Column("state", Json, nullable=True),
@@ -86,6 +89,7 @@ executions = Table(
     Column("finished_at", DateTime, nullable=True),
     Index("ix_executions_status_created", "status", "created_at"),
     Index("ix_executions_parent", "parent_execution_id"),
+    Index("ux_executions_spawn_key", "spawn_key", unique=True),
 )
 
 commands = Table(
@@ -99,11 +103,15 @@ commands = Table(
     Column("epoch", Integer, nullable=False),
     Column("iteration", Integer, nullable=True),
     Column("attempt", Integer, nullable=False, default=1),
-    # planned -> issued -> running -> completed | failed | cancelled
+    # planned -> issued -> running [-> waiting -> issued -> running] -> completed | failed
+    # | cancelled
     Column("status", String(16), nullable=False),
     Column("ctx_version", Integer, nullable=False),
     Column("item", Json, nullable=True),  # the loop item / claimed row of this command
     Column("meta", Json, nullable=True),
+    # a command waiting for a child execution keeps its continuation here; the child's
+    # terminal adds the child's summary and issues the command again
+    Column("resume", Json, nullable=True),
     Column("worker", String(256), nullable=True),
     Column("lease_until", DateTime, nullable=True),
     Column("issued_at", DateTime, nullable=True),

@@ -27,6 +27,7 @@ EXECUTION_COLUMNS = (
     executions.c.updated_at,
     executions.c.finished_at,
     executions.c.passes,
+    executions.c.spawn_key,
 )
 
 _by_id = executions.c.execution_id == bindparam("b_eid")
@@ -89,6 +90,7 @@ CLAIM = (
         commands.c.ctx_version,
         commands.c.item,
         commands.c.meta,
+        commands.c.resume,
     )
 )
 CLOSE_COMMAND = (

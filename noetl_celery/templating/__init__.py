@@ -7,14 +7,18 @@ from noetl_celery.templating.render import (
     render_value,
     truthy,
 )
+from noetl_celery.templating.renderer import STRICT, Renderer, renderer_for
 from noetl_celery.templating.views import ResultView, unwrap, wrap
 
 __all__ = [
+    "STRICT",
+    "Renderer",
     "ResultView",
     "evaluate_condition",
     "is_template",
     "render_string",
     "render_value",
+    "renderer_for",
     "truthy",
     "unwrap",
     "wrap",

@@ -131,8 +131,8 @@ class NoetlEnvironment(SandboxedEnvironment):
         return super().getattr(obj, attribute)
 
 
-def _build() -> NoetlEnvironment:
-    env = NoetlEnvironment(undefined=NoetlUndefined, autoescape=False, keep_trailing_newline=True)
+def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
+    env = NoetlEnvironment(undefined=undefined, autoescape=False, keep_trailing_newline=True)
     env.filters.update(
         tojson=_tojson,
         to_json=_tojson,
@@ -146,16 +146,19 @@ def _build() -> NoetlEnvironment:
 
 
 ENV = _build()
+# NoETL's worker renders with Jinja's lenient Undefined (undefined -> "", len 0): only
+# used when NOETL_TEMPLATE_MODE=noetl asks for NoETL's behaviour
+LENIENT_ENV = _build(Undefined)
 
 
 @lru_cache(maxsize=8192)
-def compile_template(source: str) -> Any:
-    return ENV.from_string(source)
+def compile_template(source: str, lenient: bool = False) -> Any:
+    return (LENIENT_ENV if lenient else ENV).from_string(source)
 
 
 @lru_cache(maxsize=8192)
-def compile_expression(source: str) -> Any:
-    return ENV.compile_expression(source, undefined_to_none=False)
+def compile_expression(source: str, lenient: bool = False) -> Any:
+    return (LENIENT_ENV if lenient else ENV).compile_expression(source, undefined_to_none=False)
 
 
 def parse(source: str) -> TemplateNode:

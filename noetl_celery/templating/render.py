@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jinja2 import TemplateError as JinjaTemplateError
@@ -47,18 +47,22 @@ def _location(where: str | None) -> str:
     return f" in {where}" if where else ""
 
 
-def render_string(source: str, context: Mapping[str, Any], where: str | None = None) -> Any:
+def render_string(
+    source: str, context: Mapping[str, Any], where: str | None = None, *, lenient: bool = False
+) -> Any:
     """Render one template string; see the module docstring for the rules."""
     if not is_template(source):
         return source
     try:
         expr = _single_expression(source)
         if expr is not None:
-            value = compile_expression(expr.strip())(**context)
+            value = compile_expression(expr.strip(), lenient)(**context)
             if isinstance(value, Undefined):
+                if lenient:
+                    return ""  # what the lenient Undefined renders as
                 value._fail_with_undefined_error()
             return unwrap(value)
-        return compile_template(source).render(**context)
+        return compile_template(source, lenient).render(**context)
     except UndefinedNameError as exc:
         kind = "attribute" if exc.is_attribute else "variable"
         raise UndefinedVariable(
@@ -81,18 +85,24 @@ def render_string(source: str, context: Mapping[str, Any], where: str | None = N
         ) from None
 
 
-def render_value(value: Any, context: Mapping[str, Any], where: str | None = None) -> Any:
+def render_value(
+    value: Any,
+    context: Mapping[str, Any],
+    where: str | None = None,
+    *,
+    string: Callable[[str, Mapping[str, Any], str | None], Any] = render_string,
+) -> Any:
     """Render every template inside `value` (dicts and lists recursively)."""
     if isinstance(value, str):
-        return render_string(value, context, where)
+        return string(value, context, where)
     if isinstance(value, Mapping):
         return {
-            key: render_value(item, context, f"{where}.{key}" if where else str(key))
+            key: render_value(item, context, f"{where}.{key}" if where else str(key), string=string)
             for key, item in value.items()
         }
     if isinstance(value, list):
         return [
-            render_value(item, context, f"{where}[{i}]" if where else f"[{i}]")
+            render_value(item, context, f"{where}[{i}]" if where else f"[{i}]", string=string)
             for i, item in enumerate(value)
         ]
     return value
@@ -106,7 +116,11 @@ def truthy(value: Any) -> bool:
 
 
 def evaluate_condition(
-    when: str | bool | None, context: Mapping[str, Any], where: str | None = None
+    when: str | bool | None,
+    context: Mapping[str, Any],
+    where: str | None = None,
+    *,
+    lenient: bool = False,
 ) -> bool:
     """Evaluate an arc / rule guard.
 
@@ -119,7 +133,7 @@ def evaluate_condition(
     if isinstance(when, bool):
         return when
     try:
-        return truthy(render_string(when, context, where))
+        return truthy(render_string(when, context, where, lenient=lenient))
     except UndefinedVariable as exc:
         if exc.is_attribute:
             return False

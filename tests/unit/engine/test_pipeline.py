@@ -20,7 +20,9 @@ class Script:
         self.outcomes = {k: list(v) for k, v in outcomes.items()}
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def __call__(self, label: str, tool: ToolSpec, context: Mapping[str, Any]) -> ToolOutcome:
+    def __call__(
+        self, label: str, tool: ToolSpec, context: Mapping[str, Any], spawn_key: str = ""
+    ) -> ToolOutcome:
         self.calls.append(
             (
                 label,
@@ -227,3 +229,50 @@ def test_undefined_name_in_rule_fails_with_a_clear_message() -> None:
     result = run(tasks, Script({}))
     assert result["status"] == "error"
     assert result["error"]["kind"] == "template_error" and "nope" in result["error"]["message"]
+
+
+def test_a_waiting_sub_playbook_suspends_and_resumes_with_the_childs_outcome() -> None:
+    from noetl_celery.engine.subplaybook import Suspend, Suspended
+    from noetl_celery.store.rows import SpawnRequest
+
+    tasks = """
+- name: prep
+  kind: noop
+  spec: {policy: {rules: [{else: {then: {do: continue, set: {iter.k: 7}}}}]}}
+- name: child
+  kind: playbook
+  path: some/child
+  return_step: end
+  spec:
+    policy:
+      rules:
+        - when: "{{ output.status == 'error' }}"
+          then: {do: retry, attempts: 2, delay: 0}
+        - else: {then: {do: continue, set: {iter.got: "{{ output.data.result.v }}"}}}
+- name: after
+  kind: noop
+"""
+    keys: list[str] = []
+
+    def runner(label: str, tool: ToolSpec, context: Mapping[str, Any], key: str) -> ToolOutcome:
+        if label == "child":
+            keys.append(key)
+            raise Suspend(SpawnRequest("some/child", None, {}, key, wait=True))
+        return ToolOutcome.success({"label": label})
+
+    limits = PipelineLimits(sleep=lambda s: None)
+    first = run_pipeline("s", step(tasks).tasks(), {"ctx": {}}, None, runner, limits)
+    assert isinstance(first, Suspended) and first.request.path == "some/child"
+    # the child failed: the retry rule spawns a second child (a new key)
+    failed = {"execution_id": "c1", "status": "FAILED", "result": None, "error": "boom"}
+    second = run_pipeline("s", step(tasks).tasks(), {"ctx": {}}, None, runner, limits,
+                          resume={"continuation": first.continuation, "child": failed})
+    assert isinstance(second, Suspended)
+    assert keys == ["child#1", "child#2"]
+    done = {"execution_id": "c2", "status": "COMPLETED", "result": {"v": 5}, "error": None}
+    final = run_pipeline("s", step(tasks).tasks(), {"ctx": {}}, None, runner, limits,
+                         resume={"continuation": second.continuation, "child": done})
+    assert isinstance(final, dict) and final["status"] == "ok"
+    assert final["iter"] == {"k": 7, "got": 5}
+    assert final["result"]["results"]["child"]["execution_id"] == "c2"
+    assert final["meta"]["runs"] == 4  # prep, child (failed), child (ok), after
