@@ -7,13 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import redis
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.service import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -52,8 +57,9 @@ def env_for(**values: str) -> dict[str, str]:
 @contextmanager
 def worker(cmd: list[str], env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=dict(env), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 60
             while " ready." not in log.read_text(errors="replace"):
@@ -92,3 +98,40 @@ def peak_rss_mb(pids: list[int]) -> float:
 
 def python() -> str:
     return sys.executable
+
+
+@contextmanager
+def engine_and_worker(url: str, log: Path) -> Iterator[tuple[Engine, subprocess.Popen[bytes]]]:
+    """A fresh Redis db, one `noetl-celery worker` (prefork, concurrency 2), and an engine
+    in this process publishing to it."""
+    from noetl_celery.engine.service import Engine
+    from noetl_celery.settings import Settings
+    from noetl_celery.tasks.app import make_app
+    from noetl_celery.tasks.dispatcher import CeleryDispatcher
+
+    flush_redis()
+    settings = Settings(
+        home=Path(tempfile.mkdtemp()),
+        database_url=url,
+        broker_url=REDIS_URL,
+        wait_poll_seconds=0.005,
+    )
+    env = env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL)
+    cmd = [
+        python(),
+        "-m",
+        "noetl_celery.cli.main",
+        "worker",
+        "-c",
+        "2",
+        "-l",
+        "INFO",
+        "--without-heartbeat",
+    ]
+    engine = Engine(settings)
+    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
+    try:
+        with worker(cmd, env, log) as proc:
+            yield engine, proc
+    finally:
+        engine.close()

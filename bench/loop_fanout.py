@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import redis
 from celery import chord
 from sqlalchemy import func, select
 
@@ -24,8 +25,6 @@ from bench import harness
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
 from noetl_celery.store.schema import events
-from noetl_celery.tasks.app import make_app
-from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -45,8 +44,19 @@ def run_chord(n: int, logdir: Path) -> float:
     from bench.chord_app import _redis, done, noop
 
     harness.flush_redis()
-    cmd = [harness.python(), "-m", "celery", "-A", "bench.chord_app", "worker", "-c", "2",
-           "-l", "INFO", *harness.WORKER_FLAGS]
+    cmd = [
+        harness.python(),
+        "-m",
+        "celery",
+        "-A",
+        "bench.chord_app",
+        "worker",
+        "-c",
+        "2",
+        "-l",
+        "INFO",
+        *harness.WORKER_FLAGS,
+    ]
     with harness.worker(cmd, harness.env_for(), logdir / "chord.log"):
         key = f"done-{uuid.uuid4().hex}"
         started = time.time()
@@ -57,31 +67,22 @@ def run_chord(n: int, logdir: Path) -> float:
 
 
 def run_engine(n: int, url: str, logdir: Path) -> tuple[float, float, float]:
-    client = harness.flush_redis()
-    settings = Settings(home=Path(tempfile.mkdtemp()), database_url=url,
-                        broker_url=harness.REDIS_URL, wait_poll_seconds=0.005)
-    env = harness.env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=harness.REDIS_URL)
-    cmd = [harness.python(), "-m", "noetl_celery.cli.main", "worker", "-c", "2", "-l", "INFO",
-           "--without-heartbeat"]
-    engine = Engine(settings)
-    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
-    try:
-        with harness.worker(cmd, env, logdir / "noetl.log"):
-            pushes = harness.push_calls(client)
-            started = time.time()
-            eid = engine.start_text(PLAYBOOK, {"n": n})
-            row = engine.wait(eid, timeout=3600)
-            wall = time.time() - started
-            assert row.status == "COMPLETED", row.error
-            pushes = harness.push_calls(client) - pushes
-            with engine.database.engine.connect() as conn:
-                rows = conn.execute(select(func.count()).select_from(events)
-                                    .where(events.c.execution_id == eid)).scalar_one()
+    with harness.engine_and_worker(url, logdir / "noetl.log") as (engine, _):
+        client = redis.Redis.from_url(harness.REDIS_URL)  # no flush: the worker is bound
+        pushes = harness.push_calls(client)
+        started = time.time()
+        eid = engine.start_text(PLAYBOOK, {"n": n})
+        row = engine.wait(eid, timeout=3600)
+        wall = time.time() - started
+        assert row.status == "COMPLETED", row.error
+        pushes = harness.push_calls(client) - pushes
+        with engine.database.engine.connect() as conn:
+            rows = conn.execute(
+                select(func.count()).select_from(events).where(events.c.execution_id == eid)
+            ).scalar_one()
         stats = engine.summary(eid)["result"]["stats"]
-        assert stats == {"total": n, "success": n, "failed": 0}, stats
-        return wall, rows / n, pushes / n
-    finally:
-        engine.close()
+    assert stats == {"total": n, "success": n, "failed": 0}, stats
+    return wall, rows / n, pushes / n
 
 
 def main() -> None:
@@ -94,8 +95,9 @@ def main() -> None:
     Engine(Settings(database_url=url)).close()  # migrate once
     logdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
     print(f"logs in {logdir}")
-    results: dict[int, dict[str, list[float]]] = {n: {"chord": [], "engine": [], "ev": [],
-                                                      "msg": []} for n in sizes}
+    results: dict[int, dict[str, list[float]]] = {
+        n: {"chord": [], "engine": [], "ev": [], "msg": []} for n in sizes
+    }
     for run in range(args.runs):
         for n in sizes:
             chord_wall = run_chord(n, logdir)
@@ -105,16 +107,23 @@ def main() -> None:
             r["engine"].append(wall)
             r["ev"].append(ev)
             r["msg"].append(msg)
-            print(f"run {run + 1} n={n}: chord {chord_wall:.2f}s engine {wall:.2f}s "
-                  f"({wall / chord_wall:.2f}x) events/it {ev:.3f} msgs/it {msg:.3f}", flush=True)
+            print(
+                f"run {run + 1} n={n}: chord {chord_wall:.2f}s engine {wall:.2f}s "
+                f"({wall / chord_wall:.2f}x) events/it {ev:.3f} msgs/it {msg:.3f}",
+                flush=True,
+            )
     print()
-    print(f"{'n':>7} {'chord s':>8} {'engine s':>9} {'ratio':>6} {'ms/it':>6} "
-          f"{'events/it':>9} {'msgs/it':>8}")
+    print(
+        f"{'n':>7} {'chord s':>8} {'engine s':>9} {'ratio':>6} {'ms/it':>6} "
+        f"{'events/it':>9} {'msgs/it':>8}"
+    )
     for n in sizes:
         r = results[n]
         c, e = statistics.median(r["chord"]), statistics.median(r["engine"])
-        print(f"{n:>7} {c:8.2f} {e:9.2f} {e / c:6.2f} {1000 * e / n:6.2f} "
-              f"{statistics.median(r['ev']):9.3f} {statistics.median(r['msg']):8.3f}")
+        print(
+            f"{n:>7} {c:8.2f} {e:9.2f} {e / c:6.2f} {1000 * e / n:6.2f} "
+            f"{statistics.median(r['ev']):9.3f} {statistics.median(r['msg']):8.3f}"
+        )
     print("targets: ratio <= 1.5, events/it <= 2, msgs/it <= 2 (medians of", args.runs, "runs)")
 
 

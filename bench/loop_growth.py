@@ -19,8 +19,6 @@ from pathlib import Path
 from bench import harness
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
-from noetl_celery.tasks.app import make_app
-from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -40,27 +38,16 @@ workflow:
 
 
 def run_once(n: int, url: str, logdir: Path) -> tuple[float, float]:
-    harness.flush_redis()
-    settings = Settings(home=Path(tempfile.mkdtemp()), database_url=url,
-                        broker_url=harness.REDIS_URL, wait_poll_seconds=0.01)
-    env = harness.env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=harness.REDIS_URL)
-    cmd = [harness.python(), "-m", "noetl_celery.cli.main", "worker", "-c", "2", "-l", "INFO",
-           "--without-heartbeat"]
-    engine = Engine(settings)
-    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
-    try:
-        with harness.worker(cmd, env, logdir / f"worker-{n}.log") as proc:
-            started = time.time()
-            eid = engine.start_text(PLAYBOOK, {"n": n})
-            row = engine.wait(eid, timeout=7200)
-            wall = time.time() - started
-            assert row.status == "COMPLETED", row.error
-            rss = harness.peak_rss_mb(harness.children(proc.pid))
+    with harness.engine_and_worker(url, logdir / f"worker-{n}.log") as (engine, proc):
+        started = time.time()
+        eid = engine.start_text(PLAYBOOK, {"n": n})
+        row = engine.wait(eid, timeout=7200)
+        wall = time.time() - started
+        assert row.status == "COMPLETED", row.error
+        rss = harness.peak_rss_mb(harness.children(proc.pid))
         stats = engine.summary(eid)["steps"]["fan"]["stats"]
-        assert stats == {"total": n, "success": n, "failed": 0}, stats
-        return wall / n, rss
-    finally:
-        engine.close()
+    assert stats == {"total": n, "success": n, "failed": 0}, stats
+    return wall / n, rss
 
 
 def main() -> None:
@@ -79,14 +66,18 @@ def main() -> None:
             t, r = run_once(n, url, logdir)
             per_it[n].append(t)
             rss[n].append(r)
-            print(f"run {run + 1} n={n}: {1000 * t:.3f} ms/iteration, peak RSS {r:.1f} MiB",
-                  flush=True)
+            print(
+                f"run {run + 1} n={n}: {1000 * t:.3f} ms/iteration, peak RSS {r:.1f} MiB",
+                flush=True,
+            )
     base = sizes[0]
     print(f"\n{'n':>8} {'ms/it':>7} {'ratio':>6} {'peak MiB':>9} {'ratio':>6}")
     for n in sizes:
         t, r = statistics.median(per_it[n]), statistics.median(rss[n])
-        print(f"{n:>8} {1000 * t:7.3f} {t / statistics.median(per_it[base]):6.2f} "
-              f"{r:9.1f} {r / statistics.median(rss[base]):6.2f}")
+        print(
+            f"{n:>8} {1000 * t:7.3f} {t / statistics.median(per_it[base]):6.2f} "
+            f"{r:9.1f} {r / statistics.median(rss[base]):6.2f}"
+        )
     print(f"target: ratios within 1.3 (medians of {args.runs} runs)")
 
 

@@ -40,8 +40,11 @@ def main() -> None:
             cold.append(wall(cli, env))  # first run: creates the SQLite schema
             warm.append(wall(cli, env))  # later runs on the same embedded database
         bare.append(wall([sys.executable, "-c", "pass"], base_env))
-    rows = [("python -c pass (baseline)", bare), ("hello_world, fresh home", cold),
-            ("hello_world, existing home", warm)]
+    rows = [
+        ("python -c pass (baseline)", bare),
+        ("hello_world, fresh home", cold),
+        ("hello_world, existing home", warm),
+    ]
     base = statistics.median(bare)
     print(f"{'what':32} {'median s':>9} {'min s':>7} {'x baseline':>11}")
     for name, values in rows:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
@@ -67,24 +68,27 @@ class StepRunner:
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
         resume = command.resume if command.resume and "child" in command.resume else None
+        call = partial(
+            run_tool,
+            playbook=playbook,
+            services=self.services,
+            execution_id=command.execution_id,
+            step=step.step,
+            command_id=command.command_id,
+            children=children,
+            renderer=self.renderer,
+        )
 
         def run_task(
             label: str, tool: ToolSpec, task_context: Mapping[str, Any], key: str
         ) -> ToolOutcome:
-            return run_tool(
-                playbook=playbook,
+            return call(
                 tool=tool,
                 context=task_context,
                 step_input={},
-                services=self.services,
-                execution_id=command.execution_id,
-                step=step.step,
-                command_id=command.command_id,
                 where=f"step '{step.step}' task '{label}'",
                 in_pipeline=True,
-                children=children,
                 spawn_key=f"{command.command_id}#{key}",
-                renderer=self.renderer,
             )
 
         outcome: dict[str, Any] | Suspended
@@ -103,20 +107,13 @@ class StepRunner:
                 single = (
                     child_outcome(resume["child"])
                     if resume is not None
-                    else run_tool(
-                        playbook=playbook,
+                    else call(
                         tool=step.tool,
                         context=context,
                         step_input=step.input,
-                        services=self.services,
-                        execution_id=command.execution_id,
-                        step=step.step,
-                        command_id=command.command_id,
                         where=f"step '{step.step}'",
                         in_pipeline=False,
-                        children=children,
                         spawn_key=f"{command.command_id}#{step.step}#1",
-                        renderer=self.renderer,
                     )
                 )
             except Suspend as suspend:

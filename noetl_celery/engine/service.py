@@ -14,7 +14,7 @@ from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
-from noetl_celery.engine.views import execution_summary, status_view
+from noetl_celery.engine.views import status_view
 from noetl_celery.engine.worker import CommandExecutor
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
@@ -137,7 +137,7 @@ class Engine:
 
     def summary(self, execution_id: str) -> dict[str, Any]:
         """The `run --json` object: execution_id, status, result, error, duration, steps."""
-        return execution_summary(self.store, self.store.execution(execution_id))
+        return self.store.summary(self.store.execution(execution_id))
 
     def status(self, execution_id: str) -> dict[str, Any]:
         return status_view(self.store, self.store.execution(execution_id))

@@ -1,4 +1,5 @@
-"""Read models for operators: the `run --json` summary and the `status` view."""
+"""Read models for operators: the `status` view (the `run --json` summary is
+`Store.summary`)."""
 
 from __future__ import annotations
 
@@ -14,28 +15,6 @@ def error_text(error: Any) -> str | None:
     if isinstance(error, dict):
         return str(error.get("message") or error)
     return str(error)
-
-
-def step_results(store: Store, row: ExecutionRow) -> dict[str, Any]:
-    """Each step that ran -> its last result (what `{{ step_name }}` renders to)."""
-    steps = (row.state or {}).get("steps") or {}
-    out: dict[str, Any] = {}
-    for name, st in steps.items():
-        epoch = st.get("result_epoch")
-        if epoch is not None:
-            out[name] = store.result(row.execution_id, name, epoch)
-    return out
-
-
-def execution_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
-    return {
-        "execution_id": row.execution_id,
-        "status": row.status,
-        "result": row.result,
-        "error": error_text(row.error),
-        "duration_seconds": round(row.duration_seconds, 3),
-        "steps": step_results(store, row),
-    }
 
 
 def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:

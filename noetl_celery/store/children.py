@@ -32,25 +32,6 @@ if TYPE_CHECKING:
 WAITING = "waiting"
 
 
-def summary_of(store: Store, conn: Connection, row: ExecutionRow) -> dict[str, Any]:
-    """The child as the parent sees it: `{execution_id, status, result, error, steps}`."""
-    steps: dict[str, Any] = {}
-    for name, st in ((row.state or {}).get("steps") or {}).items():
-        epoch = st.get("result_epoch")
-        if epoch is not None:
-            steps[name] = store.result(row.execution_id, name, epoch, conn=conn)
-    error = row.error
-    if isinstance(error, dict):
-        error = error.get("message") or error
-    return {
-        "execution_id": row.execution_id,
-        "status": row.status,
-        "result": row.result,
-        "error": error,
-        "steps": steps,
-    }
-
-
 def insert_child(
     conn: Connection,
     child_id: str,
@@ -87,7 +68,6 @@ def insert_child(
         {
             "execution_id": child_id,
             "type": EV_EXECUTION_STARTED,
-            "handled": True,
             "payload": {
                 "path": entry.path,
                 "version": entry.version,
@@ -150,7 +130,7 @@ def resume_parent(store: Store, conn: Connection, child: ExecutionRow) -> str | 
     resume = dict(parent.resume or {})
     if resume.get("spawn") != child.spawn_key:
         return None  # the parent waits for another child (a later spawn of its task)
-    resume["child"] = summary_of(store, conn, child)
+    resume["child"] = store.summary(child, conn=conn)
     conn.execute(
         update(commands)
         .where(commands.c.command_id == child.parent_command_id)
@@ -173,6 +153,5 @@ __all__ = [
     "resolve",
     "resume_parent",
     "spawn_detached",
-    "summary_of",
     "suspend_and_spawn",
 ]

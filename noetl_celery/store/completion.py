@@ -32,18 +32,19 @@ _CLOSE_PG = text(
         RETURNING command_id, execution_id, step, epoch, iteration
     ), inserted AS (
         INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
-                            payload, handled, created_at)
-        SELECT execution_id, :b_type, step, command_id, epoch, iteration,
-               :b_payload, false, :b_now
+                            payload, created_at)
+        SELECT execution_id, :b_type, step, command_id, epoch, iteration, :b_payload, :b_now
         FROM closed
         ON CONFLICT DO NOTHING
-        RETURNING event_id
+        RETURNING event_id, execution_id, step, epoch, iteration
+    ), queued AS (
+        INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
+        SELECT event_id, execution_id, step, epoch, iteration FROM inserted
     )
     SELECT
         (SELECT count(*) FROM closed) AS closed,
-        (SELECT count(*) FROM events
-          WHERE execution_id = :b_eid AND handled = false
-            AND step = :b_step AND epoch = :b_epoch) AS waiting,
+        (SELECT count(*) FROM inbox
+          WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
         x.status AS status,
         x.state -> 'steps' -> :b_step -> 'loop' AS loop
     FROM executions x WHERE x.execution_id = :b_eid

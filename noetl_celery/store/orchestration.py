@@ -204,7 +204,6 @@ class OrchestrationTx:
                         "step": e.step,
                         "epoch": e.epoch,
                         "payload": e.payload,
-                        "handled": True,
                         "created_at": now,
                     }
                     for e in decision.events

@@ -41,6 +41,7 @@ from noetl_celery.store.schema import (
     contexts,
     events,
     executions,
+    inbox,
     loops,
     results,
     utcnow,
@@ -157,7 +158,6 @@ class Store:
                         "version": entry.version,
                         "catalog_id": entry.catalog_id,
                     },
-                    handled=True,
                     created_at=now,
                 )
             )
@@ -229,8 +229,8 @@ class Store:
         ).first()
         if closed is None:
             return False
-        conn.execute(
-            insert_ignore(conn, events),
+        event_id = conn.execute(
+            insert_ignore(conn, events).returning(events.c.event_id),
             {
                 "execution_id": command.execution_id,
                 "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
@@ -239,10 +239,19 @@ class Store:
                 "epoch": command.epoch,
                 "iteration": command.iteration,
                 "payload": outcome,
-                "handled": False,
                 "created_at": now,
             },
-        )
+        ).scalar()
+        if event_id is not None:
+            conn.execute(
+                inbox.insert().values(
+                    event_id=event_id,
+                    execution_id=command.execution_id,
+                    step=command.step,
+                    epoch=command.epoch,
+                    iteration=command.iteration,
+                )
+            )
         return True
 
     def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
@@ -294,6 +303,27 @@ class Store:
                 return own.execute(query).scalar_one()
 
         return self._results.get_or_load((execution_id, step, epoch), load)
+
+    def summary(self, row: ExecutionRow, *, conn: Connection | None = None) -> dict[str, Any]:
+        """An execution as `run --json` and a waiting parent see it: `{execution_id,
+        status, result, error, duration_seconds, steps}` (steps: each step that ran ->
+        its last result, what `{{ step_name }}` renders to)."""
+        steps: dict[str, Any] = {}
+        for name, st in ((row.state or {}).get("steps") or {}).items():
+            epoch = st.get("result_epoch")
+            if epoch is not None:
+                steps[name] = self.result(row.execution_id, name, epoch, conn=conn)
+        error = row.error
+        if isinstance(error, dict):
+            error = str(error.get("message") or error)
+        return {
+            "execution_id": row.execution_id,
+            "status": row.status,
+            "result": row.result,
+            "error": None if error is None else str(error),
+            "duration_seconds": round(row.duration_seconds, 3),
+            "steps": steps,
+        }
 
     # ---- reads for operators ----------------------------------------------------------------
     def events(self, execution_id: str) -> list[EventRow]:

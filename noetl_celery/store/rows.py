@@ -77,7 +77,6 @@ class EventRow:
     epoch: int | None
     iteration: int | None
     payload: Any
-    handled: bool
     created_at: dt.datetime
 
     def to_json(self) -> dict[str, Any]:

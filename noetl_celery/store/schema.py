@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.check_schema` compares it.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 metadata = MetaData()
 
@@ -117,13 +117,10 @@ commands = Table(
     Column("issued_at", DateTime, nullable=True),
     Column("started_at", DateTime, nullable=True),
     Column("finished_at", DateTime, nullable=True),
+    # No index on `status`: claim and close then update the row in place (HOT, with the
+    # fillfactor set in migration 0003) instead of writing a new entry into every index;
+    # the reaper finds commands per execution through this one.
     Index("ix_commands_execution_step", "execution_id", "step", "epoch", "iteration"),
-    Index(
-        "ix_commands_active",
-        "status",
-        "issued_at",
-        **_partial("status IN ('issued', 'running')"),
-    ),
 )
 
 events = Table(
@@ -137,9 +134,6 @@ events = Table(
     Column("epoch", Integer, nullable=True),
     Column("iteration", Integer, nullable=True),
     Column("payload", Json, nullable=True),
-    # the inbox: completions are inserted unhandled; the orchestrator marks them handled
-    # in the same transaction that folds them into the state
-    Column("handled", Boolean, nullable=False, default=True),
     Column("created_at", DateTime, nullable=False, default=utcnow),
     Index("ix_events_execution", "execution_id", "event_id"),
     Index(
@@ -162,7 +156,6 @@ events = Table(
         unique=True,
         **_partial("type IN ('execution.completed', 'execution.failed', 'execution.cancelled')"),
     ),
-    Index("ix_events_inbox", "execution_id", "event_id", **_partial("handled = false")),
     # per-item results of a loop epoch, read once when the epoch finishes
     Index(
         "ix_events_iterations",
@@ -172,6 +165,20 @@ events = Table(
         "iteration",
         **_partial("iteration IS NOT NULL"),
     ),
+)
+
+# The inbox: one row per command completion not yet folded into its execution's state.
+# The completion inserts it with the event; the orchestration pass that folds it deletes
+# it in the same transaction (cheaper than updating the event row: no index is rewritten).
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("event_id", BigId, primary_key=True, autoincrement=False),
+    Column("execution_id", String(40), nullable=False),
+    Column("step", String(256), nullable=True),
+    Column("epoch", Integer, nullable=True),
+    Column("iteration", Integer, nullable=True),
+    Index("ix_inbox_execution", "execution_id", "event_id"),
 )
 
 # A step's result per epoch. Immutable once written, so workers and the orchestrator

@@ -7,10 +7,10 @@ are therefore module constants, executed with parameter dicts only.
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, false, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 
 from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
-from noetl_celery.store.schema import commands, events, executions
+from noetl_celery.store.schema import commands, events, executions, inbox
 
 EXECUTION_COLUMNS = (
     executions.c.execution_id,
@@ -36,8 +36,8 @@ _by_id = executions.c.execution_id == bindparam("b_eid")
 LOCK_WAIT = select(*EXECUTION_COLUMNS).where(_by_id).with_for_update()
 LOCK_TRY = select(*EXECUTION_COLUMNS).where(_by_id).with_for_update(skip_locked=True)
 
-# `handled = false` (not `IS false`): the predicate of the partial index ix_events_inbox
-_unhandled = (events.c.execution_id == bindparam("b_eid"), events.c.handled == false())
+# the inbox (store.schema.inbox): completions no pass has folded yet
+_waiting = inbox.c.execution_id == bindparam("b_eid")
 INBOX = (
     select(
         events.c.event_id,
@@ -47,29 +47,26 @@ INBOX = (
         events.c.iteration,
         events.c.payload,
     )
-    .where(*_unhandled)
-    .order_by(events.c.event_id)
+    .select_from(inbox.join(events, events.c.event_id == inbox.c.event_id))
+    .where(_waiting)
+    .order_by(inbox.c.event_id)
     .limit(bindparam("b_limit"))
 )
-HAS_UNHANDLED = select(events.c.event_id).where(*_unhandled).limit(1)
+HAS_UNHANDLED = select(inbox.c.event_id).where(_waiting).limit(1)
 WAITING_EPOCH = select(func.count()).where(
-    *_unhandled, events.c.step == bindparam("b_step"), events.c.epoch == bindparam("b_epoch")
+    _waiting, inbox.c.step == bindparam("b_step"), inbox.c.epoch == bindparam("b_epoch")
 )
 WAITING = (
     select(
-        events.c.step,
-        events.c.epoch,
+        inbox.c.step,
+        inbox.c.epoch,
         func.count(),
-        func.count(events.c.command_id) - func.count(events.c.iteration),
+        func.count() - func.count(inbox.c.iteration),
     )
-    .where(*_unhandled)
-    .group_by(events.c.step, events.c.epoch)
+    .where(_waiting)
+    .group_by(inbox.c.step, inbox.c.epoch)
 )
-MARK_HANDLED = (
-    update(events)
-    .where(events.c.event_id.in_(bindparam("b_ids", expanding=True)))
-    .values(handled=True)
-)
+MARK_HANDLED = delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True)))
 
 CLAIM = (
     update(commands)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def engine(distributed: dict[str, Any], credentials_file: Path, tmp_path: Path) -> Iterator[Engine]:
-    built = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
-    yield built
-    built.close()
+def engine(engine_on_workers: Engine) -> Engine:
+    return engine_on_workers
 
 
 def nothing_left_running(engine: Engine, execution_id: str) -> None:

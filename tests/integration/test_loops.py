@@ -3,7 +3,6 @@ loop, and the loop progress operators see."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +11,14 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from tests.support import http_server
-from tests.support.engines import celery_engine
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def engine(distributed: dict[str, Any], credentials_file: Path, tmp_path: Path) -> Iterator[Engine]:
-    built = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
-    yield built
-    built.close()
+def engine(engine_on_workers: Engine) -> Engine:
+    return engine_on_workers
 
 
 def finish(engine: Engine, eid: str, timeout: float = 180) -> dict[str, Any]:

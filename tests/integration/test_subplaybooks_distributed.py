@@ -20,8 +20,9 @@ def test_hundred_sub_playbooks_on_two_workers(distributed: dict[str, Any], tmp_p
     engine = celery_engine(distributed["url"], distributed["redis_url"], tmp_path)
     try:
         engine.register_file(PLAYBOOKS / "child_double.yaml")
-        eid = engine.start_text((PLAYBOOKS / "parent_fanout.yaml").read_text(),
-                                {"n": 100, "window": 100})
+        eid = engine.start_text(
+            (PLAYBOOKS / "parent_fanout.yaml").read_text(), {"n": 100, "window": 100}
+        )
         row = engine.wait(eid, 300)
         assert row.status == "COMPLETED", row.error
         summary = engine.summary(eid)

@@ -26,7 +26,6 @@ def main() -> None:
             events.insert().values(
                 execution_id=execution_id,
                 type="test.killed_pass_marker",
-                handled=True,
                 created_at=utcnow(),
             )
         )

@@ -36,19 +36,23 @@ def children_of(engine: Engine, eid: str) -> list[str]:
     from noetl_celery.store.schema import executions
 
     with engine.database.read_engine.connect() as conn:
-        rows = conn.execute(select(executions.c.status)
-                            .where(executions.c.parent_execution_id == eid)).all()
+        rows = conn.execute(
+            select(executions.c.status).where(executions.c.parent_execution_id == eid)
+        ).all()
     return [r[0] for r in rows]
 
 
 def test_a_parent_waits_for_its_child_and_gets_its_summary(engine: Engine) -> None:
-    out = run(engine, """apiVersion: noetl.io/v2
+    out = run(
+        engine,
+        """apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: p}
 workflow:
   - step: call
     tool: {kind: playbook, path: tests/child_double, return_step: double, input: {x: 21}}
-""")
+""",
+    )
     assert out["status"] == "COMPLETED", out["error"]
     call = out["steps"]["call"]
     assert call["status"] == "COMPLETED" and call["result"] == {"doubled": 42}
@@ -64,27 +68,33 @@ def test_more_waiting_parents_than_worker_slots(engine: Engine) -> None:
 
 
 def test_a_failed_child_fails_the_parent_step(engine: Engine) -> None:
-    out = run(engine, (PLAYBOOKS / "parent_fanout.yaml").read_text(),
-              {"n": 4, "window": 2, "fail_at": 2})
+    out = run(
+        engine, (PLAYBOOKS / "parent_fanout.yaml").read_text(), {"n": 4, "window": 2, "fail_at": 2}
+    )
     assert out["steps"]["fan"]["stats"] == {"total": 4, "success": 3, "failed": 1}
     failed = [r for r in out["steps"]["fan"]["results"] if r.get("status") == "error"]
     assert len(failed) == 1 and "child asked to fail for x=2" in failed[0]["error"]["message"]
 
 
 def test_a_single_step_child_failure_fails_the_execution(engine: Engine) -> None:
-    out = run(engine, """apiVersion: noetl.io/v2
+    out = run(
+        engine,
+        """apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: p}
 workflow:
   - step: call
     tool: {kind: playbook, path: tests/child_double, return_step: double, input: {fail: true}}
-""")
+""",
+    )
     assert out["status"] == "FAILED"
     assert "child execution" in out["error"] and "FAILED" in out["error"]
 
 
 def test_fire_and_forget_and_unknown_paths(engine: Engine) -> None:
-    out = run(engine, """apiVersion: noetl.io/v2
+    out = run(
+        engine,
+        """apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: p}
 workflow:
@@ -93,7 +103,8 @@ workflow:
     next: {arcs: [{step: missing}]}
   - step: missing
     tool: {kind: playbook, path: tests/no_such_playbook, return_step: end}
-""")
+""",
+    )
     assert out["steps"]["call"]["status"] == "started"
     assert out["status"] == "FAILED"
     assert "no playbook registered at catalog path 'tests/no_such_playbook'" in out["error"]

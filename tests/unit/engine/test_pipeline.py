@@ -265,13 +265,27 @@ def test_a_waiting_sub_playbook_suspends_and_resumes_with_the_childs_outcome() -
     assert isinstance(first, Suspended) and first.request.path == "some/child"
     # the child failed: the retry rule spawns a second child (a new key)
     failed = {"execution_id": "c1", "status": "FAILED", "result": None, "error": "boom"}
-    second = run_pipeline("s", step(tasks).tasks(), {"ctx": {}}, None, runner, limits,
-                          resume={"continuation": first.continuation, "child": failed})
+    second = run_pipeline(
+        "s",
+        step(tasks).tasks(),
+        {"ctx": {}},
+        None,
+        runner,
+        limits,
+        resume={"continuation": first.continuation, "child": failed},
+    )
     assert isinstance(second, Suspended)
     assert keys == ["child#1", "child#2"]
     done = {"execution_id": "c2", "status": "COMPLETED", "result": {"v": 5}, "error": None}
-    final = run_pipeline("s", step(tasks).tasks(), {"ctx": {}}, None, runner, limits,
-                         resume={"continuation": second.continuation, "child": done})
+    final = run_pipeline(
+        "s",
+        step(tasks).tasks(),
+        {"ctx": {}},
+        None,
+        runner,
+        limits,
+        resume={"continuation": second.continuation, "child": done},
+    )
     assert isinstance(final, dict) and final["status"] == "ok"
     assert final["iter"] == {"k": 7, "got": 5}
     assert final["result"]["results"]["child"]["execution_id"] == "c2"

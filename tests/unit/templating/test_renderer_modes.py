@@ -18,8 +18,11 @@ def test_strict_fails_on_a_missing_attribute() -> None:
 @pytest.mark.parametrize(
     ("template", "worker", "expected"),
     [
-        ("{{ output.data.meta.page < output.data.meta.total }}", True,
-         "{{ output.data.meta.page < output.data.meta.total }}"),  # kept as raw text
+        (
+            "{{ output.data.meta.page < output.data.meta.total }}",
+            True,
+            "{{ output.data.meta.page < output.data.meta.total }}",
+        ),  # kept as raw text
         ("{{ (n | int) + (output.data.entry | length) }}", True, 2),  # undefined has length 0
         ("{{ nowhere }}", True, ""),  # lenient undefined renders as ""
         ("{{ nowhere }}", False, "{{ nowhere }}"),  # server side: strict, raw text kept
