@@ -113,3 +113,30 @@ def test_ten_thousand_items_exactly(engine: Engine, data_db: str) -> None:
             (eid,),
         ).fetchone()
     assert dup == (0,)
+
+
+def test_status_shows_live_loop_progress(engine: Engine) -> None:
+    import time
+
+    eid = engine.start_text("""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: slow_loop}
+workflow:
+  - step: slow
+    loop: {in: "{{ range(24) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 4}}
+    tool: {kind: python, code: "import time; time.sleep(0.15); result = 1"}
+""")
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = engine.status(eid)
+        if view["loops"]:
+            seen.append(view["loops"][0])
+        if view["status"] != "RUNNING":
+            break
+        time.sleep(0.05)
+    running = [lp for lp in seen if not lp["finished"]]
+    assert running, "never saw the loop while it ran"
+    assert all(lp["total"] == 24 and 0 <= lp["in_flight"] <= 4 for lp in running)
+    assert any(0 < lp["done"] < 24 for lp in running)  # progress moved while running
+    assert seen[-1]["finished"] and seen[-1]["done"] == 24 and seen[-1]["in_flight"] == 0
