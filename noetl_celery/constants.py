@@ -21,7 +21,8 @@ CMD_TERMINAL: Final = frozenset({CMD_COMPLETED, CMD_FAILED, CMD_CANCELLED})
 
 # --- command kinds ------------------------------------------------------------------------
 KIND_STEP: Final = "step"  # one run of a non-loop step (single tool or pipeline)
-KIND_ITERATION: Final = "iteration"  # one item of a loop.in epoch
+KIND_ITERATION: Final = "iteration"  # one item of a loop.in epoch, one row of a cursor
+KIND_CLAIM: Final = "claim"  # a cursor lane claiming a frame of rows
 
 # --- event types (events.type) -------------------------------------------------------------
 EV_EXECUTION_STARTED: Final = "execution.started"
@@ -81,3 +82,6 @@ UNSUPPORTED_NOETL_KINDS: Final = frozenset(
         "rhai",
     }
 )
+
+# Cursor drivers (`loop.cursor.kind`) the engine ships.
+CURSOR_KINDS: Final = frozenset({"postgres", "sqlite"})

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from noetl_celery.constants import KIND_CLAIM
+from noetl_celery.engine.claims import run_claim
 from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
 from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
@@ -50,8 +52,15 @@ class StepRunner:
         scope = None
         if command.iteration is not None and step.loop is not None:
             meta = command.meta or {}
+            cursor_row = None
+            if "lane" in meta:  # a cursor body: where its row came from (reference §4.6)
+                cursor_row = {
+                    "_worker_slot_id": f"{command.epoch}:slot-{meta['lane']}",
+                    "_frame_index": meta["frame"],
+                    "_frame_row_index": command.iteration - meta.get("frame_start", 0),
+                }
             names = iteration_names(
-                step.loop.iterator, command.item, command.iteration, meta.get("total"), None
+                step.loop.iterator, command.item, command.iteration, meta.get("total"), cursor_row
             )
             scope = names["iter"]
             extra.update(names)
@@ -67,6 +76,8 @@ class StepRunner:
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
+        if command.kind == KIND_CLAIM:
+            return run_claim(step, command, context, self.services, self.renderer)
         resume = command.resume if command.resume and "child" in command.resume else None
         call = partial(
             run_tool,

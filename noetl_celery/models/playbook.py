@@ -50,19 +50,39 @@ class ToolSpec(BaseModel):
         return data
 
 
+def positive_or_template(value: int | str, what: str) -> int | str:
+    """A positive integer, or a template string to render later."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a positive integer")
+    if isinstance(value, str) and "{{" not in value:
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{what} must be a positive integer") from None
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"{what} must be a positive integer")
+    return value
+
+
 class FrameSpec(BaseModel):
     """Cursor frame policy. Only `max_rows` and `row_concurrency` steer the engine;
     the other fields are accepted for NoETL compatibility."""
 
     model_config = ConfigDict(extra="allow")
 
-    max_rows: int = Field(1, ge=1)
-    row_concurrency: int = Field(1, ge=1)
+    # integers, or templates rendering to one (rendered when the loop epoch starts)
+    max_rows: int | str = 1
+    row_concurrency: int | str = 1
     lease_seconds: float | None = None
     heartbeat_seconds: float | None = None
     max_seconds: float | None = None
     max_bytes: int | None = None
     process: Literal["row", "frame"] = "row"
+
+    @field_validator("max_rows", "row_concurrency")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        return positive_or_template(value, "frame sizes")
 
 
 class LoopSpec(BaseModel):
@@ -77,19 +97,7 @@ class LoopSpec(BaseModel):
     @field_validator("max_in_flight")
     @classmethod
     def _positive(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, bool):
-            raise ValueError("max_in_flight must be a positive integer")
-        if isinstance(value, int) and value < 1:
-            raise ValueError("max_in_flight must be a positive integer")
-        if isinstance(value, str) and "{{" not in value:
-            try:
-                number = int(value)
-            except ValueError:
-                raise ValueError("max_in_flight must be a positive integer") from None
-            if number < 1:
-                raise ValueError("max_in_flight must be a positive integer")
-            return number
-        return value
+        return None if value is None else positive_or_template(value, "max_in_flight")
 
 
 class CursorSpec(BaseModel):

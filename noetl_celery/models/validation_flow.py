@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from noetl_celery.constants import CURSOR_KINDS
 from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation_values import check_set_keys, check_when
 from noetl_celery.models.yaml_positions import Path
@@ -80,8 +81,8 @@ def _check_cursor(collector: Collector, path: Path, cursor: dict[str, Any]) -> N
             (*path, "claim"), "`claim` is empty; write the SQL that claims rows and RETURNs them"
         )
     kind = cursor.get("kind", "postgres")
-    if isinstance(kind, str) and kind != "postgres":
+    if isinstance(kind, str) and kind not in CURSOR_KINDS:
         collector.error(
             (*path, "kind"),
-            f"cursor `kind: {kind}` is not supported; only `postgres` cursors are implemented",
+            f"cursor `kind: {kind}` is not supported; use one of {', '.join(sorted(CURSOR_KINDS))}",
         )

@@ -36,7 +36,7 @@ from noetl_celery.constants import (
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import error_message, output_view
 from noetl_celery.models.playbook import Playbook, Step
-from noetl_celery.orchestrator import loops
+from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
     Decision,
@@ -201,6 +201,8 @@ class Pass:
         step = self.playbook.step(completion.step)
         if completion.iteration is not None:
             loops.on_iteration(self, step, completion)
+        elif step.loop is not None and step.loop.is_cursor:
+            cursor.on_claim(self, step, completion)
         else:
             self._on_step_done(step, completion)
         self._drain_entries()

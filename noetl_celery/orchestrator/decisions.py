@@ -68,6 +68,7 @@ class LoopPlan:
     items: list[Any]
     ctx_version: int
     meta: dict[str, Any]
+    start: int = 0  # iteration number of the first item (cursor frames continue a range)
 
 
 @dataclass(frozen=True)

@@ -18,3 +18,19 @@ def iteration_command_id(
 ) -> str:
     base = f"{execution_id}:{step}:{epoch}:{iteration}"
     return base if attempt == 1 else f"{base}:a{attempt}"
+
+
+def claim_command_id(execution_id: str, step: str, epoch: int, lane: int, frame: int) -> str:
+    """A cursor lane's claim of one frame."""
+    return f"{execution_id}:{step}:{epoch}:c{lane}.{frame}"
+
+
+def parse_claim(command_id: str) -> tuple[int, int] | None:
+    """(lane, frame) of a claim command id, None for any other command."""
+    last = command_id.rsplit(":", 1)[-1]
+    if not last.startswith("c") or "." not in last:
+        return None
+    lane, _, frame = last[1:].partition(".")
+    if not (lane.isdigit() and frame.isdigit()):
+        return None
+    return int(lane), int(frame)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import output_view
-from noetl_celery.models.playbook import Step
+from noetl_celery.models.playbook import FrameSpec, Step
+from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import (
     Completion,
     EngineEvent,
@@ -53,37 +54,51 @@ def as_collection(value: Any) -> list[Any]:
     return [value]
 
 
-def window_of(run: Pass, step: Step) -> int:
+def window_of(run: Pass, step: Step, default: int | None = None) -> int:
     assert step.loop is not None
     spec = step.loop.spec
     if spec.mode == "sequential":
         return 1
     raw = spec.max_in_flight
     if raw is None:
-        return run.limits.default_parallel_window
-    value = run.renderer.value(raw, run.context(), f"step '{step.step}' loop.spec.max_in_flight")
+        return default if default is not None else run.limits.default_parallel_window
+    return positive_int(run, step, raw, "loop.spec.max_in_flight")
+
+
+def positive_int(run: Pass, step: Step, raw: int | str, field: str) -> int:
+    """A loop size that may be a template; rendered against the current context."""
+    value = run.renderer.value(raw, run.context(), f"step '{step.step}' {field}")
     try:
-        window = int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise NoetlError(
-            f"step '{step.step}': loop.spec.max_in_flight rendered to {value!r}, not an integer"
+            f"step '{step.step}': {field} rendered to {value!r}, not an integer"
         ) from None
-    if window < 1:
-        raise NoetlError(f"step '{step.step}': loop.spec.max_in_flight must be >= 1")
-    return window
+    if number < 1:
+        raise NoetlError(f"step '{step.step}': {field} must be >= 1, got {number}")
+    return number
 
 
 def enter_loop(run: Pass, step: Step) -> None:
     assert step.loop is not None
     st = run.state.step(step.step)
-    if step.loop.is_cursor:
-        st.epoch += 1
-        run.fail(step.step, st.epoch, "cursor loops (loop.cursor) are not supported yet")
-        return
     if st.loop is not None and not st.loop.done:
         return  # an epoch is still running; a concurrent second epoch would orphan it
     st.epoch += 1
     epoch = st.epoch
+    if step.loop.is_cursor:
+        frame = step.loop.spec.frame or FrameSpec.model_validate({})
+        try:
+            window = window_of(run, step, default=1)
+            max_rows = positive_int(run, step, frame.max_rows, "loop.spec.frame.max_rows")
+            row_concurrency = positive_int(
+                run, step, frame.row_concurrency, "loop.spec.frame.row_concurrency"
+            )
+        except NoetlError as exc:
+            run.fail(step.step, epoch, str(exc))
+            return
+        cursor.enter_cursor(run, step, window, max_rows, row_concurrency)
+        return
     try:
         items = as_collection(
             run.renderer.value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
@@ -117,30 +132,33 @@ def refill(run: Pass, name: str, st: StepState) -> None:
     if count <= 0:
         return
     start, stop = progress.next_index, progress.next_index + count
-    version = run.ctx_version()
-    issues = run.decision.issues
-    last = issues[-1] if issues else None
-    if last is not None and (last.step, last.epoch, last.stop, last.ctx_version) == (
-        name,
-        progress.epoch,
-        start,
-        version,
-    ):
-        issues[-1] = IssueRange(name, progress.epoch, last.start, stop, version)
-    else:
-        issues.append(IssueRange(name, progress.epoch, start, stop, version))
+    issue_range(run, name, progress.epoch, start, stop)
     progress.next_index = stop
     progress.in_flight += count
     run.state.in_flight += count
 
 
-def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
-    st = run.state.step(step.step)
-    progress = st.loop
-    if progress is None or progress.epoch != completion.epoch or progress.done:
-        return  # stale: an older epoch, or a duplicate after the epoch finished
-    progress.in_flight -= 1
-    run.state.in_flight -= 1
+def issue_range(run: Pass, name: str, epoch: int, start: int, stop: int) -> None:
+    """Issue planned iterations [start, stop), merged with the previous range when they
+    continue it (one UPDATE instead of one per completion)."""
+    version = run.ctx_version()
+    issues = run.decision.issues
+    last = issues[-1] if issues else None
+    if last is not None and (last.step, last.epoch, last.stop, last.ctx_version) == (
+        name,
+        epoch,
+        start,
+        version,
+    ):
+        issues[-1] = IssueRange(name, epoch, last.start, stop, version)
+    else:
+        issues.append(IssueRange(name, epoch, start, stop, version))
+
+
+def apply_iteration(run: Pass, step: Step, completion: Completion) -> None:
+    """Count a finished iteration (or cursor row) and apply what it reports."""
+    progress = run.state.step(step.step).loop
+    assert progress is not None
     outcome = completion.outcome
     if completion.ok:
         progress.succeeded += 1
@@ -151,6 +169,19 @@ def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
         run.touch()
     if completion.ok and step.set:
         _iteration_set(run, step, completion)
+
+
+def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
+    st = run.state.step(step.step)
+    progress = st.loop
+    if progress is None or progress.epoch != completion.epoch or progress.done:
+        return  # stale: an older epoch, or a duplicate after the epoch finished
+    if progress.lanes is not None:
+        cursor.on_body(run, step, completion)
+        return
+    progress.in_flight -= 1
+    run.state.in_flight -= 1
+    apply_iteration(run, step, completion)
     if progress.finished >= progress.total:
         finish_loop(run, step, st)
     else:

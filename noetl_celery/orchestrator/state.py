@@ -16,16 +16,33 @@ from noetl_celery.constants import RUNNING
 
 
 @dataclass
+class Lane:
+    """One lane of a cursor loop: claim a frame, run its rows, claim the next."""
+
+    frame: int = 0  # frames claimed so far (the current frame's number)
+    claiming: bool = False  # a claim command is in flight
+    start: int = 0  # body iterations of the current frame: [start, stop)
+    stop: int = 0
+    next: int = 0  # next body iteration of the frame to issue
+    in_flight: int = 0  # bodies of the frame in flight
+    drained: bool = False  # a claim returned no rows (or failed)
+
+
+@dataclass
 class LoopProgress:
     epoch: int
-    total: int
-    window: int  # max iterations in flight
+    total: int  # items (loop.in) or bodies planned so far (cursor)
+    window: int  # max commands in flight
     mode: str = "sequential"
-    next_index: int = 0  # next planned iteration to issue
-    in_flight: int = 0
+    next_index: int = 0  # next planned iteration to issue (loop.in)
+    in_flight: int = 0  # commands in flight (cursor: claims and bodies)
     succeeded: int = 0
     failed: int = 0
     done: bool = False
+    # cursor loops only
+    lanes: list[Lane] | None = None
+    max_rows: int = 0
+    row_concurrency: int = 0
 
     @property
     def finished(self) -> int:
@@ -33,7 +50,12 @@ class LoopProgress:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopProgress:
-        return cls(**data)
+        fields = dict(data)
+        lanes = fields.pop("lanes", None)
+        progress = cls(**fields)
+        if lanes is not None:
+            progress.lanes = [Lane(**lane) for lane in lanes]
+        return progress
 
 
 @dataclass
@@ -48,6 +70,9 @@ class StepState:
         data = asdict(self)
         if self.loop is None:
             data.pop("loop")
+        elif self.loop.lanes is None:
+            for key in ("lanes", "max_rows", "row_concurrency"):
+                data["loop"].pop(key)
         return data
 
     @classmethod

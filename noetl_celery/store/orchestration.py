@@ -158,7 +158,7 @@ class OrchestrationTx:
                             "item": item,
                             "meta": plan.meta,
                         }
-                        for i, item in enumerate(chunk, start)
+                        for i, item in enumerate(chunk, plan.start + start)
                     ],
                 )
         publish: list[str] = []

@@ -75,12 +75,12 @@ class Sim:
                     "step": c.step,
                     "epoch": c.epoch,
                     "iteration": None,
-                    "item": None,
+                    "item": c.item,
                 }
             )
         eid = self.state.execution_id
         for p in d.plans:
-            for i, item in enumerate(p.items):
+            for i, item in enumerate(p.items, p.start):
                 cid = iteration_command_id(eid, p.step, p.epoch, i)
                 assert cid not in self.planned, f"duplicate plan {cid}"
                 self.planned[cid] = {

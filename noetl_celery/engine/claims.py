@@ -1,0 +1,66 @@
+"""Running a cursor lane's claim command on a worker.
+
+The claim SQL (and `auth`) are rendered against the command's context plus the frame's
+names: `__frame_max_rows`, `__worker_slot_id` (`<epoch>:slot-<lane>`), `__cursor_frame`,
+`__cursor_lane`. The rows the driver returns are the command's result; the orchestrator
+turns each into a body command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_celery.cursors.base import ClaimRequest, CursorError
+from noetl_celery.cursors.registry import get_driver
+from noetl_celery.errors import NoetlError
+from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.playbook import Step
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.templating import Renderer
+from noetl_celery.tools.services import ToolServices
+
+
+def frame_names(command: ClaimedCommand) -> dict[str, Any]:
+    item = command.item if isinstance(command.item, dict) else {}
+    lane, frame = int(item.get("lane", 0)), int(item.get("frame", 1))
+    return {
+        "__frame_max_rows": int((command.meta or {}).get("max_rows", 1)),
+        "__worker_slot_id": f"{command.epoch}:slot-{lane}",
+        "__cursor_frame": frame,
+        "__cursor_lane": lane,
+    }
+
+
+def run_claim(
+    step: Step,
+    command: ClaimedCommand,
+    context: Mapping[str, Any],
+    services: ToolServices,
+    renderer: Renderer,
+) -> dict[str, Any]:
+    assert step.loop is not None and step.loop.cursor is not None
+    cursor = step.loop.cursor
+    names = frame_names(command)
+    where = f"step '{step.step}' loop.cursor"
+    try:
+        scope = {**context, **names}
+        request = ClaimRequest(
+            kind=cursor.kind,
+            auth=renderer.value(cursor.auth, scope, f"{where}.auth"),
+            sql=str(renderer.value(cursor.claim, scope, f"{where}.claim")),
+            max_rows=names["__frame_max_rows"],
+            options=dict(cursor.options),
+        )
+        rows = get_driver(cursor.kind).claim(request, services)
+    except CursorError as exc:
+        error = {"kind": exc.kind, "message": str(exc), "retryable": exc.retryable}
+        return make_outcome("error", None, error)
+    except NoetlError as exc:
+        return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
+    return make_outcome(
+        "ok",
+        {"rows": rows, "row_count": len(rows)},
+        None,
+        meta={"lane": names["__cursor_lane"], "frame": names["__cursor_frame"]},
+    )

@@ -1,0 +1,185 @@
+"""`loop.cursor` epochs: lanes that claim frames of rows until the work queue is drained.
+
+Each of the `max_in_flight` lanes runs: a claim command (the claim SQL, run by a worker
+through a cursor driver) -> one body command per claimed row, at most
+`frame.row_concurrency` of them in flight -> the lane's next claim once every row of
+the frame is finished. No worker slot is held between frames: a frame is just commands.
+A claim that returns no rows drains its lane; when every lane is drained and nothing is
+in flight, `loop.done` (unique per epoch), then the step's arcs.
+
+Body commands are planned as loop iterations numbered across the epoch, so a lane's
+frame is a contiguous iteration range; a body's lane is the lane whose range holds it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from noetl_celery.constants import KIND_CLAIM
+from noetl_celery.models.outcome import error_message
+from noetl_celery.models.playbook import Step
+from noetl_celery.orchestrator.decisions import Completion, LoopPlan, NewCommand
+from noetl_celery.orchestrator.ids import claim_command_id, parse_claim
+from noetl_celery.orchestrator.state import Lane, LoopProgress, StepState
+
+if TYPE_CHECKING:
+    from noetl_celery.orchestrator.decide import Pass
+
+
+def enter_cursor(run: Pass, step: Step, window: int, max_rows: int, row_concurrency: int) -> None:
+    """Start a new epoch: `window` lanes, each claiming its first frame."""
+    st = run.state.step(step.step)
+    st.status = "running"
+    st.loop = LoopProgress(
+        epoch=st.epoch,
+        total=0,
+        window=window * row_concurrency,
+        mode="cursor",
+        lanes=[Lane() for _ in range(window)],
+        max_rows=max_rows,
+        row_concurrency=row_concurrency,
+    )
+    run.touched_loops.add(step.step)
+    for lane in range(window):
+        _claim(run, step, st, lane)
+
+
+def _claim(run: Pass, step: Step, st: StepState, lane_no: int) -> None:
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane = progress.lanes[lane_no]
+    lane.frame += 1
+    lane.claiming = True
+    progress.in_flight += 1
+    run.state.in_flight += 1
+    run.decision.commands.append(
+        NewCommand(
+            command_id=claim_command_id(
+                run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame
+            ),
+            step=step.step,
+            kind=KIND_CLAIM,
+            epoch=progress.epoch,
+            ctx_version=run.ctx_version(),
+            item={"lane": lane_no, "frame": lane.frame},
+            meta={"max_rows": progress.max_rows},
+        )
+    )
+
+
+def on_claim(run: Pass, step: Step, completion: Completion) -> None:
+    st = run.state.step(step.step)
+    progress = st.loop
+    coordinate = parse_claim(completion.command_id)
+    if progress is None or progress.lanes is None or coordinate is None:
+        return
+    lane_no, frame = coordinate
+    if progress.epoch != completion.epoch or progress.done or lane_no >= len(progress.lanes):
+        return  # stale: an older epoch
+    lane = progress.lanes[lane_no]
+    if not lane.claiming or lane.frame != frame:
+        return  # a duplicate completion of a claim already folded
+    lane.claiming = False
+    progress.in_flight -= 1
+    run.state.in_flight -= 1
+    rows = _rows(completion.outcome)
+    if not completion.ok:
+        lane.drained = True
+        error = completion.outcome.get("error")
+        run.fail(
+            step.step,
+            completion.epoch,
+            f"cursor claim (lane {lane_no}, frame {frame}) failed: {error_message(error)}",
+            error,
+        )
+    elif not rows:
+        lane.drained = True
+    else:
+        _plan_frame(run, step, st, lane_no, rows)
+    _after_lane_change(run, step, st)
+
+
+def _rows(outcome: dict[str, Any]) -> list[Any]:
+    result = outcome.get("result")
+    rows = result.get("rows") if isinstance(result, dict) else None
+    return rows if isinstance(rows, list) else []
+
+
+def _plan_frame(run: Pass, step: Step, st: StepState, lane_no: int, rows: list[Any]) -> None:
+    assert step.loop is not None
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane = progress.lanes[lane_no]
+    lane.start = lane.next = progress.total
+    lane.stop = progress.total + len(rows)
+    progress.total = lane.stop
+    run.decision.plans.append(
+        LoopPlan(
+            step=step.step,
+            epoch=progress.epoch,
+            items=rows,
+            ctx_version=run.ctx_version(),
+            meta={
+                "iterator": step.loop.iterator,
+                "lane": lane_no,
+                "frame": lane.frame,
+                "frame_start": lane.start,
+            },
+            start=lane.start,
+        )
+    )
+    _refill(run, step, st, lane_no)
+
+
+def _refill(run: Pass, step: Step, st: StepState, lane_no: int) -> None:
+    from noetl_celery.orchestrator.loops import issue_range
+
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane = progress.lanes[lane_no]
+    count = min(progress.row_concurrency - lane.in_flight, lane.stop - lane.next)
+    if count <= 0:
+        return
+    issue_range(run, step.step, progress.epoch, lane.next, lane.next + count)
+    lane.next += count
+    lane.in_flight += count
+    progress.in_flight += count
+    run.state.in_flight += count
+
+
+def lane_of(progress: LoopProgress, iteration: int) -> int | None:
+    for number, lane in enumerate(progress.lanes or []):
+        if lane.start <= iteration < lane.stop:
+            return number
+    return None
+
+
+def on_body(run: Pass, step: Step, completion: Completion) -> None:
+    """A claimed row finished: count it, refill its lane, claim the next frame."""
+    from noetl_celery.orchestrator.loops import apply_iteration
+
+    st = run.state.step(step.step)
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane_no = lane_of(progress, completion.iteration or 0)
+    if lane_no is None:
+        return
+    lane = progress.lanes[lane_no]
+    lane.in_flight -= 1
+    progress.in_flight -= 1
+    run.state.in_flight -= 1
+    apply_iteration(run, step, completion)
+    if lane.next < lane.stop:
+        _refill(run, step, st, lane_no)
+    elif lane.in_flight == 0 and not lane.drained:
+        _claim(run, step, st, lane_no)
+    _after_lane_change(run, step, st)
+
+
+def _after_lane_change(run: Pass, step: Step, st: StepState) -> None:
+    from noetl_celery.orchestrator.loops import finish_loop
+
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    if progress.in_flight == 0 and all(lane.drained for lane in progress.lanes):
+        finish_loop(run, step, st)

@@ -1,0 +1,133 @@
+"""Cursor loops in the pure core: lanes claim frames until the queue is drained; every
+row runs exactly once; loop.done once; lanes and rows in flight stay within bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.orchestrator.sim import Sim, err, ok, playbook
+
+CURSOR = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: cursor}}
+workflow:
+  - step: drain
+    loop:
+      cursor: {{kind: postgres, auth: pg, claim: "claim {{{{ __frame_max_rows }}}}"}}
+      iterator: row
+      spec:
+        mode: cursor
+        max_in_flight: {lanes}
+        frame: {{max_rows: {rows}, row_concurrency: {conc}}}
+    tool: {{kind: noop}}
+    next: {{arcs: [{{step: after, when: "{{{{ event.name == 'loop.done' }}}}"}}]}}
+  - step: after
+    tool: {{kind: noop}}
+"""
+
+
+class Queue:
+    """The work queue behind the claim SQL: claims pop up to max_rows rows."""
+
+    def __init__(self, size: int, max_rows: int, fail_claim: bool = False) -> None:
+        self.pending = list(range(size))
+        self.max_rows = max_rows
+        self.fail_claim = fail_claim
+        self.claims = 0
+
+    def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+        if step == "drain" and iteration is None:  # a claim
+            self.claims += 1
+            if self.fail_claim:
+                return err("relation does not exist", kind="db_error")
+            frame, self.pending = self.pending[: self.max_rows], self.pending[self.max_rows :]
+            return ok({"rows": [{"id": i} for i in frame], "row_count": len(frame)})
+        if step == "drain" and item["id"] == 7:
+            return err("row 7 is bad")
+        return ok({"seen": item["id"]} if item else {})
+
+
+def peaks(sim: Sim) -> tuple[int, int]:
+    lanes_claiming = rows = 0
+    for d in sim.decisions:
+        lp = d.state.steps.get("drain")
+        if lp is None or lp.loop is None or lp.loop.lanes is None:
+            continue
+        rows = max(rows, max(lane.in_flight for lane in lp.loop.lanes))
+        lanes_claiming = max(lanes_claiming, sum(lane.claiming for lane in lp.loop.lanes))
+    return lanes_claiming, rows
+
+
+@pytest.mark.parametrize(
+    ("size", "lanes", "rows", "conc", "batch"),
+    [(50, 1, 10, 1, 1), (50, 4, 10, 3, 1), (53, 4, 10, 3, 7), (5, 8, 2, 2, 3), (200, 3, 25, 5, 20)],
+)
+def test_drains_every_row_exactly_once(
+    size: int, lanes: int, rows: int, conc: int, batch: int
+) -> None:
+    queue = Queue(size, rows)
+    sim = Sim(playbook(CURSOR.format(lanes=lanes, rows=rows, conc=conc)), queue)
+    state = sim.run(batch=batch)
+    assert state.status == "COMPLETED"
+    bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)
+    assert bodies == list(range(size))  # every claimed row ran once
+    stats = sim.results[("drain", 1)]["stats"]
+    assert stats == {
+        "total": size,
+        "success": size - (1 if size > 7 else 0),
+        "failed": 1 if size > 7 else 0,
+    }
+    assert sim.event_types().count("loop.done") == 1
+    assert "after" in sim.steps_ran()
+    claiming, in_flight = peaks(sim)
+    assert claiming <= lanes and in_flight <= conc
+    # every lane ends with one empty claim; frames are at most max_rows
+    assert queue.claims == -(-size // rows) + lanes
+
+
+def test_an_empty_queue_finishes_after_one_claim_per_lane() -> None:
+    queue = Queue(0, 10)
+    sim = Sim(playbook(CURSOR.format(lanes=3, rows=10, conc=2)), queue)
+    assert sim.run().status == "COMPLETED"
+    assert queue.claims == 3
+    assert sim.results[("drain", 1)]["stats"]["total"] == 0
+
+
+def test_a_failing_claim_fails_the_step() -> None:
+    sim = Sim(playbook(CURSOR.format(lanes=2, rows=10, conc=2)), Queue(10, 10, fail_claim=True))
+    state = sim.run()
+    assert state.status == "FAILED"
+    assert "cursor claim" in state.failures[0]["message"]
+    assert "relation does not exist" in state.failures[0]["message"]
+
+
+def test_reentry_starts_new_frames() -> None:
+    text = (
+        CURSOR.format(lanes=2, rows=5, conc=2)
+        .replace(
+            "next: {arcs: [{step: after, when: \"{{ event.name == 'loop.done' }}\"}]}",
+            "next: {arcs: [{step: again, when: \"{{ event.name == 'loop.done' }}\"}]}\n"
+            "  - step: again\n"
+            "    tool: {kind: noop}\n"
+            "    set: {ctx.rounds: '{{ rounds + 1 }}'}\n"
+            "    next: {arcs: [{step: drain, when: '{{ rounds < 3 }}'}, {step: after}]}",
+        )
+        .replace("metadata: {name: cursor}", "metadata: {name: cursor}\nworkload: {rounds: 0}")
+    )
+    queue = Queue(12, 5)
+    refills = [list(range(100, 104)), list(range(200, 203))]
+
+    def refill(step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+        if step == "again" and refills:
+            queue.pending = refills.pop(0)  # more work arrives between epochs
+        return queue(step, item, iteration)
+
+    sim = Sim(playbook(text), refill)
+    state = sim.run()
+    assert state.status == "COMPLETED"
+    done = [e["epoch"] for e in sim.events if e["type"] == "loop.done"]
+    assert done == [1, 2, 3]
+    assert [sim.results[("drain", e)]["stats"]["total"] for e in (1, 2, 3)] == [12, 4, 3]
+    assert state.steps["drain"].epoch == 3
