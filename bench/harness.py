@@ -101,7 +101,9 @@ def python() -> str:
 
 
 @contextmanager
-def engine_and_worker(url: str, log: Path) -> Iterator[tuple[Engine, subprocess.Popen[bytes]]]:
+def engine_and_worker(
+    url: str, log: Path, credentials: Path | None = None
+) -> Iterator[tuple[Engine, subprocess.Popen[bytes]]]:
     """A fresh Redis db, one `noetl-celery worker` (prefork, concurrency 2), and an engine
     in this process publishing to it."""
     from noetl_celery.engine.service import Engine
@@ -110,13 +112,15 @@ def engine_and_worker(url: str, log: Path) -> Iterator[tuple[Engine, subprocess.
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
     flush_redis()
+    creds = str(credentials or "")
     settings = Settings(
         home=Path(tempfile.mkdtemp()),
         database_url=url,
         broker_url=REDIS_URL,
         wait_poll_seconds=0.005,
+        credentials_file=creds,
     )
-    env = env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL)
+    env = env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=creds)
     cmd = [
         python(),
         "-m",

@@ -59,8 +59,20 @@ class Settings:
     credentials_file: str = ""
     # in-process worker threads for the embedded mode
     embedded_workers: int = 8
-    # a running command's lease; a worker that stops renewing it is presumed dead
-    lease_seconds: int = 300
+    # a running command's lease; the worker renews it every lease/3 s (heartbeat); a
+    # command whose lease expired is presumed lost with its worker and issued again
+    lease_seconds: int = 30
+    # how often the reaper sweeps (a celery beat entry, or a thread in embedded mode)
+    reaper_interval_seconds: float = 5.0
+    # an issued command no worker started after this long is published again (lost
+    # message, flushed broker); duplicates are harmless (conditional claim)
+    issued_grace_seconds: float = 30.0
+    # runs of a command whose worker was lost, before it fails for good
+    max_attempts: int = 3
+    # an execution with completions waiting this long and nobody folding them is woken
+    wake_grace_seconds: float = 5.0
+    # an execution running longer than this fails (0: no limit)
+    execution_timeout_seconds: float = 0.0
     # completions folded per orchestration transaction (bounds transaction time)
     orchestrate_batch: int = 1000
     # default HTTP timeout when a tool gives none
@@ -118,7 +130,18 @@ class Settings:
             broker_url=env.get("NOETL_BROKER_URL", "").strip(),
             credentials_file=env.get("NOETL_CREDENTIALS_FILE", "").strip(),
             embedded_workers=_int(env, "NOETL_EMBEDDED_WORKERS", base.embedded_workers, 1),
-            lease_seconds=_int(env, "NOETL_LEASE_SECONDS", base.lease_seconds, 5),
+            lease_seconds=_int(env, "NOETL_LEASE_SECONDS", base.lease_seconds, 3),
+            reaper_interval_seconds=_float(
+                env, "NOETL_REAPER_INTERVAL_SECONDS", base.reaper_interval_seconds
+            ),
+            issued_grace_seconds=_float(
+                env, "NOETL_ISSUED_GRACE_SECONDS", base.issued_grace_seconds
+            ),
+            max_attempts=_int(env, "NOETL_MAX_ATTEMPTS", base.max_attempts, 1),
+            wake_grace_seconds=_float(env, "NOETL_WAKE_GRACE_SECONDS", base.wake_grace_seconds),
+            execution_timeout_seconds=_float(
+                env, "NOETL_EXECUTION_TIMEOUT_SECONDS", base.execution_timeout_seconds
+            ),
             orchestrate_batch=_int(env, "NOETL_ORCHESTRATE_BATCH", base.orchestrate_batch, 1),
             http_timeout_seconds=_float(
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds

@@ -30,6 +30,8 @@ from noetl_celery.tools.base import ToolOutcome
 
 # runs one task: (label, tool, context, spawn key) -> outcome (or raises Suspend)
 TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any], str], ToolOutcome]
+# asked before every task: None to go on, or (error kind, message) to stop there
+StopCheck = Callable[[], tuple[str, str] | None]
 
 
 @dataclass
@@ -97,6 +99,7 @@ def run_pipeline(
     run_task: TaskRunner,
     limits: PipelineLimits,
     resume: Mapping[str, Any] | None = None,
+    stop: StopCheck | None = None,
 ) -> dict[str, Any] | Suspended:
     """Run the tasks; return the step's outcome (see models.outcome), or `Suspended`.
 
@@ -111,6 +114,10 @@ def run_pipeline(
     status, failure = "ok", None
     base_ctx = base.get("ctx") or {}
     while run.index < len(tasks):
+        reason = stop() if stop is not None else None
+        if reason is not None:  # cancelled, taken over, or past the step's deadline
+            status, failure = PIPELINE_STATUS_FAILED, {"kind": reason[0], "message": reason[1]}
+            break
         label, tool = tasks[run.index]
         attempt = run.attempts.get(label, 1)
         context = {

@@ -14,7 +14,7 @@ from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM
 from noetl_celery.engine.claims import run_claim
-from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
+from noetl_celery.engine.pipeline import PipelineLimits, StopCheck, run_pipeline
 from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
@@ -54,11 +54,19 @@ class StepRunner:
             meta = command.meta or {}
             cursor_row = None
             if "lane" in meta:  # a cursor body: where its row came from (reference §4.6)
+                slot = f"{command.epoch}:slot-{meta['lane']}"
                 cursor_row = {
-                    "_worker_slot_id": f"{command.epoch}:slot-{meta['lane']}",
+                    "_worker_slot_id": slot,
                     "_frame_index": meta["frame"],
                     "_frame_row_index": command.iteration - meta.get("frame_start", 0),
                 }
+                if meta.get("process") == "frame":  # the whole frame: item = its rows
+                    extra["frame"] = {
+                        "index": meta["frame"],
+                        "row_count": meta.get("frame_rows"),
+                        "rows": command.item,
+                        "worker_slot_id": slot,
+                    }
             names = iteration_names(
                 step.loop.iterator, command.item, command.iteration, meta.get("total"), cursor_row
             )
@@ -70,7 +78,11 @@ class StepRunner:
         return context, scope
 
     def run(
-        self, playbook: Playbook, command: ClaimedCommand, children: Children | None = None
+        self,
+        playbook: Playbook,
+        command: ClaimedCommand,
+        children: Children | None = None,
+        stop: StopCheck | None = None,
     ) -> dict[str, Any] | Suspended:
         """The command's outcome, or `Suspended` when it must wait for a child."""
         started = time.monotonic()
@@ -110,7 +122,7 @@ class StepRunner:
                 return make_outcome("error", None, {"kind": "template_error", "message": str(exc)})
             context = {**context, **step_input}
             outcome = run_pipeline(
-                step.step, step.tasks(), context, scope, run_task, self.limits, resume
+                step.step, step.tasks(), context, scope, run_task, self.limits, resume, stop
             )
         else:
             assert isinstance(step.tool, ToolSpec)

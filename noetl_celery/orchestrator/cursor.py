@@ -27,17 +27,25 @@ if TYPE_CHECKING:
 
 
 def enter_cursor(run: Pass, step: Step, window: int, max_rows: int, row_concurrency: int) -> None:
-    """Start a new epoch: `window` lanes, each claiming its first frame."""
+    """Start a new epoch: `window` lanes, each claiming its first frame.
+
+    With `frame.process: frame` a frame has one body command whose item is the list of
+    its rows (bulk processing); counts are still per row."""
+    assert step.loop is not None
+    frame = step.loop.spec.frame
+    per_frame = frame is not None and frame.process == "frame"
+    concurrency = 1 if per_frame else row_concurrency
     st = run.state.step(step.step)
     st.status = "running"
     st.loop = LoopProgress(
         epoch=st.epoch,
         total=0,
-        window=window * row_concurrency,
+        window=window * concurrency,
         mode="cursor",
         lanes=[Lane() for _ in range(window)],
         max_rows=max_rows,
-        row_concurrency=row_concurrency,
+        row_concurrency=concurrency,
+        per_frame=per_frame,
     )
     run.touched_loops.add(step.step)
     for lane in range(window):
@@ -110,21 +118,26 @@ def _plan_frame(run: Pass, step: Step, st: StepState, lane_no: int, rows: list[A
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
-    lane.start = lane.next = progress.total
-    lane.stop = progress.total + len(rows)
-    progress.total = lane.stop
+    bodies: list[Any] = [rows] if progress.per_frame else rows
+    lane.start = lane.next = progress.next_index  # body iterations are numbered per epoch
+    lane.stop = progress.next_index = lane.start + len(bodies)
+    lane.rows = len(rows)
+    progress.total += len(rows)
+    meta = {
+        "iterator": step.loop.iterator,
+        "lane": lane_no,
+        "frame": lane.frame,
+        "frame_start": lane.start,
+    }
+    if progress.per_frame:
+        meta.update(process="frame", frame_rows=len(rows))
     run.decision.plans.append(
         LoopPlan(
             step=step.step,
             epoch=progress.epoch,
-            items=rows,
+            items=bodies,
             ctx_version=run.ctx_version(),
-            meta={
-                "iterator": step.loop.iterator,
-                "lane": lane_no,
-                "frame": lane.frame,
-                "frame_start": lane.start,
-            },
+            meta=meta,
             start=lane.start,
         )
     )
@@ -168,7 +181,7 @@ def on_body(run: Pass, step: Step, completion: Completion) -> None:
     lane.in_flight -= 1
     progress.in_flight -= 1
     run.state.in_flight -= 1
-    apply_iteration(run, step, completion)
+    apply_iteration(run, step, completion, weight=lane.rows if progress.per_frame else 1)
     if lane.next < lane.stop:
         _refill(run, step, st, lane_no)
     elif lane.in_flight == 0 and not lane.drained:

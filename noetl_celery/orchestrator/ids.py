@@ -20,6 +20,20 @@ def iteration_command_id(
     return base if attempt == 1 else f"{base}:a{attempt}"
 
 
+def base_command_id(command_id: str) -> str:
+    """The logical coordinate of a command, without its `:a<attempt>` suffix."""
+    head, sep, last = command_id.rpartition(":")
+    if sep and last.startswith("a") and last[1:].isdigit():
+        return head
+    return command_id
+
+
+def with_attempt(command_id: str, attempt: int) -> str:
+    """The id of run `attempt` of the same logical command (attempt 1 has no suffix)."""
+    base = base_command_id(command_id)
+    return base if attempt == 1 else f"{base}:a{attempt}"
+
+
 def claim_command_id(execution_id: str, step: str, epoch: int, lane: int, frame: int) -> str:
     """A cursor lane's claim of one frame."""
     return f"{execution_id}:{step}:{epoch}:c{lane}.{frame}"
@@ -27,7 +41,7 @@ def claim_command_id(execution_id: str, step: str, epoch: int, lane: int, frame:
 
 def parse_claim(command_id: str) -> tuple[int, int] | None:
     """(lane, frame) of a claim command id, None for any other command."""
-    last = command_id.rsplit(":", 1)[-1]
+    last = base_command_id(command_id).rsplit(":", 1)[-1]
     if not last.startswith("c") or "." not in last:
         return None
     lane, _, frame = last[1:].partition(".")

@@ -155,15 +155,16 @@ def issue_range(run: Pass, name: str, epoch: int, start: int, stop: int) -> None
         issues.append(IssueRange(name, epoch, start, stop, version))
 
 
-def apply_iteration(run: Pass, step: Step, completion: Completion) -> None:
-    """Count a finished iteration (or cursor row) and apply what it reports."""
+def apply_iteration(run: Pass, step: Step, completion: Completion, weight: int = 1) -> None:
+    """Count a finished iteration (`weight` rows for a cursor frame body) and apply what
+    it reports."""
     progress = run.state.step(step.step).loop
     assert progress is not None
     outcome = completion.outcome
     if completion.ok:
-        progress.succeeded += 1
+        progress.succeeded += weight
     else:
-        progress.failed += 1
+        progress.failed += weight
     if outcome.get("ctx"):
         run.state.vars.update(outcome["ctx"])
         run.touch()

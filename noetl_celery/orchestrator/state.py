@@ -26,6 +26,7 @@ class Lane:
     next: int = 0  # next body iteration of the frame to issue
     in_flight: int = 0  # bodies of the frame in flight
     drained: bool = False  # a claim returned no rows (or failed)
+    rows: int = 0  # rows of the current frame
 
 
 @dataclass
@@ -43,6 +44,7 @@ class LoopProgress:
     lanes: list[Lane] | None = None
     max_rows: int = 0
     row_concurrency: int = 0
+    per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
 
     @property
     def finished(self) -> int:
@@ -71,7 +73,7 @@ class StepState:
         if self.loop is None:
             data.pop("loop")
         elif self.loop.lanes is None:
-            for key in ("lanes", "max_rows", "row_concurrency"):
+            for key in ("lanes", "max_rows", "row_concurrency", "per_frame"):
                 data["loop"].pop(key)
         return data
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, update
 
 from noetl_celery.constants import (
     CMD_ISSUED,
@@ -274,6 +274,26 @@ class Store:
     def execution_state(conn: Connection, execution_id: str) -> dict[str, Any] | None:
         value = conn.execute(STATE_OF, {"b_eid": execution_id}).scalar()
         return dict(value) if value else None
+
+    def renew_lease(self, command_id: str, seconds: float) -> bool:
+        """Extend a running command's lease; False when it is no longer running."""
+        now = utcnow()
+        with self.db.single_write() as conn:
+            row = conn.execute(
+                update(commands)
+                .where(commands.c.command_id == command_id, commands.c.status == CMD_RUNNING)
+                .values(lease_until=now + timedelta(seconds=seconds))
+                .returning(commands.c.command_id)
+            ).first()
+        return row is not None
+
+    def set_deadline(self, command_id: str, seconds: float) -> None:
+        with self.db.single_write() as conn:
+            conn.execute(
+                update(commands)
+                .where(commands.c.command_id == command_id)
+                .values(deadline_at=utcnow() + timedelta(seconds=seconds))
+            )
 
     # ---- immutable lookups ------------------------------------------------------------------
     def context(self, execution_id: str, version: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.check_schema` compares it.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 metadata = MetaData()
 
@@ -114,6 +114,8 @@ commands = Table(
     Column("resume", Json, nullable=True),
     Column("worker", String(256), nullable=True),
     Column("lease_until", DateTime, nullable=True),
+    # a step `spec.timeout` turns into a deadline; the reaper fails a command past it
+    Column("deadline_at", DateTime, nullable=True),
     Column("issued_at", DateTime, nullable=True),
     Column("started_at", DateTime, nullable=True),
     Column("finished_at", DateTime, nullable=True),
@@ -219,4 +221,14 @@ loops = Table(
     Column("failed", Integer, nullable=False, default=0),
     Column("done", Boolean, nullable=False, default=False),
     Column("updated_at", DateTime, nullable=False, default=utcnow),
+)
+
+# Leases of single-instance duties (the reaper): a row per duty, held by `owner` until
+# `expires_at`; taken over only once it has expired.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("owner", String(256), nullable=False),
+    Column("expires_at", DateTime, nullable=False),
 )

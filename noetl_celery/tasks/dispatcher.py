@@ -1,7 +1,8 @@
 """Publishes commands as Celery messages (ids only: a few dozen bytes each).
 
 Messages are sent by task name, so any process with a configured app (the CLI, a test)
-can publish without importing the task functions. Each thread keeps one producer on a
+can publish without importing the task functions, and through the anonymous exchange, so
+publishing does not depend on routing state kept in the broker. Each thread keeps one producer on a
 connection of its own: a worker publishes after most completions, and acquiring a pooled
 producer per publish cost more than the publish itself (see also tasks.kombu_redis).
 """
@@ -59,7 +60,11 @@ class CeleryDispatcher:
                 log.debug("closing a broken producer connection failed", exc_info=True)
 
     def _send(self, name: str, arg: str, queue: str) -> None:
-        self.app.send_task(name, args=(arg,), queue=queue, producer=self._producer())
+        # the anonymous exchange routes by queue name alone: kombu's Redis transport keeps
+        # exchange bindings in Redis keys, which a FLUSHALL wipes; this keeps working then
+        self.app.send_task(
+            name, args=(arg,), exchange="", routing_key=queue, producer=self._producer()
+        )
 
     def publish(self, command_ids: Sequence[str]) -> None:
         for command_id in command_ids:

@@ -131,3 +131,24 @@ def test_reentry_starts_new_frames() -> None:
     assert done == [1, 2, 3]
     assert [sim.results[("drain", e)]["stats"]["total"] for e in (1, 2, 3)] == [12, 4, 3]
     assert state.steps["drain"].epoch == 3
+
+
+def test_frame_processing_runs_one_body_per_frame_and_counts_rows() -> None:
+    text = CURSOR.format(lanes=3, rows=10, conc=4).replace(
+        "frame: {max_rows: 10, row_concurrency: 4}",
+        "frame: {max_rows: 10, row_concurrency: 4, process: frame}")
+    seen: list[int] = []
+
+    class FrameQueue(Queue):
+        def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+            if step == "drain" and iteration is not None:
+                seen.extend(row["id"] for row in item)  # the body gets the frame's rows
+                return ok({"n": len(item)})
+            return super().__call__(step, item, iteration)
+
+    sim = Sim(playbook(text), FrameQueue(47, 10))
+    assert sim.run(batch=2).status == "COMPLETED"
+    assert sorted(seen) == list(range(47))
+    bodies = [i for s, i in sim.ran if s == "drain" and i is not None]
+    assert len(bodies) == 5  # ceil(47 / 10) frames
+    assert sim.results[("drain", 1)]["stats"] == {"total": 47, "success": 47, "failed": 0}

@@ -1,0 +1,155 @@
+"""Cursor drain: 20,000 queue rows drained by a cursor loop with a no-op body
+(max_in_flight 4, frame.max_rows 50) on Postgres + Redis + one worker process
+(prefork, concurrency 2), against bare Python SKIP LOCKED loops on the same table shape,
+measured in the same run:
+
+- `bare claim`: one client claims frames of 50 (`UPDATE ... FOR UPDATE SKIP LOCKED ...
+  RETURNING`) until the queue is empty (what the engine's claims do, minus everything else)
+- `bare claim + mark`: the same, then marks every row done with its own UPDATE (a drain
+  loop that records each row, one commit per row)
+
+and, for perspective, two more figures: the engine with `frame.process: frame` (one body
+command per frame of 50 rows instead of one per row), and a raw Celery chord of as many
+no-op tasks (the ceiling of anything that runs one Celery task per row on this machine).
+
+    python -m bench.cursor_drain [--rows 20000] [--runs 3]
+
+Target (issue 4): engine rows/s >= 0.5x the bare loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from bench import harness
+from bench.loop_fanout import run_chord
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+
+CLAIM = """
+WITH c AS (SELECT id FROM public.bench_queue WHERE run = %(run)s AND status = 'pending'
+           ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %(n)s)
+UPDATE public.bench_queue q SET status = 'claimed' FROM c
+WHERE q.run = %(run)s AND q.id = c.id RETURNING q.id
+"""
+
+PLAYBOOK = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: bench_cursor, path: bench/cursor}
+workload: {run: x}
+workflow:
+  - step: drain
+    loop:
+      cursor:
+        kind: postgres
+        auth: bench
+        claim: |
+          WITH c AS (SELECT id FROM public.bench_queue WHERE run = '{{ run }}'
+                       AND status = 'pending'
+                     ORDER BY id FOR UPDATE SKIP LOCKED LIMIT {{ __frame_max_rows }})
+          UPDATE public.bench_queue q SET status = 'claimed' FROM c
+          WHERE q.run = '{{ run }}' AND q.id = c.id RETURNING q.id
+      iterator: row
+      spec: {mode: cursor, max_in_flight: 4, frame: {max_rows: 50, row_concurrency: 25}}
+    tool: {kind: noop}
+"""
+
+
+def seed(dsn: str, run: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.bench_queue "
+            "(run text, id int, status text, PRIMARY KEY (run, id))"
+        )
+        conn.execute(
+            "INSERT INTO public.bench_queue SELECT %s, g, 'pending' FROM generate_series(1, %s) g",
+            (run, rows),
+        )
+
+
+def bare(dsn: str, run: str, mark: bool) -> int:
+    drained = 0
+    with psycopg.connect(dsn) as conn:
+        while True:
+            ids = [r[0] for r in conn.execute(CLAIM, {"run": run, "n": 50}).fetchall()]
+            conn.commit()
+            if not ids:
+                return drained
+            if mark:
+                for row_id in ids:
+                    conn.execute(
+                        "UPDATE public.bench_queue SET status = 'done' WHERE run = %s AND id = %s",
+                        (run, row_id),
+                    )
+                    conn.commit()
+            drained += len(ids)
+
+
+def engine_run(
+    url: str, run: str, logdir: Path, creds: Path, per_frame: bool = False
+) -> tuple[float, int]:
+    text = PLAYBOOK.replace("row_concurrency: 25}", "row_concurrency: 25, process: frame}")
+    with harness.engine_and_worker(url, logdir / "worker.log", credentials=creds) as (engine, _):
+        started = time.time()
+        eid = engine.start_text(text if per_frame else PLAYBOOK, {"run": run})
+        row = engine.wait(eid, 3600)
+        wall = time.time() - started
+        assert row.status == "COMPLETED", row.error
+        stats = engine.summary(eid)["steps"]["drain"]["stats"]
+    return wall, stats["total"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    url = harness.fresh_database("noetl_bench_cursor")
+    dsn = url.replace("postgresql+psycopg", "postgresql")
+    Engine(Settings(database_url=url)).close()
+    logdir = Path(tempfile.mkdtemp(prefix="bench-cursor-"))
+    creds = logdir / "creds.json"
+    creds.write_text(json.dumps({"bench": {"dsn": dsn}}))
+    rates: dict[str, list[float]] = {
+        "bare claim": [],
+        "bare claim + mark": [],
+        "engine": [],
+        "engine, per frame": [],
+        "celery chord": [],
+    }
+    for run in range(args.runs):
+        for name, mark in (("bare claim", False), ("bare claim + mark", True)):
+            tag = f"{name}-{run}"
+            seed(dsn, tag, args.rows)
+            started = time.perf_counter()
+            drained = bare(dsn, tag, mark)
+            rates[name].append(drained / (time.perf_counter() - started))
+        for name, per_frame in (("engine", False), ("engine, per frame", True)):
+            tag = f"{name}-{run}"
+            seed(dsn, tag, args.rows)
+            wall, total = engine_run(url, tag, logdir, creds, per_frame)
+            assert total == args.rows, total
+            rates[name].append(total / wall)
+        rates["celery chord"].append(args.rows / run_chord(args.rows, logdir))
+        print(
+            f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:.0f} rows/s" for k, v in rates.items()),
+            flush=True,
+        )
+    per_row = statistics.median(rates["engine"])
+    per_frame = statistics.median(rates["engine, per frame"])
+    print(f"\n{'drain':20} {'rows/s':>8} {'engine/x':>9} {'per-frame engine/x':>19}")
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(f"{name:20} {median:8.0f} {per_row / median:9.2f} {per_frame / median:19.2f}")
+    print(f"target: engine >= 0.5x the bare loop (medians of {args.runs} runs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""The reaper's queries: what was lost, and putting it back (design §3).
+
+- an `issued` command nobody started within the grace period (lost message, flushed
+  broker) is published again; duplicates are harmless (conditional claim)
+- a `running` command whose lease expired (its worker is gone) is issued again as the
+  next attempt of the same coordinate (`:a<n>`, same item, same context), up to a limit;
+  past the limit, or past its step deadline, it fails with a terminal event in the inbox
+- an execution with completions waiting and nobody folding them is woken
+
+Only RUNNING executions are looked at, through their commands' index (there is no index
+on `commands.status`: it would make every claim and close a non-HOT update).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, or_, select, update
+
+from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING, EV_COMMAND_FAILED, RUNNING
+from noetl_celery.orchestrator.ids import with_attempt
+from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.schema import commands, events, executions, inbox, leases, utcnow
+
+if TYPE_CHECKING:
+    from noetl_celery.store.repository import Store
+
+EXPIRED = "expired"  # a run whose worker was lost; its next attempt replaces it
+_of_execution = executions.c.execution_id == commands.c.execution_id
+
+
+@dataclass(frozen=True)
+class LostCommand:
+    command_id: str
+    execution_id: str
+    step: str
+    kind: str
+    epoch: int
+    iteration: int | None
+    attempt: int
+    ctx_version: int
+    item: Any
+    meta: dict[str, Any] | None
+    resume: dict[str, Any] | None
+    lease_until: dt.datetime | None
+    deadline_at: dt.datetime | None
+
+
+def take_lease(store: Store, name: str, owner: str, ttl: float) -> bool:
+    """Hold the duty `name` for `ttl` seconds unless another owner holds it unexpired."""
+    now = utcnow()
+    with store.db.engine.begin() as conn:
+        stmt = upsert(
+            conn,
+            leases,
+            ["name"],
+            {"name": name, "owner": owner, "expires_at": now + dt.timedelta(seconds=ttl)},
+        )
+        stmt = stmt.where(or_(leases.c.expires_at < now, leases.c.owner == owner))
+        conn.execute(stmt)
+        holder = conn.execute(select(leases.c.owner).where(leases.c.name == name)).scalar()
+    return bool(holder == owner)
+
+
+def _running_commands(status: str) -> Any:
+    return (
+        select(
+            commands.c.command_id,
+            commands.c.execution_id,
+            commands.c.step,
+            commands.c.kind,
+            commands.c.epoch,
+            commands.c.iteration,
+            commands.c.attempt,
+            commands.c.ctx_version,
+            commands.c.item,
+            commands.c.meta,
+            commands.c.resume,
+            commands.c.lease_until,
+            commands.c.deadline_at,
+        )
+        .select_from(
+            commands.join(executions, executions.c.execution_id == commands.c.execution_id)
+        )
+        .where(executions.c.status == RUNNING, commands.c.status == status)
+    )
+
+
+def republish_stale(store: Store, grace: float, limit: int = 1000) -> list[str]:
+    """Issued commands not started within `grace` seconds; their issue time is renewed,
+    so each is published again at most once per grace period."""
+    now = utcnow()
+    with store.db.engine.begin() as conn:
+        rows = conn.execute(
+            _running_commands(CMD_ISSUED)
+            .where(commands.c.issued_at < now - dt.timedelta(seconds=grace))
+            .limit(limit)
+        ).all()
+        ids = [r.command_id for r in rows]
+        if ids:
+            conn.execute(
+                update(commands)
+                .where(commands.c.command_id.in_(ids), commands.c.status == CMD_ISSUED)
+                .values(issued_at=now)
+            )
+    return ids
+
+
+def lost_commands(store: Store, limit: int = 1000) -> list[LostCommand]:
+    """Running commands whose lease expired or whose deadline passed."""
+    now = utcnow()
+    with store.db.read_engine.connect() as conn:
+        rows = conn.execute(
+            _running_commands(CMD_RUNNING)
+            .where(or_(commands.c.lease_until < now, commands.c.deadline_at < now))
+            .limit(limit)
+        ).all()
+    return [LostCommand(**r._mapping) for r in rows]
+
+
+def reissue(store: Store, lost: LostCommand) -> str | None:
+    """Replace a lost run by its next attempt (same coordinate, item and context).
+    Returns the new command id to publish, or None if the command moved on meanwhile."""
+    now = utcnow()
+    new_id = with_attempt(lost.command_id, lost.attempt + 1)
+    with store.db.engine.begin() as conn:
+        if not _expire(conn, lost, EXPIRED, now):
+            return None
+        conn.execute(
+            insert_ignore(conn, commands),
+            {
+                "command_id": new_id,
+                "execution_id": lost.execution_id,
+                "step": lost.step,
+                "kind": lost.kind,
+                "epoch": lost.epoch,
+                "iteration": lost.iteration,
+                "attempt": lost.attempt + 1,
+                "status": CMD_ISSUED,
+                "ctx_version": lost.ctx_version,
+                "item": lost.item,
+                "meta": lost.meta,
+                "resume": lost.resume,
+                "issued_at": now,
+            },
+        )
+    return new_id
+
+
+def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
+    """Fail a lost command for good: a terminal event in the inbox, as a worker would."""
+    now = utcnow()
+    with store.db.engine.begin() as conn:
+        if not _expire(conn, lost, "failed", now):
+            return False
+        event_id = conn.execute(
+            insert_ignore(conn, events).returning(events.c.event_id),
+            {
+                "execution_id": lost.execution_id,
+                "type": EV_COMMAND_FAILED,
+                "step": lost.step,
+                "command_id": lost.command_id,
+                "epoch": lost.epoch,
+                "iteration": lost.iteration,
+                "created_at": now,
+                "payload": {
+                    "status": "error",
+                    "result": None,
+                    "error": {"kind": kind, "message": message, "retryable": False},
+                },
+            },
+        ).scalar()
+        if event_id is not None:
+            conn.execute(
+                inbox.insert().values(
+                    event_id=event_id,
+                    execution_id=lost.execution_id,
+                    step=lost.step,
+                    epoch=lost.epoch,
+                    iteration=lost.iteration,
+                )
+            )
+    return True
+
+
+def _expire(conn: Connection, lost: LostCommand, status: str, now: dt.datetime) -> bool:
+    done = conn.execute(
+        update(commands)
+        .where(
+            commands.c.command_id == lost.command_id,
+            commands.c.status == CMD_RUNNING,
+            or_(commands.c.lease_until < now, commands.c.deadline_at < now),
+        )
+        .values(status=status, finished_at=now)
+        .returning(commands.c.command_id)
+    ).first()
+    return done is not None
+
+
+def executions_to_wake(store: Store, grace: float, limit: int = 500) -> list[str]:
+    """RUNNING executions with a completion waiting longer than `grace`, or never
+    started (no state yet: the process that created them died before its first pass)."""
+    cutoff = utcnow() - dt.timedelta(seconds=grace)
+    with store.db.read_engine.connect() as conn:
+        waiting = (
+            conn.execute(
+                select(inbox.c.execution_id)
+                .select_from(inbox.join(events, events.c.event_id == inbox.c.event_id))
+                .where(events.c.created_at < cutoff)
+                .group_by(inbox.c.execution_id)
+                .limit(limit)
+            )
+            .scalars()
+            .all()
+        )
+        unstarted = (
+            conn.execute(
+                select(executions.c.execution_id)
+                .where(
+                    and_(
+                        executions.c.status == RUNNING,
+                        executions.c.passes == 0,
+                        executions.c.created_at < cutoff,
+                    )
+                )
+                .limit(limit)
+            )
+            .scalars()
+            .all()
+        )
+    return sorted({str(e) for e in (*waiting, *unstarted)})
+
+
+def executions_past(store: Store, seconds: float, limit: int = 500) -> list[str]:
+    """RUNNING executions started more than `seconds` ago."""
+    cutoff = utcnow() - dt.timedelta(seconds=seconds)
+    with store.db.read_engine.connect() as conn:
+        rows = (
+            conn.execute(
+                select(executions.c.execution_id)
+                .where(executions.c.status == RUNNING, executions.c.created_at < cutoff)
+                .limit(limit)
+            )
+            .scalars()
+            .all()
+        )
+    return [str(r) for r in rows]
