@@ -3,6 +3,13 @@
 Sandboxed (playbooks are data, not trusted code), strict about undefined names (a typo
 must fail loudly, NoETL silently kept the raw `{{ ... }}` text), and dict-friendly:
 `{{ row.items }}` reads the key `items` before the dict method of that name.
+
+An HTTP result is an envelope `{status_code, headers, url, elapsed, data: body}`. Playbooks
+written against a step-level HTTP result (where NoETL shows the body as `output.data`)
+read body fields straight off the envelope: `output.data.meta.page` inside a pipeline,
+where the body is at `output.data.data`. Where strict rendering would fail on such a name,
+it is read from the body instead (the envelope's own keys always win), so those playbooks
+paginate as their authors meant rather than stopping at page 1 as they do in NoETL.
 """
 
 from __future__ import annotations
@@ -123,16 +130,45 @@ def _b64decode(value: Any) -> str:
     return base64.b64decode(str(value)).decode()
 
 
+_ENVELOPE_KEY = "status_code"  # what marks a mapping as an HTTP result envelope
+
+
+def _body_field(obj: Mapping[str, Any], name: Any) -> Any:
+    """`name` from the body of an HTTP envelope that lacks it, else `missing`."""
+    if _ENVELOPE_KEY in obj and name not in obj:
+        body = obj.get("data")
+        if isinstance(body, Mapping) and name in body:
+            return body[name]
+    return missing
+
+
 class NoetlEnvironment(SandboxedEnvironment):
+    envelope_fallthrough = True
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         # Data first: for mappings a key wins over a method of the same name.
-        if isinstance(obj, Mapping) and attribute in obj:
-            return obj[attribute]
+        if isinstance(obj, Mapping):
+            if attribute in obj:
+                return obj[attribute]
+            if self.envelope_fallthrough and (found := _body_field(obj, attribute)) is not missing:
+                return found
         return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if (
+            self.envelope_fallthrough
+            and isinstance(obj, Mapping)
+            and isinstance(argument, str)
+            and (found := _body_field(obj, argument)) is not missing
+        ):
+            return found
+        return super().getitem(obj, argument)
 
 
 def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
     env = NoetlEnvironment(undefined=undefined, autoescape=False, keep_trailing_newline=True)
+    # NoETL mode renders exactly like NoETL, which has no such fallthrough
+    env.envelope_fallthrough = undefined is NoetlUndefined
     env.filters.update(
         tojson=_tojson,
         to_json=_tojson,

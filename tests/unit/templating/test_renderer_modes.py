@@ -42,3 +42,40 @@ def test_noetl_guards_are_false_when_they_cannot_render() -> None:
 def test_unknown_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="template mode"):
         renderer_for("loose", worker=True)
+
+
+ENVELOPE = {
+    "output": {
+        "data": {
+            "status_code": 200,
+            "headers": {},
+            "data": {"meta": {"page": 1, "totalPages": 3}, "entry": [1, 2], "status_code": 7},
+        }
+    },
+    "plain": {"data": {"meta": 1}},
+}
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{{ output.data.meta.page < output.data.meta.totalPages }}", True),  # body field
+        ("{{ output.data.entry | length }}", 2),
+        ("{{ output.data['meta'].page }}", 1),
+        ("{{ output.data.status_code }}", 200),  # the envelope's own key wins
+        ("{{ output.data.data.meta.page }}", 1),  # the exact path still works
+        ("{{ output.data.nothing is defined }}", False),
+    ],
+)
+def test_strict_reads_body_fields_through_an_http_envelope(template: str, expected: object) -> None:
+    assert renderer_for("strict", worker=True).value(template, ENVELOPE) == expected
+
+
+def test_only_http_envelopes_fall_through() -> None:
+    # a mapping without `status_code` is not an HTTP result: no fallthrough
+    with pytest.raises(UndefinedVariable):
+        renderer_for("strict", worker=True).value("{{ plain.meta }}", ENVELOPE)
+    # NoETL mode renders as NoETL does: the raw text stays
+    assert renderer_for("noetl", worker=True).value("{{ output.data.meta.page }}", ENVELOPE) == (
+        "{{ output.data.meta.page }}"
+    )
