@@ -32,7 +32,9 @@ def main(argv: list[str]) -> int:
     creds = logs / "credentials.json"
     subprocess.run([python(), str(KIT), "--write-credentials", str(creds)], check=True)
     flush_redis()
-    env = env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds))
+    env = env_for(
+        NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds)
+    )
     print(f"engine db {url}, broker {REDIS_URL}, logs in {logs}", file=sys.stderr)
     cmd = [python(), "-m", "noetl_celery.cli.main", "worker", "-c", "2", "-l", "INFO"]
     with ExitStack() as stack:

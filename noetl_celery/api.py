@@ -71,6 +71,10 @@ class Client:
     def status(self, execution_id: str) -> dict[str, Any]:
         return self.engine.status(execution_id)
 
+    def cancel(self, execution_id: str) -> bool:
+        """Cancel a running execution and its children; False if it had already ended."""
+        return self.engine.cancel(execution_id, "cancelled through the Python API")
+
     def summary(self, execution_id: str) -> dict[str, Any]:
         return self.engine.summary(execution_id)
 

@@ -48,6 +48,7 @@ QUEUE_COMMANDS: Final = "noetl.commands"
 QUEUE_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_EXECUTE_COMMAND: Final = "noetl.execute_command"
 TASK_ORCHESTRATE: Final = "noetl.orchestrate"
+TASK_REAP: Final = "noetl.reap"
 
 # --- DSL ---------------------------------------------------------------------------------------
 API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})

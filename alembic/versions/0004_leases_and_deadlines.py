@@ -1,4 +1,4 @@
-"""leases for single-instance duties; command deadlines
+"""leases for single-instance duties; command deadlines; republish counts
 
 Revision ID: 0004
 Revises: 0003
@@ -24,8 +24,13 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(), nullable=False),
     )
     op.add_column("commands", sa.Column("deadline_at", sa.DateTime(), nullable=True))
+    op.add_column(
+        "commands",
+        sa.Column("republished", sa.Integer(), nullable=False, server_default="0"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("commands", "republished")
     op.drop_column("commands", "deadline_at")
     op.drop_table("leases")

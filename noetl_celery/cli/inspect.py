@@ -65,3 +65,27 @@ def events(execution_id: str, as_json: bool) -> None:
         click.echo(
             f"{e['event_id']:>8} {e['created_at']} {e['type']:<22} {where:<30} {payload[:120]}"
         )
+
+
+@click.command()
+@click.argument("execution_id")
+@click.option("--json", "as_json", is_flag=True, help="Print {execution_id, status, cancelled}.")
+def cancel(execution_id: str, as_json: bool) -> None:
+    """Cancel a running execution and its children: nothing more is issued, running
+    pipelines stop at their next task boundary. Exit 1 if it had already ended."""
+    engine = build_engine(load_settings(), dispatch=True)
+    try:
+        cancelled = engine.cancel(execution_id, "cancelled by `noetl-celery cancel`")
+        status_now = engine.store.execution_status(execution_id)
+    except ExecutionNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.close()
+    if as_json:
+        dump_json({"execution_id": execution_id, "status": status_now, "cancelled": cancelled})
+    elif cancelled:
+        click.echo(f"execution {execution_id} CANCELLED")
+    else:
+        click.echo(f"execution {execution_id} had already ended: {status_now}", err=True)
+    if not cancelled:
+        raise SystemExit(1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from noetl_celery.cli.admin import db, worker
+from noetl_celery.cli.admin import beat, db, worker
 from noetl_celery.cli.catalog import catalog, validate
 from noetl_celery.cli.common import setup_logging
-from noetl_celery.cli.inspect import events, status
+from noetl_celery.cli.inspect import cancel, events, status
 from noetl_celery.cli.run import run
 
 
@@ -22,7 +22,7 @@ def cli(verbose: int) -> None:
     setup_logging(verbose)
 
 
-for command in (run, validate, status, events, catalog, worker, db):
+for command in (run, validate, status, events, cancel, catalog, worker, beat, db):
     cli.add_command(command)
 
 

@@ -1,9 +1,14 @@
 """The contract of cursor drivers (`loop.cursor.kind`).
 
-A driver runs one rendered claim statement in its own short transaction (autocommit)
-and returns the rows it claimed. It must return *every* row the statement returned: a
-row the statement marked as claimed but the engine never saw would be lost (the claim
-SQL is expected to `LIMIT {{ __frame_max_rows }}` itself).
+A driver runs one rendered claim statement in a transaction of its own and returns the
+rows it claimed, *holding that transaction open*: the engine commits it only after it has
+recorded the rows in its own database (the claim command's terminal event). A worker
+that dies before that record rolls the claim back with its connection, so the rows are
+still pending for the next claim; one that dies between the two commits leaves rows the
+engine knows but the queue still shows pending, which are then run twice (at least once,
+never lost). With autocommit the first case would lose the rows: marked claimed in the
+queue, known to nobody. The driver must return *every* row the statement returned (the
+claim SQL is expected to `LIMIT {{ __frame_max_rows }}` itself).
 """
 
 from __future__ import annotations
@@ -33,7 +38,31 @@ class CursorError(Exception):
         self.retryable = retryable
 
 
+class HeldClaim(Protocol):
+    """Claimed rows whose transaction is still open: `commit` once the engine has
+    recorded them, `rollback` when it could not (the rows go back to the queue)."""
+
+    rows: list[dict[str, Any]]
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+@dataclass
+class Committed:
+    """A claim whose transaction already ended (a driver that cannot hold one open)."""
+
+    rows: list[dict[str, Any]]
+
+    def commit(self) -> None:
+        return None
+
+    def rollback(self) -> None:
+        return None
+
+
 class CursorDriver(Protocol):
     kind: ClassVar[str]
 
-    def claim(self, request: ClaimRequest, services: ToolServices) -> list[dict[str, Any]]: ...
+    def claim(self, request: ClaimRequest, services: ToolServices) -> HeldClaim: ...

@@ -1,8 +1,12 @@
-"""The `postgres` cursor driver: the claim statement runs in autocommit on the pooled
-connection of its credential (the same pools the postgres tool uses)."""
+"""The `postgres` cursor driver: the claim statement runs in a transaction on a pooled
+connection of its credential (the same pools the postgres tool uses), held open until
+the engine has recorded the rows (see cursors.base)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from typing import Any, ClassVar
 
 import psycopg
@@ -14,11 +18,38 @@ from noetl_celery.tools.pg_session import PoolExhausted, pg_connection
 from noetl_celery.tools.postgres_tool import auth_alias, db_message, sqlstate_kind
 from noetl_celery.tools.services import ToolServices
 
+log = logging.getLogger("noetl_celery.cursors")
+
+
+class _Held:
+    def __init__(
+        self, rows: list[dict[str, Any]], conn: psycopg.Connection[Any], stack: ExitStack
+    ) -> None:
+        self.rows = rows
+        self._conn = conn
+        self._stack = stack
+
+    def _end(self, statement: str) -> None:
+        try:
+            self._conn.execute(statement)
+        except psycopg.Error:
+            # the claim is undone with the connection: its rows stay pending in the
+            # queue and a later frame claims them again (at least once, never lost)
+            log.warning("cursor claim %s failed; its rows stay pending", statement, exc_info=True)
+        finally:
+            self._stack.close()
+
+    def commit(self) -> None:
+        self._end("COMMIT")
+
+    def rollback(self) -> None:
+        self._end("ROLLBACK")
+
 
 class Driver:
     kind: ClassVar[str] = "postgres"
 
-    def claim(self, request: ClaimRequest, services: ToolServices) -> list[dict[str, Any]]:
+    def claim(self, request: ClaimRequest, services: ToolServices) -> _Held:
         redact = services.redactor.redact
         alias = auth_alias({"auth": request.auth})
         if alias is None:
@@ -27,23 +58,42 @@ class Driver:
             conninfo = services.credentials.resolve(alias).postgres_conninfo()
         except (CredentialError, ConfigurationError) as exc:
             raise CursorError("config_error", redact(str(exc))) from None
+        stack = ExitStack()
+        conn: psycopg.Connection[Any] | None = None
         try:
-            with pg_connection(services.pg_pool(conninfo), conninfo) as conn:
-                cur = conn.execute(request.sql)
-                if cur.description is None:
-                    return []
-                columns = [column.name for column in cur.description]
-                return [
-                    {
-                        name: to_jsonable(value, bytes_as="hex")
-                        for name, value in zip(columns, row, strict=True)
-                    }
-                    for row in cur.fetchall()
-                ]
-        except PoolExhausted as exc:
-            raise CursorError("db_connection", str(exc), retryable=True) from None
-        except psycopg.Error as exc:
-            kind, retryable = sqlstate_kind(exc.sqlstate)
-            if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
-                kind, retryable = "db_connection", True
-            raise CursorError(kind, redact(db_message(exc)), retryable) from None
+            conn = stack.enter_context(pg_connection(services.pg_pool(conninfo), conninfo))
+            conn.execute("BEGIN")
+            rows = _rows(conn.execute(request.sql))
+        except BaseException as exc:
+            if conn is not None:
+                _quiet_rollback(conn)
+            stack.close()
+            if isinstance(exc, PoolExhausted | psycopg.Error):
+                raise _cursor_error(exc, redact) from None
+            raise
+        return _Held(rows, conn, stack)
+
+
+def _rows(cur: psycopg.Cursor[Any]) -> list[dict[str, Any]]:
+    if cur.description is None:
+        return []
+    columns = [column.name for column in cur.description]
+    return [
+        {name: to_jsonable(value, bytes_as="hex") for name, value in zip(columns, row, strict=True)}
+        for row in cur.fetchall()
+    ]
+
+
+def _quiet_rollback(conn: psycopg.Connection[Any]) -> None:
+    with suppress(psycopg.Error):  # a broken connection: the server rolled back already
+        conn.execute("ROLLBACK")
+
+
+def _cursor_error(exc: BaseException, redact: Callable[[str], str]) -> CursorError:
+    if isinstance(exc, PoolExhausted):
+        return CursorError("db_connection", str(exc), retryable=True)
+    assert isinstance(exc, psycopg.Error)
+    kind, retryable = sqlstate_kind(exc.sqlstate)
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        kind, retryable = "db_connection", True
+    return CursorError(kind, redact(db_message(exc)), retryable)

@@ -1,13 +1,15 @@
 """The `sqlite` cursor driver (embedded setups): the claim runs under `BEGIN IMMEDIATE`,
 SQLite's database write lock, which is what keeps two lanes from claiming one row
-(SQLite has no `FOR UPDATE SKIP LOCKED`). `auth` (or `options.database`) is the file."""
+(SQLite has no `FOR UPDATE SKIP LOCKED`). `auth` (or `options.database`) is the file.
+The claim commits at once: holding SQLite's only write lock until the engine has recorded
+the rows would stall every writer of that file (the engine's own, embedded)."""
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from noetl_celery.cursors.base import ClaimRequest, CursorError
+from noetl_celery.cursors.base import ClaimRequest, Committed, CursorError
 from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.services import ToolServices
 
@@ -15,7 +17,7 @@ from noetl_celery.tools.services import ToolServices
 class Driver:
     kind: ClassVar[str] = "sqlite"
 
-    def claim(self, request: ClaimRequest, services: ToolServices) -> list[dict[str, Any]]:
+    def claim(self, request: ClaimRequest, services: ToolServices) -> Committed:
         path = request.options.get("database") or request.auth
         if not isinstance(path, str) or not path:
             raise CursorError("config_error", "a sqlite cursor needs the database file as `auth`")
@@ -32,7 +34,7 @@ class Driver:
                 for row in cur.fetchall()
             ]
             conn.execute("COMMIT")
-            return rows
+            return Committed(rows)
         except sqlite3.OperationalError as exc:
             retryable = "locked" in str(exc)
             raise CursorError(

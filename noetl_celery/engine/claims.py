@@ -3,15 +3,17 @@
 The claim SQL (and `auth`) are rendered against the command's context plus the frame's
 names: `__frame_max_rows`, `__worker_slot_id` (`<epoch>:slot-<lane>`), `__cursor_frame`,
 `__cursor_lane`. The rows the driver returns are the command's result; the orchestrator
-turns each into a body command.
+turns each into a body command. The driver's transaction stays open (`HeldFrame`) until
+the worker has recorded that result (cursors.base says why).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from noetl_celery.cursors.base import ClaimRequest, CursorError
+from noetl_celery.cursors.base import ClaimRequest, CursorError, HeldClaim
 from noetl_celery.cursors.registry import get_driver
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import make_outcome
@@ -32,13 +34,21 @@ def frame_names(command: ClaimedCommand) -> dict[str, Any]:
     }
 
 
+@dataclass
+class HeldFrame:
+    """A claim's outcome, and its transaction to end once the outcome is recorded."""
+
+    outcome: dict[str, Any]
+    claim: HeldClaim
+
+
 def run_claim(
     step: Step,
     command: ClaimedCommand,
     context: Mapping[str, Any],
     services: ToolServices,
     renderer: Renderer,
-) -> dict[str, Any]:
+) -> dict[str, Any] | HeldFrame:
     assert step.loop is not None and step.loop.cursor is not None
     cursor = step.loop.cursor
     names = frame_names(command)
@@ -52,15 +62,16 @@ def run_claim(
             max_rows=names["__frame_max_rows"],
             options=dict(cursor.options),
         )
-        rows = get_driver(cursor.kind).claim(request, services)
+        held = get_driver(cursor.kind).claim(request, services)
     except CursorError as exc:
         error = {"kind": exc.kind, "message": str(exc), "retryable": exc.retryable}
         return make_outcome("error", None, error)
     except NoetlError as exc:
         return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
-    return make_outcome(
+    outcome = make_outcome(
         "ok",
-        {"rows": rows, "row_count": len(rows)},
+        {"rows": held.rows, "row_count": len(held.rows)},
         None,
         meta={"lane": names["__cursor_lane"], "frame": names["__cursor_frame"]},
     )
+    return HeldFrame(outcome, held)

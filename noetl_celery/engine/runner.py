@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM
-from noetl_celery.engine.claims import run_claim
+from noetl_celery.engine.claims import HeldFrame, run_claim
 from noetl_celery.engine.pipeline import PipelineLimits, StopCheck, run_pipeline
 from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
@@ -83,8 +83,9 @@ class StepRunner:
         command: ClaimedCommand,
         children: Children | None = None,
         stop: StopCheck | None = None,
-    ) -> dict[str, Any] | Suspended:
-        """The command's outcome, or `Suspended` when it must wait for a child."""
+    ) -> dict[str, Any] | Suspended | HeldFrame:
+        """The command's outcome, `Suspended` when it must wait for a child, or a claim's
+        `HeldFrame`."""
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)

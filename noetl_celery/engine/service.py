@@ -7,15 +7,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from noetl_celery.constants import TERMINAL_STATUSES
+from noetl_celery.constants import CANCELLED, TERMINAL_STATUSES
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.runner import StepRunner
+from noetl_celery.engine.termination import end_tree
 from noetl_celery.engine.views import status_view
-from noetl_celery.engine.worker import CommandExecutor
+from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.orchestrator.decisions import Limits
@@ -66,7 +68,21 @@ class Engine:
         self.executor = CommandExecutor(
             self.store, self.playbooks, self.runner, self.orchestrator, settings.lease_seconds
         )
+        self.reaper = Reaper(
+            self.store,
+            self.orchestrator,
+            ReaperPolicy(
+                issued_grace_seconds=settings.issued_grace_seconds,
+                max_attempts=settings.max_attempts,
+                wake_grace_seconds=settings.wake_grace_seconds,
+                execution_timeout_seconds=settings.execution_timeout_seconds,
+                # a holder that died mid-sweep blocks the others only this long
+                lease_ttl_seconds=max(10.0, 3 * settings.reaper_interval_seconds),
+            ),
+            owner=worker_identity(),
+        )
         self._inprocess: InProcessDispatcher | None = None
+        self._reaper_thread: ReaperThread | None = None
 
     # ---- wiring -----------------------------------------------------------------------------
     def use_dispatcher(self, dispatcher: Dispatcher) -> None:
@@ -77,8 +93,13 @@ class Engine:
         pool.bind(self.executor.execute, lambda eid: self.orchestrator.drive(eid, wait=True))
         self._inprocess = pool
         self.use_dispatcher(pool)
+        # no beat here: step deadlines and the execution timeout are swept on a thread
+        self._reaper_thread = ReaperThread(self.reaper, self.settings.reaper_interval_seconds)
+        self._reaper_thread.start()
 
     def close(self) -> None:
+        if self._reaper_thread is not None:
+            self._reaper_thread.stop()
         if self._inprocess is not None:
             self._inprocess.shutdown()
         self.services.close()
@@ -134,6 +155,13 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
             time.sleep(interval)
+
+    def cancel(self, execution_id: str, reason: str = "cancelled") -> bool:
+        """End a running execution CANCELLED, with its children: nothing more is issued or
+        claimed, running pipelines stop at their next task boundary. False when it had
+        already ended."""
+        self.store.execution(execution_id)  # raises ExecutionNotFound
+        return end_tree(self.store, self._dispatcher, execution_id, CANCELLED, reason)
 
     def summary(self, execution_id: str) -> dict[str, Any]:
         """The `run --json` object: execution_id, status, result, error, duration, steps."""

@@ -10,16 +10,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import traceback
 from typing import Any
 
-from noetl_celery.constants import RUNNING
+from noetl_celery.constants import CMD_RUNNING, RUNNING
+from noetl_celery.engine.claims import HeldFrame
+from noetl_celery.engine.heartbeat import Heartbeats
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
 from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
 from noetl_celery.orchestrator.state import LoopProgress
 from noetl_celery.store.children import spawn_detached, suspend_and_spawn
@@ -28,6 +33,9 @@ from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 
 log = logging.getLogger("noetl_celery.worker")
+
+# how often a running pipeline looks at its command row between tasks (cancellation)
+STOP_POLL_SECONDS = 0.2
 
 
 def worker_identity() -> str:
@@ -48,6 +56,9 @@ class CommandExecutor:
         self.runner = runner
         self.orchestrator = orchestrator
         self.lease_seconds = lease_seconds
+        self.heartbeats = Heartbeats(
+            lambda cid: store.renew_lease(cid, lease_seconds), lease_seconds
+        )
 
     def execute(self, command_id: str) -> bool:
         """Returns False when the delivery was a duplicate (nothing ran)."""
@@ -59,9 +70,11 @@ class CommandExecutor:
                 extra={"command_id": command_id},
             )
             return False
+        self.heartbeats.start(command_id)
         try:
             playbook = self.playbooks.get(command.catalog_id)
-            result = self.runner.run(playbook, command, _Children(self, command))
+            stop = self._stop_check(playbook, command)
+            result = self.runner.run(playbook, command, _Children(self, command), stop)
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command_id)
             redact = self.runner.services.redactor.redact
@@ -74,11 +87,57 @@ class CommandExecutor:
                     "traceback": redact(traceback.format_exc(limit=8)),
                 },
             )
+        finally:
+            self.heartbeats.stop(command_id)
         if isinstance(result, Suspended):
             self._wait_for_child(command, result)
             return True
+        if isinstance(result, HeldFrame):
+            self._finish_claim(command, result)
+            return True
         self._finish(command, result)
         return True
+
+    def _finish_claim(self, command: ClaimedCommand, frame: HeldFrame) -> None:
+        """Record the claimed rows first, then commit the claim: a crash in between
+        leaves rows pending in the queue (claimed again: at least once), never rows
+        marked claimed that the engine does not know (lost)."""
+        try:
+            recorded = self._finish(command, frame.outcome)
+        except BaseException:
+            frame.claim.rollback()
+            raise
+        if recorded:
+            frame.claim.commit()
+        else:
+            frame.claim.rollback()
+
+    def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
+        """Asked by a pipeline before each task: stop when the command was cancelled or
+        taken over (its row is no longer `running`: looked up at most every
+        `STOP_POLL_SECONDS`, or at once when a lease renewal found it gone) or when the
+        step's `spec.timeout` passed (the reaper fails a command stuck inside one task)."""
+        timeout = step_timeout(playbook.step(command.step))
+        deadline = None
+        if timeout is not None:
+            self.store.set_deadline(command.command_id, timeout)
+            deadline = time.monotonic() + timeout
+        checked = time.monotonic()
+
+        def check() -> tuple[str, str] | None:
+            nonlocal checked
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                return "timeout", f"step '{command.step}' timed out after {timeout:g}s"
+            gone = self.heartbeats.lost(command.command_id)
+            if not gone and now - checked >= STOP_POLL_SECONDS:
+                checked = now
+                gone = self.store.command_status(command.command_id) != CMD_RUNNING
+            if gone:
+                return "cancelled", "the command was cancelled or taken over; stopped"
+            return None
+
+        return check
 
     def _wait_for_child(self, command: ClaimedCommand, suspended: Suspended) -> None:
         """Park the command and start its child (one transaction), then drive the child."""
@@ -92,19 +151,21 @@ class CommandExecutor:
         else:
             self.orchestrator.drive(child, wait=True)
 
-    def _finish(self, command: ClaimedCommand, outcome: dict[str, Any]) -> None:
+    def _finish(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
+        """Record the outcome (and orchestrate in place when the lock is free). False when
+        the command was no longer ours (cancelled or re-issued meanwhile)."""
         publish: list[str] = []
         with self.store.completion(command) as completion:
             closed = completion.close(outcome)
             if not closed.closed:
-                return  # no longer ours (cancelled or re-issued meanwhile)
+                return False
             if self._deferrable(command, closed):
-                return  # enough of the window still runs: a later pass folds this
+                return True  # enough of the window still runs: a later pass folds this
             tx = completion.lock()
             if tx is not None:  # the lock was free: orchestrate in this same transaction
                 passed = self.orchestrator.run_pass(tx)
                 if passed.deferred:
-                    return
+                    return True
                 publish = passed.publish
             ran_pass = tx is not None
         if publish:
@@ -113,6 +174,7 @@ class CommandExecutor:
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
+        return True
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:

@@ -183,6 +183,16 @@ class Step(BaseModel):
         return self.next is None or self.next.spec.mode == "exclusive"
 
 
+def step_timeout(step: Step) -> float | None:
+    """A step's `spec.timeout` in seconds (validation checks it is a positive number)."""
+    spec = step.spec
+    if isinstance(spec, dict):
+        value = spec.get("timeout")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
 class WorkbookTask(BaseModel):
     model_config = ConfigDict(extra="allow")
 

@@ -145,8 +145,20 @@ def _check_step(
     check_arcs(collector, (*path, "next"), raw.get("next"), names)
     if isinstance(raw.get("loop"), dict):
         check_loop(collector, (*path, "loop"), raw["loop"])
+    _check_step_timeout(collector, path, raw.get("spec"))
     for key in ("tool", "input", "set", "loop", "next", "spec"):
         check_templates(collector, (*path, key), raw.get(key))
+
+
+def _check_step_timeout(collector: Collector, path: Path, spec: Any) -> None:
+    if not isinstance(spec, dict) or "timeout" not in spec:
+        return
+    value = spec["timeout"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        collector.error(
+            (*path, "spec", "timeout"),
+            f"a step timeout is a positive number of seconds, not {value!r}",
+        )
 
 
 def _step_label(path: Path) -> str:

@@ -28,7 +28,14 @@ def _insert_ignore(dialect: str, table: Table) -> Any:
     return module.insert(table).on_conflict_do_nothing()
 
 
-def upsert(conn: Connection, table: Table, keys: Sequence[str], values: dict[str, Any]) -> Any:
+def upsert(
+    conn: Connection,
+    table: Table,
+    keys: Sequence[str],
+    values: dict[str, Any],
+    where: Any = None,
+) -> Any:
+    """INSERT, or UPDATE the existing row (only where `where` holds, if given)."""
     stmt = _insert(conn, table).values(**values)
     updates = {k: stmt.excluded[k] for k in values if k not in keys}
-    return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates, where=where)

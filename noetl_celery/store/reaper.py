@@ -49,17 +49,19 @@ class LostCommand:
 
 
 def take_lease(store: Store, name: str, owner: str, ttl: float) -> bool:
-    """Hold the duty `name` for `ttl` seconds unless another owner holds it unexpired."""
+    """Hold the duty `name` for `ttl` seconds unless another owner holds it unexpired
+    (a holder that died loses it when `ttl` runs out)."""
     now = utcnow()
     with store.db.engine.begin() as conn:
-        stmt = upsert(
-            conn,
-            leases,
-            ["name"],
-            {"name": name, "owner": owner, "expires_at": now + dt.timedelta(seconds=ttl)},
+        conn.execute(
+            upsert(
+                conn,
+                leases,
+                ["name"],
+                {"name": name, "owner": owner, "expires_at": now + dt.timedelta(seconds=ttl)},
+                where=or_(leases.c.expires_at < now, leases.c.owner == owner),
+            )
         )
-        stmt = stmt.where(or_(leases.c.expires_at < now, leases.c.owner == owner))
-        conn.execute(stmt)
         holder = conn.execute(select(leases.c.owner).where(leases.c.name == name)).scalar()
     return bool(holder == owner)
 
@@ -89,23 +91,29 @@ def _running_commands(status: str) -> Any:
 
 
 def republish_stale(store: Store, grace: float, limit: int = 1000) -> list[str]:
-    """Issued commands not started within `grace` seconds; their issue time is renewed,
-    so each is published again at most once per grace period."""
+    """Issued commands nobody started: waiting longer than `grace` seconds, doubled for
+    every earlier republish (a long broker backlog is not a lost message; its commands
+    are republished a few times at most, not every sweep). Their issue time is renewed."""
     now = utcnow()
     with store.db.engine.begin() as conn:
         rows = conn.execute(
             _running_commands(CMD_ISSUED)
+            .add_columns(commands.c.issued_at, commands.c.republished)
             .where(commands.c.issued_at < now - dt.timedelta(seconds=grace))
             .limit(limit)
         ).all()
-        ids = [r.command_id for r in rows]
-        if ids:
+        due = [
+            r.command_id
+            for r in rows
+            if r.issued_at < now - dt.timedelta(seconds=grace * 2 ** min(r.republished, 10))
+        ]
+        if due:
             conn.execute(
                 update(commands)
-                .where(commands.c.command_id.in_(ids), commands.c.status == CMD_ISSUED)
-                .values(issued_at=now)
+                .where(commands.c.command_id.in_(due), commands.c.status == CMD_ISSUED)
+                .values(issued_at=now, republished=commands.c.republished + 1)
             )
-    return ids
+    return due
 
 
 def lost_commands(store: Store, limit: int = 1000) -> list[LostCommand]:
@@ -247,3 +255,12 @@ def executions_past(store: Store, seconds: float, limit: int = 500) -> list[str]
             .all()
         )
     return [str(r) for r in rows]
+
+
+def release_lease(store: Store, name: str, owner: str) -> None:
+    with store.db.engine.begin() as conn:
+        conn.execute(
+            update(leases)
+            .where(leases.c.name == name, leases.c.owner == owner)
+            .values(expires_at=utcnow())
+        )

@@ -287,6 +287,13 @@ class Store:
             ).first()
         return row is not None
 
+    def command_status(self, command_id: str) -> str | None:
+        with self.db.read_engine.connect() as conn:
+            value = conn.execute(
+                select(commands.c.status).where(commands.c.command_id == command_id)
+            ).scalar()
+        return None if value is None else str(value)
+
     def set_deadline(self, command_id: str, seconds: float) -> None:
         with self.db.single_write() as conn:
             conn.execute(

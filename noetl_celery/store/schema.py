@@ -116,6 +116,9 @@ commands = Table(
     Column("lease_until", DateTime, nullable=True),
     # a step `spec.timeout` turns into a deadline; the reaper fails a command past it
     Column("deadline_at", DateTime, nullable=True),
+    # times the reaper published an `issued` command again; each wait doubles (a long
+    # broker backlog must not turn into a storm of duplicates)
+    Column("republished", Integer, nullable=False, server_default="0"),
     Column("issued_at", DateTime, nullable=True),
     Column("started_at", DateTime, nullable=True),
     Column("finished_at", DateTime, nullable=True),

@@ -3,7 +3,11 @@
 At-least-once delivery: `acks_late` + `reject_on_worker_lost` put a message back when a
 worker dies mid-task, prefetch 1 keeps un-started commands in the broker rather than in
 a worker's memory, and duplicates are harmless because `execute_command` starts with a
-conditional claim in Postgres.
+conditional claim in Postgres. The broker is not what recovery relies on: Redis may lose
+every message (FLUSHALL, a restart without persistence), and the reaper, sent by beat
+every `reaper_interval_seconds`, republishes from the command table what was lost.
+Messages go through the anonymous exchange (Celery's default for direct queues), so a
+wiped Redis, which also loses kombu's exchange bindings, still routes them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from noetl_celery.constants import (
     QUEUE_ORCHESTRATE,
     TASK_EXECUTE_COMMAND,
     TASK_ORCHESTRATE,
+    TASK_REAP,
 )
 from noetl_celery.settings import Settings
 
@@ -33,10 +38,25 @@ def make_app(settings: Settings) -> Celery:
         task_routes={
             TASK_EXECUTE_COMMAND: {"queue": QUEUE_COMMANDS},
             TASK_ORCHESTRATE: {"queue": QUEUE_ORCHESTRATE},
+            TASK_REAP: {"queue": QUEUE_ORCHESTRATE},
         },
-        # a message not acked within this time is redelivered: longer than any lease
+        # Redis redelivers a message not acked within this time. Leases, not redelivery,
+        # recover a dead worker's command (the reaper re-issues it after `lease_seconds`);
+        # a redelivered message of a command still running is dropped by the claim. So
+        # keep it well above the lease: an early redelivery only costs a wasted claim.
         broker_transport_options={"visibility_timeout": max(3600, settings.lease_seconds * 4)},
+        beat_schedule={
+            "noetl-reaper": {
+                "task": TASK_REAP,
+                "schedule": settings.reaper_interval_seconds,
+                # a sweep that waited longer than an interval is replaced by the next one
+                "options": {"expires": settings.reaper_interval_seconds},
+            }
+        },
         broker_connection_retry_on_startup=True,
+        # a lost broker connection must not kill running commands: they finish and
+        # record their outcome in Postgres; their messages are simply gone
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         # task events cost broker traffic per task; Flower turns them on when it runs
         worker_send_task_events=False,

@@ -37,10 +37,6 @@ class CeleryDispatcher:
         self.app = app
         self._local = threading.local()
         kombu_redis.install()
-        # building a Connection object does not connect; it tells the transport's errors
-        self._errors: tuple[type[BaseException], ...] = tuple(
-            app.connection_for_write().connection_errors
-        )
 
     def _producer(self) -> Any:
         producer = getattr(self._local, "producer", None)
@@ -59,26 +55,32 @@ class CeleryDispatcher:
             except Exception:  # closing a broken connection may fail: it is gone anyway
                 log.debug("closing a broken producer connection failed", exc_info=True)
 
-    def _send(self, name: str, arg: str, queue: str) -> None:
+    def _send_once(self, name: str, arg: str, queue: str) -> None:
         # the anonymous exchange routes by queue name alone: kombu's Redis transport keeps
         # exchange bindings in Redis keys, which a FLUSHALL wipes; this keeps working then
         self.app.send_task(
             name, args=(arg,), exchange="", routing_key=queue, producer=self._producer()
         )
 
+    def _send(self, name: str, arg: str, queue: str) -> None:
+        """Publish on this thread's producer; after any failure the producer is dropped
+        (a producer whose channel died stays broken: kombu then fails with unrelated
+        errors such as AttributeError) and the publish is tried once on a new one. A
+        message that still cannot be sent is re-published by the reaper: the command
+        row says `issued`."""
+        try:
+            self._send_once(name, arg, queue)
+        except Exception:
+            self._reset()
+            try:
+                self._send_once(name, arg, queue)
+            except Exception:
+                self._reset()
+                raise
+
     def publish(self, command_ids: Sequence[str]) -> None:
         for command_id in command_ids:
-            try:
-                self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
-            except self._errors:
-                # the broker went away: reconnect once; a message still lost is
-                # re-published by the reaper (the command row says `issued`)
-                self._reset()
-                self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
+            self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
 
     def wake(self, execution_id: str) -> None:
-        try:
-            self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)
-        except self._errors:
-            self._reset()
-            self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)
+        self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)

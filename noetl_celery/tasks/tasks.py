@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery.signals import worker_init, worker_process_init
 
-from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE
+from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE, TASK_REAP
 from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.app import app
 from noetl_celery.tasks.runtime import engine, reset_after_fork
@@ -30,3 +30,10 @@ def execute_command(command_id: str) -> None:
 def orchestrate(execution_id: str) -> None:
     """Fold the execution's waiting completions and issue what follows."""
     engine().orchestrator.drive(execution_id, wait=True)
+
+
+@app.task(name=TASK_REAP, acks_late=True, ignore_result=True)
+def reap() -> None:
+    """Put back lost work: republish, re-issue or fail lost commands, wake executions,
+    end executions past their timeout (engine.reaper; one sweep at a time by lease)."""
+    engine().reaper.sweep()

@@ -19,13 +19,17 @@ class WorkerProcess:
         env: Mapping[str, str],
         concurrency: int = 2,
         extra: list[str] | None = None,
+        module: str = "noetl_celery.cli.main",
     ) -> None:
+        """`module` runs the CLI (`python -m <module words>`); tests may give a wrapper
+        that patches the engine first (tests/chaos/worker_wrappers.py)."""
         self.name = name
+        self.env = dict(env)
         self.log = Path(tempfile.mkstemp(prefix=f"noetl-{name}-", suffix=".log")[1])
         cmd = [
             sys.executable,
             "-m",
-            "noetl_celery.cli.main",
+            *module.split(),
             "worker",
             "-c",
             str(concurrency),
@@ -33,9 +37,15 @@ class WorkerProcess:
             f"{name}@%h",
             *(extra or []),
         ]
-        self._fh = self.log.open("w")
+        self._start(cmd, " ready.")
+
+    def _start(self, cmd: list[str], ready: str) -> None:
+        self.cmd = cmd
+        self._ready = ready
+        self._offset = self.log.stat().st_size  # readiness is looked for after this
+        self._fh = self.log.open("a")
         self.proc = subprocess.Popen(
-            cmd, env=dict(env), stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -43,8 +53,10 @@ class WorkerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited: {self.tail()}")
-            if " ready." in self.log.read_text(errors="replace"):
-                return
+            with self.log.open(errors="replace") as fh:
+                fh.seek(self._offset)
+                if self._ready in fh.read():
+                    return
             time.sleep(0.1)
         raise RuntimeError(f"worker {self.name} not ready after {timeout}s: {self.tail()}")
 
@@ -52,8 +64,17 @@ class WorkerProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (a prefork parent and its children)."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
+            if sig == signal.SIGKILL:
+                self.proc.wait(10)
+
+    def restart(self) -> None:
+        """Start the same command again (after a kill), appending to the same log."""
+        self._fh.close()
+        self._start(self.cmd, self._ready)
+        self.wait_ready()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -64,6 +85,16 @@ class WorkerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._fh.close()
+
+
+class BeatProcess(WorkerProcess):
+    """`noetl-celery beat`: sends the reaper task on its schedule."""
+
+    def __init__(self, env: Mapping[str, str], module: str = "noetl_celery.cli.main") -> None:
+        self.name = "beat"
+        self.env = dict(env)
+        self.log = Path(tempfile.mkstemp(prefix="noetl-beat-", suffix=".log")[1])
+        self._start([sys.executable, "-m", *module.split(), "beat"], "beat: Starting")
 
 
 def run_cli(

@@ -86,6 +86,12 @@ CASES = [
               mode: parallel
               max_in_flight: 0  # <--
         """), "max_in_flight must be a positive integer", "a", "loop.spec.max_in_flight"),
+    case("non-positive-step-timeout", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec:
+            timeout: -5  # <--
+        """), "a step timeout is a positive number of seconds", "a", "spec.timeout"),
     case("fractional-max-in-flight", pb("""
         - step: a
           tool: {kind: noop}

@@ -136,7 +136,8 @@ def test_reentry_starts_new_frames() -> None:
 def test_frame_processing_runs_one_body_per_frame_and_counts_rows() -> None:
     text = CURSOR.format(lanes=3, rows=10, conc=4).replace(
         "frame: {max_rows: 10, row_concurrency: 4}",
-        "frame: {max_rows: 10, row_concurrency: 4, process: frame}")
+        "frame: {max_rows: 10, row_concurrency: 4, process: frame}",
+    )
     seen: list[int] = []
 
     class FrameQueue(Queue):

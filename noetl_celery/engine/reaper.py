@@ -1,0 +1,165 @@
+"""The reaper: puts back what crashes and a wiped broker took away (design §3).
+
+One sweep, run by one process at a time (a lease row in Postgres):
+1. `issued` commands nobody started within the grace period are published again (a
+   message lost with a flushed or restarted Redis, or an orchestrator that died between
+   its commit and its publish); duplicates are harmless (conditional claim);
+2. `running` commands whose lease expired (their worker died) are issued again as their
+   next attempt, up to `max_attempts` runs; then, or when a step's deadline passed, they
+   fail with a terminal event like any failed command, and the flow goes on from there;
+3. executions with completions nobody folded (a lost wake-up) get an orchestration pass;
+4. executions running longer than the execution timeout end FAILED.
+
+Celery beat sends the sweep task every `reaper_interval_seconds`; the embedded default
+runs it on a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from noetl_celery.constants import FAILED
+from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.termination import end_tree
+from noetl_celery.store.reaper import (
+    LostCommand,
+    executions_past,
+    executions_to_wake,
+    give_up,
+    lost_commands,
+    reissue,
+    release_lease,
+    republish_stale,
+    take_lease,
+)
+from noetl_celery.store.repository import Store
+from noetl_celery.store.schema import utcnow
+
+log = logging.getLogger("noetl_celery.reaper")
+
+LEASE_NAME = "reaper"
+
+
+@dataclass(frozen=True)
+class ReaperPolicy:
+    issued_grace_seconds: float
+    max_attempts: int
+    wake_grace_seconds: float
+    execution_timeout_seconds: float  # 0: no limit
+    # a sweep that takes longer than this may overlap with the next one (harmless: every
+    # action is a conditional update); a sweeper that died holds the duty this long
+    lease_ttl_seconds: float = 15.0
+
+
+@dataclass
+class Sweep:
+    held: bool = True  # False: another process was sweeping
+    republished: int = 0
+    reissued: int = 0
+    failed: int = 0
+    woken: int = 0
+    timed_out: int = 0
+
+    def __bool__(self) -> bool:
+        return any((self.republished, self.reissued, self.failed, self.woken, self.timed_out))
+
+
+class Reaper:
+    def __init__(
+        self, store: Store, orchestrator: Orchestrator, policy: ReaperPolicy, owner: str
+    ) -> None:
+        self.store = store
+        self.orchestrator = orchestrator
+        self.policy = policy
+        self.owner = owner
+
+    def sweep(self) -> Sweep:
+        if not take_lease(self.store, LEASE_NAME, self.owner, self.policy.lease_ttl_seconds):
+            return Sweep(held=False)
+        try:
+            report = self._sweep()
+        finally:
+            release_lease(self.store, LEASE_NAME, self.owner)
+        if report:
+            log.info("reaper: %s", report)
+        return report
+
+    def _sweep(self) -> Sweep:
+        report = Sweep()
+        dispatcher = self.orchestrator.dispatcher
+        stale = republish_stale(self.store, self.policy.issued_grace_seconds)
+        if stale:
+            dispatcher.publish(stale)
+            report.republished = len(stale)
+        wake: set[str] = set()
+        for lost in lost_commands(self.store):
+            new_id = self._recover(lost, report)
+            if new_id is not None:
+                dispatcher.publish([new_id])
+            else:
+                wake.add(lost.execution_id)
+        if self.policy.execution_timeout_seconds > 0:
+            for execution_id in executions_past(self.store, self.policy.execution_timeout_seconds):
+                message = (
+                    f"execution timed out after {self.policy.execution_timeout_seconds:g}s "
+                    "(NOETL_EXECUTION_TIMEOUT_SECONDS)"
+                )
+                if end_tree(self.store, dispatcher, execution_id, FAILED, message):
+                    report.timed_out += 1
+        wake.update(executions_to_wake(self.store, self.policy.wake_grace_seconds))
+        for execution_id in sorted(wake):
+            self.orchestrator.drive(execution_id, wait=False)
+        report.woken = len(wake)
+        return report
+
+    def _recover(self, lost: LostCommand, report: Sweep) -> str | None:
+        """The next attempt's id to publish, or None when the command failed for good."""
+        if lost.deadline_at is not None and lost.deadline_at < utcnow():
+            message = f"step '{lost.step}' timed out (its `spec.timeout` passed)"
+            if give_up(self.store, lost, "timeout", message):
+                report.failed += 1
+            return None
+        if lost.attempt >= self.policy.max_attempts:
+            message = (
+                f"command {lost.command_id} lost its worker (lease expired) on attempt "
+                f"{lost.attempt} of {self.policy.max_attempts}; giving up"
+            )
+            if give_up(self.store, lost, "worker_lost", message):
+                report.failed += 1
+            return None
+        new_id = reissue(self.store, lost)
+        if new_id is not None:
+            report.reissued += 1
+            log.warning(
+                "command %s lost its worker; issued again as %s",
+                lost.command_id,
+                new_id,
+                extra={"execution_id": lost.execution_id, "command_id": new_id},
+            )
+        return new_id
+
+
+class ReaperThread:
+    """Sweeps every `interval` seconds on a daemon thread (the embedded default)."""
+
+    def __init__(self, reaper: Reaper, interval: float) -> None:
+        self._reaper = reaper
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="noetl-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._reaper.sweep()
+            except Exception:  # the database may be away for a moment: sweep again later
+                log.warning("reaper sweep failed", exc_info=True)

@@ -1,0 +1,285 @@
+"""The chaos suite's cluster: a Postgres and a Redis of its own (so they can be wiped,
+killed and restarted), two real `noetl-celery worker` processes and a `noetl-celery beat`
+sending the reaper every second. Leases and grace periods are a few seconds, so lost
+work comes back within seconds. Each test reports its recovery times (printed at the end
+of the run).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from noetl_celery.constants import TERMINAL_STATUSES
+from noetl_celery.engine.service import Engine
+from noetl_celery.orchestrator.ids import base_command_id
+from tests.conftest import _env
+from tests.support.engines import celery_engine
+from tests.support.private_services import PrivatePostgres, PrivateRedis
+from tests.support.workers import BeatProcess, WorkerProcess
+
+PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+TEMPLATE = "chaos_template"
+DATA = "chaos_data"
+RECOVERY: list[tuple[str, str, float]] = []  # (test, what, seconds)
+
+# short enough that a test sees recovery within seconds
+CHAOS_SETTINGS = {
+    "NOETL_LEASE_SECONDS": "4",
+    "NOETL_REAPER_INTERVAL_SECONDS": "1",
+    "NOETL_ISSUED_GRACE_SECONDS": "3",
+    "NOETL_WAKE_GRACE_SECONDS": "2",
+    "NOETL_MAX_ATTEMPTS": "10",
+}
+
+
+@pytest.fixture(scope="session")
+def private_pg() -> Iterator[PrivatePostgres]:
+    from noetl_celery.store.database import Database
+
+    pg = PrivatePostgres()
+    pg.init()
+    pg.start()
+    try:
+        pg.create_database(TEMPLATE)
+        database = Database(pg.url(TEMPLATE))
+        database.upgrade()
+        database.dispose()
+        pg.create_database(DATA)
+        yield pg
+    finally:
+        pg.destroy()
+
+
+@pytest.fixture(scope="session")
+def private_redis() -> Iterator[PrivateRedis]:
+    redis = PrivateRedis()
+    redis.start()
+    yield redis
+    redis.stop()
+
+
+@dataclass
+class Cluster:
+    pg: PrivatePostgres
+    redis: PrivateRedis
+    url: str
+    dsn: str
+    data_dsn: str
+    env: dict[str, str]
+    engine: Engine
+    workers: list[WorkerProcess]
+    beat: BeatProcess
+    test: str
+    faults: list[float] = field(default_factory=list)
+
+    def start(self, playbook: str, **payload: Any) -> str:
+        return self.engine.start_text((PLAYBOOKS / playbook).read_text(), payload)
+
+    def query(self, sql: str, *params: Any, data: bool = False) -> list[tuple[Any, ...]]:
+        """Read the engine's (or the playbook's) tables, riding out a restarting server."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with psycopg.connect(self.data_dsn if data else self.dsn, connect_timeout=3) as c:
+                    return c.execute(sql, params).fetchall()
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def status(self, eid: str) -> str:
+        return str(self.query("SELECT status FROM executions WHERE execution_id = %s", eid)[0][0])
+
+    def finished(self, eid: str) -> int:
+        """Terminal command events so far."""
+        return int(
+            self.query(
+                "SELECT count(*) FROM events WHERE execution_id = %s "
+                "AND type IN ('command.completed', 'command.failed')",
+                eid,
+            )[0][0]
+        )
+
+    def wait_finished(self, eid: str, count: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while self.finished(eid) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} commands finished"
+            time.sleep(0.05)
+
+    def in_flight(self, eid: str) -> set[str]:
+        """Logical ids of the commands issued or running now."""
+        rows = self.query(
+            "SELECT command_id FROM commands WHERE execution_id = %s "
+            "AND status IN ('issued', 'running')",
+            eid,
+        )
+        return {base_command_id(r[0]) for r in rows}
+
+    def recovery(self, eid: str, lost: set[str], fault_at: dt.datetime, what: str) -> float:
+        """Seconds from the fault until the last of the `lost` commands (in flight at the
+        fault) had its terminal event, whatever attempt ran it; recorded for the report.
+        Call it once the execution has ended."""
+        rows = self.query(
+            "SELECT command_id, min(created_at) FROM events WHERE execution_id = %s "
+            "AND type IN ('command.completed', 'command.failed') GROUP BY command_id",
+            eid,
+        )
+        first: dict[str, dt.datetime] = {}
+        for command_id, at in rows:
+            key = base_command_id(command_id)
+            first[key] = min(at, first.get(key, at))
+        missing = lost - first.keys()
+        assert not missing, f"{len(missing)} commands in flight at the fault never finished"
+        last = max((first[c] for c in lost), default=fault_at)
+        seconds = max(0.0, (last - fault_at).total_seconds())
+        RECOVERY.append((self.test, what, round(seconds, 2)))
+        return seconds
+
+    def wait(self, eid: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while (status := self.status(eid)) not in TERMINAL_STATUSES:
+            if time.monotonic() > deadline:
+                tails = "\n".join(w.tail(15) for w in self.workers)
+                raise AssertionError(f"execution {eid} still {status}\n{tails}")
+            time.sleep(0.2)
+        return status
+
+    def loop_dones(self, eid: str) -> list[tuple[str, int]]:
+        rows = self.query(
+            "SELECT step, epoch FROM events WHERE execution_id = %s AND type = 'loop.done' "
+            "ORDER BY event_id",
+            eid,
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def stats(self, eid: str, step: str) -> dict[str, int]:
+        row = self.query(
+            "SELECT total, succeeded, failed FROM loops WHERE execution_id = %s AND step = %s",
+            eid,
+            step,
+        )[0]
+        return {"total": row[0], "success": row[1], "failed": row[2]}
+
+    def result(self, eid: str) -> Any:
+        raw = self.query("SELECT result FROM executions WHERE execution_id = %s", eid)[0][0]
+        return json.loads(raw) if isinstance(raw, str) else raw
+
+    def left_running(self, eid: str) -> int:
+        return int(
+            self.query(
+                "SELECT count(*) FROM commands WHERE execution_id = %s "
+                "AND status IN ('planned', 'issued', 'running')",
+                eid,
+            )[0][0]
+        )
+
+
+@pytest.fixture
+def cluster_factory(
+    private_pg: PrivatePostgres,
+    private_redis: PrivateRedis,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Any]:
+    """`make(worker_module=...)` builds the cluster; it is torn down after the test."""
+    made: list[Cluster] = []
+
+    def make(
+        worker_module: str = "noetl_celery.cli.main", duplicate: bool = False, **extra_env: str
+    ) -> Cluster:
+        name = f"chaos_{uuid.uuid4().hex[:10]}"
+        private_pg.create_database(name, TEMPLATE)
+        private_redis.client().flushall()
+        creds = tmp_path / "credentials.json"
+        entry = {
+            "db_host": "127.0.0.1",
+            "db_port": str(private_pg.port),
+            "db_user": "postgres",
+            "db_password": "",
+            "db_name": DATA,
+        }
+        creds.write_text(json.dumps({"pg_test": entry}))
+        url = private_pg.url(name)
+        env = _env(
+            NOETL_DATABASE_URL=url,
+            NOETL_BROKER_URL=private_redis.url,
+            NOETL_CREDENTIALS_FILE=str(creds),
+            NOETL_HOME=str(tmp_path / "home"),
+            **CHAOS_SETTINGS,
+            **extra_env,
+        )
+        workers = [WorkerProcess(f"c{i}", env, module=worker_module) for i in (1, 2)]
+        beat = BeatProcess(env)
+        for process in (*workers, beat):
+            process.wait_ready()
+        engine = celery_engine(url, private_redis.url, tmp_path / "engine", creds, duplicate)
+        cluster = Cluster(
+            pg=private_pg,
+            redis=private_redis,
+            url=url,
+            dsn=private_pg.dsn(name),
+            data_dsn=private_pg.dsn(DATA),
+            env=env,
+            engine=engine,
+            workers=workers,
+            beat=beat,
+            test=request.node.name,
+        )
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.engine.close()
+        for process in (*cluster.workers, cluster.beat):
+            process.stop()
+
+
+def assert_loop_exact(cluster: Cluster, eid: str, n: int) -> None:
+    """COMPLETED; n items exactly once in the result table and in the loop's counts;
+    one loop.done; nothing left running."""
+    status = cluster.wait(eid)
+    assert status == "COMPLETED", cluster.query(
+        "SELECT error FROM executions WHERE execution_id = %s", eid
+    )
+    rows = cluster.result(eid)["rows"]
+    assert rows[0]["items"] == n
+    assert rows[0]["runs"] >= n  # side effects: at least once
+    assert cluster.stats(eid, "each") == {"total": n, "success": n, "failed": 0}
+    assert cluster.loop_dones(eid) == [("each", 1)]
+    assert cluster.left_running(eid) == 0
+
+
+def assert_drain_exact(cluster: Cluster, eid: str, n: int) -> None:
+    status = cluster.wait(eid)
+    assert status == "COMPLETED", cluster.query(
+        "SELECT error FROM executions WHERE execution_id = %s", eid
+    )
+    row = cluster.result(eid)["rows"][0]
+    assert row["done"] == n and row["left_over"] == 0, row
+    assert row["runs"] >= n
+    assert cluster.stats(eid, "drain") == {"total": n, "success": n, "failed": 0}
+    assert cluster.loop_dones(eid) == [("drain", 1)]
+    assert cluster.left_running(eid) == 0
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if RECOVERY:
+        terminalreporter.section("chaos recovery times")
+        for test, what, seconds in RECOVERY:
+            terminalreporter.write_line(f"{test:<55} {what:<40} {seconds:7.2f} s")
+
+
+def utcnow() -> dt.datetime:
+    """What the engine stamps its rows with (naive UTC)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
