@@ -17,7 +17,8 @@ CMD_RUNNING: Final = "running"  # claimed by a worker, lease running
 CMD_COMPLETED: Final = "completed"
 CMD_FAILED: Final = "failed"
 CMD_CANCELLED: Final = "cancelled"
-CMD_TERMINAL: Final = frozenset({CMD_COMPLETED, CMD_FAILED, CMD_CANCELLED})
+CMD_EXPIRED: Final = "expired"  # a run whose worker was lost; its next attempt replaces it
+CMD_TERMINAL: Final = frozenset({CMD_COMPLETED, CMD_FAILED, CMD_CANCELLED, CMD_EXPIRED})
 
 # --- command kinds ------------------------------------------------------------------------
 KIND_STEP: Final = "step"  # one run of a non-loop step (single tool or pipeline)

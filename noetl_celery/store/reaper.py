@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, or_, select, update
 
-from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING, EV_COMMAND_FAILED, RUNNING
+from noetl_celery.constants import (
+    CMD_EXPIRED,
+    CMD_FAILED,
+    CMD_ISSUED,
+    CMD_RUNNING,
+    EV_COMMAND_FAILED,
+    RUNNING,
+)
 from noetl_celery.orchestrator.ids import with_attempt
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.schema import commands, events, executions, inbox, leases, utcnow
@@ -27,7 +34,6 @@ from noetl_celery.store.schema import commands, events, executions, inbox, lease
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
 
-EXPIRED = "expired"  # a run whose worker was lost; its next attempt replaces it
 _of_execution = executions.c.execution_id == commands.c.execution_id
 
 
@@ -134,7 +140,7 @@ def reissue(store: Store, lost: LostCommand) -> str | None:
     now = utcnow()
     new_id = with_attempt(lost.command_id, lost.attempt + 1)
     with store.db.engine.begin() as conn:
-        if not _expire(conn, lost, EXPIRED, now):
+        if not _expire(conn, lost, CMD_EXPIRED, now):
             return None
         conn.execute(
             insert_ignore(conn, commands),
@@ -161,7 +167,7 @@ def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
     """Fail a lost command for good: a terminal event in the inbox, as a worker would."""
     now = utcnow()
     with store.db.engine.begin() as conn:
-        if not _expire(conn, lost, "failed", now):
+        if not _expire(conn, lost, CMD_FAILED, now):
             return False
         event_id = conn.execute(
             insert_ignore(conn, events).returning(events.c.event_id),

@@ -101,6 +101,7 @@ class CommandCounts:
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    expired: int = 0  # runs lost with their worker (each replaced by a next attempt)
 
 
 @dataclass(frozen=True)

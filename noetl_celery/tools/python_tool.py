@@ -17,8 +17,10 @@ import inspect
 import json
 import logging
 import os
+import signal
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from noetl_celery.tools.base import ToolCall, ToolOutcome
@@ -52,6 +54,13 @@ class PythonTool:
         except _ConfigProblem as exc:
             return ToolOutcome.failure("config_error", redact(str(exc)))
         filename = register_source(call.step, code)
+        if call.timeout:
+            return _with_timeout(lambda: self._execute(call, code, libs, filename), call.timeout)
+        return self._execute(call, code, libs, filename)
+
+    @staticmethod
+    def _execute(call: ToolCall, code: str, libs: dict[str, Any], filename: str) -> ToolOutcome:
+        redact = call.services.redactor.redact
         try:
             compiled = compile(code, filename, "exec")
             namespace = _namespace(call, libs)
@@ -68,6 +77,43 @@ class PythonTool:
         except (Exception, SystemExit) as exc:  # SystemExit: sys.exit() must not end a worker
             return failure_outcome(exc, filename, redact)
         return ToolOutcome.success(to_jsonable(result))
+
+
+class _TimedOut(BaseException):
+    """Raised inside the code by the timer (BaseException: `except Exception` in the
+    user's code must not swallow it)."""
+
+
+def _timeout_outcome(seconds: float) -> ToolOutcome:
+    return ToolOutcome.failure(
+        "timeout", f"python code still running after its timeout of {seconds:g}s", retryable=True
+    )
+
+
+def _with_timeout(run: Callable[[], ToolOutcome], seconds: float) -> ToolOutcome:
+    """Run with a time limit. On a worker's main thread (Celery's prefork children) a
+    timer signal interrupts the code; elsewhere (embedded threads) the code runs on a
+    daemon thread that is abandoned when the limit passes: Python cannot stop a thread,
+    but the command fails on time and never hangs."""
+    if threading.current_thread() is threading.main_thread():
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise _TimedOut
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return run()
+        except _TimedOut:
+            return _timeout_outcome(seconds)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    box: list[ToolOutcome] = []
+    thread = threading.Thread(target=lambda: box.append(run()), daemon=True, name="noetl-python")
+    thread.start()
+    thread.join(seconds)
+    return box[0] if box else _timeout_outcome(seconds)
 
 
 def _source(config: Mapping[str, Any]) -> str:

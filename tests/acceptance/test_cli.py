@@ -151,3 +151,23 @@ def test_distributed_failure_exit_code(distributed: dict[str, Any], tmp_path: Pa
     )
     rc, out, _ = run_json(["run", str(pb), "--json"], distributed["env"])
     assert rc == 1 and out["status"] == "FAILED" and "AssertionError: nope" in out["error"]
+
+
+@pytest.mark.integration
+def test_cancel_a_distributed_run(distributed: dict[str, Any], tmp_path: Path) -> None:
+    from tests.support.engines import celery_engine
+
+    engine = celery_engine(distributed["url"], distributed["redis_url"], tmp_path)
+    try:  # submitted without waiting: its step sleeps on a worker
+        eid = engine.start_text(
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: s}\nworkflow:\n"
+            '  - step: a\n    tool: {kind: python, code: "import time\\ntime.sleep(5)"}\n'
+        )
+    finally:
+        engine.close()
+    rc, out, _ = run_json(["cancel", eid, "--json"], distributed["env"])
+    assert rc == 0 and out == {"execution_id": eid, "status": "CANCELLED", "cancelled": True}
+    rc, out, _ = run_json(["cancel", eid, "--json"], distributed["env"])
+    assert rc == 1 and out["cancelled"] is False and out["status"] == "CANCELLED"
+    proc = run_cli(["cancel", "no-such-execution"], distributed["env"])
+    assert proc.returncode == 1 and "no execution with id no-such-execution" in proc.stderr

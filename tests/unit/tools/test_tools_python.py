@@ -229,3 +229,32 @@ def test_main_guard_does_not_run(run_tool: RunTool) -> None:
         "if __name__ == '__main__':\n    main()\n"
     )
     assert run_tool("python", {"code": code}).data == 1
+
+
+@pytest.mark.parametrize("on_thread", [False, True], ids=["main-thread", "worker-thread"])
+def test_timeout_fails_the_call_on_time(run_tool: RunTool, on_thread: bool) -> None:
+    import threading
+    import time
+
+    code = "import time\nwhile True:\n    time.sleep(0.01)\n"
+    box: list[ToolOutcome] = []
+    started = time.monotonic()
+    if on_thread:  # the embedded default runs tools on threads: no signals there
+        thread = threading.Thread(
+            target=lambda: box.append(run_tool("python", {"code": code, "timeout": 0.3}))
+        )
+        thread.start()
+        thread.join(5)
+    else:  # a prefork worker child runs tasks on its main thread
+        box.append(run_tool("python", {"code": code, "timeout": 0.3}))
+    elapsed = time.monotonic() - started
+    out = box[0]
+    assert not out.ok and out.error is not None
+    assert out.error["kind"] == "timeout"
+    assert "timeout of 0.3s" in out.error["message"]
+    assert elapsed < 3
+
+
+def test_code_within_its_timeout_returns_normally(run_tool: RunTool) -> None:
+    out = run_tool("python", {"code": "result = {'x': 1}", "timeout": 5})
+    assert out.ok and out.data == {"x": 1}

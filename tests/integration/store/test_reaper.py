@@ -1,0 +1,105 @@
+"""The reaper against the real store (both backends): lost messages are published again,
+a command whose worker died runs again as its next attempt, and after the last attempt
+it fails with a clear error that ends the execution."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+from noetl_celery.store.reaper import release_lease, take_lease
+
+PLAYBOOK = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: lonely, path: tests/lonely}
+workflow:
+  - step: only
+    tool: {kind: python, code: "result = {'ok': True}"}
+"""
+
+
+class Recorder:
+    """A broker that loses everything, but remembers what was sent."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self.woken: list[str] = []
+
+    def publish(self, command_ids: Sequence[str]) -> None:
+        self.published.extend(command_ids)
+
+    def wake(self, execution_id: str) -> None:
+        self.woken.append(execution_id)
+
+
+@pytest.fixture
+def engine(store_url: str, tmp_path: Path) -> Iterator[tuple[Engine, Recorder]]:
+    built = Engine(
+        Settings(
+            home=tmp_path,
+            database_url=store_url,
+            issued_grace_seconds=0.2,
+            wake_grace_seconds=0.0,
+            max_attempts=2,
+        )
+    )
+    recorder = Recorder()
+    built.use_dispatcher(recorder)
+    yield built, recorder
+    built.close()
+
+
+def test_the_sweep_lease_is_held_by_one_owner_at_a_time(
+    engine: tuple[Engine, Recorder],
+) -> None:
+    store = engine[0].store
+    assert take_lease(store, "duty", "a", 30)
+    assert not take_lease(store, "duty", "b", 30)
+    assert take_lease(store, "duty", "a", 30)  # the holder may renew
+    release_lease(store, "duty", "a")
+    assert take_lease(store, "duty", "b", 30)
+
+
+def test_lost_message_then_lost_worker_then_give_up(engine: tuple[Engine, Recorder]) -> None:
+    built, sent = engine
+    eid = built.start_text(PLAYBOOK)
+    [first] = sent.published  # the message the broker lost
+    reaper = built.reaper
+
+    assert reaper.sweep().republished == 0  # still within the grace period
+    time.sleep(0.3)
+    assert reaper.sweep().republished == 1
+    assert sent.published == [first, first]
+    time.sleep(0.3)
+    assert reaper.sweep().republished == 0  # the second wait is twice as long
+    time.sleep(0.2)
+    assert reaper.sweep().republished == 1
+
+    # a worker claims it and dies: its lease runs out
+    assert built.store.claim(first, "doomed:1", lease_seconds=0) is not None
+    time.sleep(0.05)
+    report = reaper.sweep()
+    assert report.reissued == 1
+    second = sent.published[-1]
+    assert second == f"{first}:a2"
+    assert built.store.command_status(first) == "expired"
+
+    # the next attempt dies too: that was the last one
+    claimed = built.store.claim(second, "doomed:2", lease_seconds=0)
+    assert claimed is not None and claimed.attempt == 2
+    time.sleep(0.05)
+    report = reaper.sweep()
+    assert report.failed == 1 and report.woken == 1
+    summary = built.summary(eid)
+    assert summary["status"] == "FAILED"
+    assert "lost its worker (lease expired) on attempt 2 of 2" in str(summary["error"])
+    counts = built.store.command_counts(eid)
+    assert counts.issued == counts.running == 0
+    # a late outcome of the dead attempt changes nothing
+    assert not built.store.complete(claimed, {"status": "ok", "result": {}})
+    assert [e["type"] for e in built.events(eid)].count("command.failed") == 1
