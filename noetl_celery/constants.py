@@ -50,6 +50,7 @@ QUEUE_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_EXECUTE_COMMAND: Final = "noetl.execute_command"
 TASK_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_REAP: Final = "noetl.reap"
+TASK_FIRE_SCHEDULES: Final = "noetl.fire_schedules"
 
 # --- DSL ---------------------------------------------------------------------------------------
 API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})

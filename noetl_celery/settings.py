@@ -73,6 +73,8 @@ class Settings:
     wake_grace_seconds: float = 5.0
     # an execution running longer than this fails (0: no limit)
     execution_timeout_seconds: float = 0.0
+    # how often beat looks for due cron schedules
+    schedule_tick_seconds: float = 1.0
     # completions folded per orchestration transaction (bounds transaction time)
     orchestrate_batch: int = 1000
     # default HTTP timeout when a tool gives none
@@ -141,6 +143,9 @@ class Settings:
             wake_grace_seconds=_float(env, "NOETL_WAKE_GRACE_SECONDS", base.wake_grace_seconds),
             execution_timeout_seconds=_float(
                 env, "NOETL_EXECUTION_TIMEOUT_SECONDS", base.execution_timeout_seconds
+            ),
+            schedule_tick_seconds=_float(
+                env, "NOETL_SCHEDULE_TICK_SECONDS", base.schedule_tick_seconds
             ),
             orchestrate_batch=_int(env, "NOETL_ORCHESTRATE_BATCH", base.orchestrate_batch, 1),
             http_timeout_seconds=_float(

@@ -71,7 +71,7 @@ def register(target: Path) -> None:
                 for problem in report.errors:
                     click.echo(f"  {problem}", err=True)
                 continue
-            _, entry = engine.register_file(path)
+            _, entry = engine.register_file(path, install_schedule=True)
             state = "registered" if entry.created else "unchanged"
             click.echo(f"{state} {entry.path} v{entry.version} ({path})")
     finally:

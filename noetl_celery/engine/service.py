@@ -15,10 +15,12 @@ from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.runner import StepRunner
+from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.engine.views import status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
@@ -81,6 +83,7 @@ class Engine:
             ),
             owner=worker_identity(),
         )
+        self.schedules = Schedules(self.store, self.orchestrator)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
 
@@ -106,13 +109,33 @@ class Engine:
         self.database.dispose()
 
     # ---- catalog ----------------------------------------------------------------------------
-    def register_text(self, text: str, file: str | None = None) -> tuple[Playbook, CatalogEntry]:
+    def register_text(
+        self, text: str, file: str | None = None, *, install_schedule: bool = False
+    ) -> tuple[Playbook, CatalogEntry]:
+        """Register a playbook; with `install_schedule` (what `catalog register` does) its
+        `metadata.schedule` becomes the schedule named `catalog:<path>`, replaced on every
+        registration and removed when the playbook no longer declares one."""
         playbook = load_playbook(text, file)
         entry = self.store.register(playbook.catalog_path, playbook.metadata.name, text)
+        if install_schedule:
+            self._install_schedule(playbook)
         return playbook, entry
 
-    def register_file(self, path: str | Path) -> tuple[Playbook, CatalogEntry]:
-        return self.register_text(Path(path).read_text(encoding="utf-8"), str(path))
+    def register_file(
+        self, path: str | Path, *, install_schedule: bool = False
+    ) -> tuple[Playbook, CatalogEntry]:
+        text = Path(path).read_text(encoding="utf-8")
+        return self.register_text(text, str(path), install_schedule=install_schedule)
+
+    def _install_schedule(self, playbook: Playbook) -> None:
+        name = f"catalog:{playbook.catalog_path}"
+        declared = parse_declared((playbook.metadata.model_extra or {}).get("schedule"))
+        if declared is None:
+            for schedule in self.schedules.all():
+                if schedule.name == name:
+                    self.schedules.remove(schedule.schedule_id)
+            return
+        self.schedules.add(playbook.catalog_path, name=name, **declared)
 
     # ---- executions -------------------------------------------------------------------------
     def start_entry(

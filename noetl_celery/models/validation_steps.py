@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
+from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation_flow import check_arcs, check_loop, no_such_step
 from noetl_celery.models.validation_tools import ToolContext, check_pipeline, check_tool
@@ -54,7 +56,16 @@ def check_document(collector: Collector) -> None:
             collector.error(("executor", "spec", key), no_such_step(f"`{key}`", target, names))
 
 
+def _check_schedule(collector: Collector, data: dict[str, Any]) -> None:
+    declared = as_dict(data.get("metadata")).get("schedule")
+    try:
+        parse_declared(declared)
+    except ConfigurationError as exc:
+        collector.error(("metadata", "schedule"), str(exc))
+
+
 def _check_top_level(collector: Collector, data: dict[str, Any]) -> None:
+    _check_schedule(collector, data)
     version = data.get("apiVersion")
     if isinstance(version, str) and version not in API_VERSIONS:
         collector.error(

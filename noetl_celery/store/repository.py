@@ -131,36 +131,49 @@ class Store:
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
+        conn: Connection | None = None,
     ) -> None:
-        now = utcnow()
-        with self.db.engine.begin() as conn:
-            conn.execute(
-                executions.insert().values(
-                    execution_id=execution_id,
-                    catalog_id=entry.catalog_id,
-                    path=entry.path,
-                    status=RUNNING,
+        """A RUNNING execution and its `execution.started` event (in `conn`'s transaction
+        when given: a schedule firing creates it together with its idempotency key)."""
+        if conn is None:
+            with self.db.engine.begin() as own:
+                self.create_execution(
+                    execution_id,
+                    entry,
+                    payload,
                     parent_execution_id=parent_execution_id,
                     parent_command_id=parent_command_id,
-                    payload=payload or {},
-                    state=None,
-                    passes=0,
-                    created_at=now,
-                    updated_at=now,
+                    conn=own,
                 )
+            return
+        now = utcnow()
+        conn.execute(
+            executions.insert().values(
+                execution_id=execution_id,
+                catalog_id=entry.catalog_id,
+                path=entry.path,
+                status=RUNNING,
+                parent_execution_id=parent_execution_id,
+                parent_command_id=parent_command_id,
+                payload=payload or {},
+                state=None,
+                passes=0,
+                created_at=now,
+                updated_at=now,
             )
-            conn.execute(
-                events.insert().values(
-                    execution_id=execution_id,
-                    type=EV_EXECUTION_STARTED,
-                    payload={
-                        "path": entry.path,
-                        "version": entry.version,
-                        "catalog_id": entry.catalog_id,
-                    },
-                    created_at=now,
-                )
+        )
+        conn.execute(
+            events.insert().values(
+                execution_id=execution_id,
+                type=EV_EXECUTION_STARTED,
+                payload={
+                    "path": entry.path,
+                    "version": entry.version,
+                    "catalog_id": entry.catalog_id,
+                },
+                created_at=now,
             )
+        )
 
     def execution(self, execution_id: str) -> ExecutionRow:
         with self.db.read_engine.connect() as conn:

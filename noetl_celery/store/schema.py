@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.check_schema` compares it.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 metadata = MetaData()
 
@@ -234,4 +234,34 @@ leases = Table(
     Column("name", String(128), primary_key=True),
     Column("owner", String(256), nullable=False),
     Column("expires_at", DateTime, nullable=False),
+)
+
+# Cron schedules (`noetl-celery schedule add`, or `metadata.schedule` installed by
+# `catalog register`, named `catalog:<path>`). `next_fire_at` is naive UTC.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", BigId, primary_key=True, autoincrement=True),
+    Column("name", String(600), nullable=True),
+    Column("path", String(512), nullable=False),
+    Column("cron", String(256), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("payload", Json, nullable=True),
+    Column("enabled", Boolean, nullable=False),
+    Column("next_fire_at", DateTime, nullable=False),
+    Column("last_fire_at", DateTime, nullable=True),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+    Index("ux_schedules_name", "name", unique=True),
+    Index("ix_schedules_due", "enabled", "next_fire_at"),
+)
+
+# One row per firing: the primary key (schedule, fire time) is the idempotency key that
+# lets any number of beat processes and workers try, and exactly one start the run.
+schedule_firings = Table(
+    "schedule_firings",
+    metadata,
+    Column("schedule_id", BigId, primary_key=True),
+    Column("fire_time", DateTime, primary_key=True),
+    Column("execution_id", String(40), nullable=True),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
 )

@@ -18,6 +18,7 @@ from noetl_celery.constants import (
     QUEUE_COMMANDS,
     QUEUE_ORCHESTRATE,
     TASK_EXECUTE_COMMAND,
+    TASK_FIRE_SCHEDULES,
     TASK_ORCHESTRATE,
     TASK_REAP,
 )
@@ -39,6 +40,7 @@ def make_app(settings: Settings) -> Celery:
             TASK_EXECUTE_COMMAND: {"queue": QUEUE_COMMANDS},
             TASK_ORCHESTRATE: {"queue": QUEUE_ORCHESTRATE},
             TASK_REAP: {"queue": QUEUE_ORCHESTRATE},
+            TASK_FIRE_SCHEDULES: {"queue": QUEUE_ORCHESTRATE},
         },
         # Redis redelivers a message not acked within this time. Leases, not redelivery,
         # recover a dead worker's command (the reaper re-issues it after `lease_seconds`);
@@ -51,7 +53,14 @@ def make_app(settings: Settings) -> Celery:
                 "schedule": settings.reaper_interval_seconds,
                 # a sweep that waited longer than an interval is replaced by the next one
                 "options": {"expires": settings.reaper_interval_seconds},
-            }
+            },
+            # cron schedules live in Postgres (`noetl-celery schedule`); beat only asks
+            # often whether one is due
+            "noetl-schedules": {
+                "task": TASK_FIRE_SCHEDULES,
+                "schedule": settings.schedule_tick_seconds,
+                "options": {"expires": max(1.0, settings.schedule_tick_seconds)},
+            },
         },
         broker_connection_retry_on_startup=True,
         # a lost broker connection must not kill running commands: they finish and

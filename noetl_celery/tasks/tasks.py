@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from celery.signals import worker_init, worker_process_init
 
-from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE, TASK_REAP
+from noetl_celery.constants import (
+    TASK_EXECUTE_COMMAND,
+    TASK_FIRE_SCHEDULES,
+    TASK_ORCHESTRATE,
+    TASK_REAP,
+)
 from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.app import app
 from noetl_celery.tasks.runtime import engine, reset_after_fork
@@ -37,3 +42,10 @@ def reap() -> None:
     """Put back lost work: republish, re-issue or fail lost commands, wake executions,
     end executions past their timeout (engine.reaper; one sweep at a time by lease)."""
     engine().reaper.sweep()
+
+
+@app.task(name=TASK_FIRE_SCHEDULES, acks_late=True, ignore_result=True)
+def fire_schedules() -> None:
+    """Start the runs of due cron schedules (exactly once per schedule and fire time,
+    however many beats send this)."""
+    engine().schedules.fire_due()

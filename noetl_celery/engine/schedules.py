@@ -1,0 +1,102 @@
+"""Cron schedules: adding them, and firing the due ones (beat sends `fire_due` every
+`NOETL_SCHEDULE_TICK_SECONDS`; any number of beats and workers may call it at once: the
+firing row decides, see store.schedules)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from noetl_celery.engine.ids import new_execution_id
+from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.errors import CatalogNotFound
+from noetl_celery.models.schedule import check_cron, due_firing, next_after
+from noetl_celery.store import schedules as sql
+from noetl_celery.store.repository import Store
+from noetl_celery.store.schedules import ScheduleRow
+from noetl_celery.store.schema import utcnow
+
+log = logging.getLogger("noetl_celery.schedules")
+
+
+class Schedules:
+    def __init__(self, store: Store, orchestrator: Orchestrator) -> None:
+        self.store = store
+        self.orchestrator = orchestrator
+
+    def add(
+        self,
+        path: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        name: str | None = None,
+        enabled: bool = True,
+    ) -> ScheduleRow:
+        check_cron(cron, timezone)
+        self.store.resolve_catalog(path)  # raises CatalogNotFound: register it first
+        first = next_after(cron, timezone, utcnow())
+        return sql.add(
+            self.store,
+            path=path,
+            cron=cron,
+            timezone=timezone,
+            payload=payload or {},
+            next_fire_at=first,
+            name=name,
+            enabled=enabled,
+        )
+
+    def all(self) -> list[ScheduleRow]:
+        return sql.listing(self.store)
+
+    def remove(self, schedule_id: int) -> bool:
+        return sql.remove(self.store, schedule_id)
+
+    def firings(self, schedule_id: int) -> list[tuple[Any, str | None]]:
+        return sql.firings(self.store, schedule_id)
+
+    def fire_due(self) -> list[str]:
+        """Start the runs that are due; returns the ids of the executions started here."""
+        started: list[str] = []
+        now = utcnow()
+        for schedule in sql.due(self.store, now):
+            firing = due_firing(schedule.cron, schedule.timezone, schedule.next_fire_at, now)
+            if firing is None:
+                continue
+            try:
+                entry = self.store.resolve_catalog(schedule.path)
+            except CatalogNotFound as exc:
+                # the playbook is gone: skip this firing, keep the schedule
+                log.error("schedule %s skipped a firing: %s", schedule.schedule_id, exc)
+                sql.advance(self.store, schedule, firing.fire_time, firing.next_fire_at)
+                continue
+            execution_id = new_execution_id()
+            payload = dict(schedule.payload or {})
+            if sql.fire(
+                self.store,
+                schedule,
+                firing.fire_time,
+                firing.next_fire_at,
+                entry,
+                execution_id,
+                payload,
+            ):
+                if firing.missed:
+                    log.warning(
+                        "schedule %s missed %d firing(s); ran once for %s",
+                        schedule.schedule_id,
+                        firing.missed,
+                        firing.fire_time,
+                    )
+                log.info(
+                    "schedule %s fired for %s: execution %s",
+                    schedule.schedule_id,
+                    firing.fire_time,
+                    execution_id,
+                    extra={"execution_id": execution_id},
+                )
+                self.orchestrator.drive(execution_id, wait=True)
+                started.append(execution_id)
+        return started

@@ -1,0 +1,183 @@
+"""Schedules and their firings (the SQL behind `noetl-celery schedule` and beat).
+
+`fire` is the exactly-once step: the firing row (schedule, fire time) and the execution
+it starts are inserted in one transaction; a second firer of the same time inserts
+nothing and starts nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.schema import schedule_firings, schedules, utcnow
+
+if TYPE_CHECKING:
+    from noetl_celery.store.repository import Store
+    from noetl_celery.store.rows import CatalogEntry
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    schedule_id: int
+    name: str | None
+    path: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any] | None
+    enabled: bool
+    next_fire_at: dt.datetime
+    last_fire_at: dt.datetime | None
+    created_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(value: dt.datetime | None) -> str | None:
+            return None if value is None else value.isoformat() + "Z"
+
+        return {
+            "schedule_id": self.schedule_id,
+            "name": self.name,
+            "path": self.path,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "payload": self.payload or {},
+            "enabled": self.enabled,
+            "next_fire_at": iso(self.next_fire_at),
+            "last_fire_at": iso(self.last_fire_at),
+            "created_at": iso(self.created_at),
+        }
+
+
+def _row(row: Any) -> ScheduleRow:
+    return ScheduleRow(**row._mapping)
+
+
+def add(
+    store: Store,
+    *,
+    path: str,
+    cron: str,
+    timezone: str,
+    payload: dict[str, Any],
+    next_fire_at: dt.datetime,
+    name: str | None = None,
+    enabled: bool = True,
+) -> ScheduleRow:
+    """A new schedule; with `name`, the schedule of that name is replaced (how
+    `catalog register` keeps a playbook's declared schedule current)."""
+    values = {
+        "path": path,
+        "cron": cron,
+        "timezone": timezone,
+        "payload": payload,
+        "enabled": enabled,
+        "next_fire_at": next_fire_at,
+    }
+    with store.db.engine.begin() as conn:
+        existing = None
+        if name is not None:
+            existing = conn.execute(
+                select(schedules.c.schedule_id).where(schedules.c.name == name)
+            ).scalar()
+        if existing is None:
+            schedule_id = conn.execute(
+                schedules.insert()
+                .values(name=name, created_at=utcnow(), **values)
+                .returning(schedules.c.schedule_id)
+            ).scalar_one()
+        else:
+            schedule_id = existing
+            conn.execute(
+                update(schedules).where(schedules.c.schedule_id == existing).values(**values)
+            )
+        row = conn.execute(select(schedules).where(schedules.c.schedule_id == schedule_id)).one()
+    return _row(row)
+
+
+def listing(store: Store) -> list[ScheduleRow]:
+    with store.db.read_engine.connect() as conn:
+        rows = conn.execute(select(schedules).order_by(schedules.c.schedule_id)).all()
+    return [_row(r) for r in rows]
+
+
+def remove(store: Store, schedule_id: int) -> bool:
+    with store.db.engine.begin() as conn:
+        gone = conn.execute(
+            delete(schedules)
+            .where(schedules.c.schedule_id == schedule_id)
+            .returning(schedules.c.schedule_id)
+        ).first()
+    return gone is not None
+
+
+def due(store: Store, now: dt.datetime, limit: int = 100) -> list[ScheduleRow]:
+    with store.db.read_engine.connect() as conn:
+        rows = conn.execute(
+            select(schedules)
+            .where(schedules.c.enabled.is_(True), schedules.c.next_fire_at <= now)
+            .order_by(schedules.c.next_fire_at)
+            .limit(limit)
+        ).all()
+    return [_row(r) for r in rows]
+
+
+def fire(
+    store: Store,
+    schedule: ScheduleRow,
+    fire_time: dt.datetime,
+    next_fire_at: dt.datetime,
+    entry: CatalogEntry,
+    execution_id: str,
+    payload: dict[str, Any],
+) -> bool:
+    """Start the run of `schedule` for `fire_time` unless some firer already did; move
+    the schedule on either way. True when this call started it."""
+    with store.db.engine.begin() as conn:
+        won = conn.execute(
+            insert_ignore(conn, schedule_firings).returning(schedule_firings.c.schedule_id),
+            {
+                "schedule_id": schedule.schedule_id,
+                "fire_time": fire_time,
+                "execution_id": execution_id,
+                "created_at": utcnow(),
+            },
+        ).first()
+        if won is not None:
+            store.create_execution(execution_id, entry, payload, conn=conn)
+        _move_on(conn, schedule, fire_time, next_fire_at)
+    return won is not None
+
+
+def advance(
+    store: Store, schedule: ScheduleRow, fire_time: dt.datetime, next_fire_at: dt.datetime
+) -> None:
+    """Move the schedule on without a run (its playbook is no longer in the catalog)."""
+    with store.db.engine.begin() as conn:
+        _move_on(conn, schedule, fire_time, next_fire_at)
+
+
+def _move_on(
+    conn: Connection, schedule: ScheduleRow, fire_time: dt.datetime, next_fire_at: dt.datetime
+) -> None:
+    conn.execute(
+        update(schedules)
+        .where(
+            schedules.c.schedule_id == schedule.schedule_id,
+            schedules.c.next_fire_at < next_fire_at,  # never backwards (a slower firer)
+        )
+        .values(next_fire_at=next_fire_at, last_fire_at=fire_time)
+    )
+
+
+def firings(store: Store, schedule_id: int) -> list[tuple[dt.datetime, str | None]]:
+    with store.db.read_engine.connect() as conn:
+        rows = conn.execute(
+            select(schedule_firings.c.fire_time, schedule_firings.c.execution_id)
+            .where(schedule_firings.c.schedule_id == schedule_id)
+            .order_by(schedule_firings.c.fire_time)
+        ).all()
+    return [(r[0], r[1]) for r in rows]
