@@ -11,6 +11,7 @@ logs are kept under a temporary directory printed at the start.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from bench.harness import REDIS_URL, ROOT, env_for, flush_redis, fresh_database, python, worker
 
-KIT = ROOT.parent / "shared" / "compat" / "run.py"
+# the kit sits beside the repository; NOETL_COMPAT_KIT points elsewhere (a worktree)
+KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 WORKERS = 2
 
 

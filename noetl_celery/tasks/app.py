@@ -12,6 +12,8 @@ wiped Redis, which also loses kombu's exchange bindings, still routes them.
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
 
 from noetl_celery.constants import (
@@ -73,6 +75,10 @@ def make_app(settings: Settings) -> Celery:
     )
     return app
 
+
+# httpx logs every request at INFO: at thousands of requests a second that is most of a
+# worker's log volume (and CPU); failures reach the engine's own log lines anyway
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 settings = Settings.from_env()
 app = make_app(settings)

@@ -1,0 +1,135 @@
+"""The cursor version of the PFT flow (playbooks/pft_cursor.yaml) at full size against the
+compat kit's test API with a rate limit: wall time against the rate bound (rate-limited
+requests answered 200 ÷ allowed requests per second), and the exact row counts.
+
+    python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
+
+Postgres + Redis + two `noetl-celery worker` processes (concurrency 2); the test API
+server is `../shared/compat/test_api_server.py` (NOETL_COMPAT_KIT points at another
+run.py beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import psycopg
+
+from bench.harness import REDIS_URL, ROOT, env_for, flush_redis, fresh_database, python, worker
+
+KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
+DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat"
+# full size: pages per data type for patient ids 1..10000 (reference §8.1)
+EXPECTED = {
+    "pftc_patient_assessments": 29_898,
+    "pftc_patient_conditions": 19_907,
+    "pftc_patient_medications": 25_024,
+    "pftc_patient_vital_signs": 10_000,
+    "pftc_patient_demographics": 10_000,
+    "pftc_mds_details": 10_000,
+}
+
+
+def start_api(rate_limit: int) -> tuple[subprocess.Popen[str], str]:
+    server = KIT.parent / "test_api_server.py"
+    cmd = [python(), str(server), "--port", "0", "--rate-limit", str(rate_limit)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    match = re.search(r"listening on (http://\S+)", proc.stdout.readline())
+    if not match:
+        proc.kill()
+        raise RuntimeError("test API server did not start")
+    return proc, match.group(1)
+
+
+def api_stats(url: str) -> dict[str, dict[str, object]]:
+    with urllib.request.urlopen(f"{url}/api/v1/stats", timeout=10) as response:
+        data = json.load(response)
+    return data.get("routes", data)  # type: ignore[no-any-return]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rate-limit", type=int, default=300)
+    parser.add_argument("--facilities", type=int, default=10)
+    parser.add_argument("--patients", type=int, default=1000)
+    args = parser.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
+    creds = logs / "credentials.json"
+    subprocess.run([python(), str(KIT), "--write-credentials", str(creds)], check=True)
+    url = fresh_database("noetl_bench_pft_cursor")
+    flush_redis()
+    env = env_for(
+        NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds)
+    )
+    cli = [python(), "-m", "noetl_celery.cli.main"]
+    api, api_url = start_api(args.rate_limit)
+    try:
+        with ExitStack() as stack:
+            for n in range(2):
+                cmd = [*cli, "worker", "-c", "2", "-n", f"pft{n}@%h"]
+                stack.enter_context(worker(cmd, env, logs / f"w{n}.log"))
+            started = time.time()
+            run = subprocess.run(
+                [
+                    *cli,
+                    "run",
+                    str(ROOT / "playbooks" / "pft_cursor.yaml"),
+                    "--json",
+                    "--set",
+                    f"api_url={api_url}",
+                    "--set",
+                    f"num_facilities={args.facilities}",
+                    "--set",
+                    f"patients_per_facility={args.patients}",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            wall = time.time() - started
+        stats = api_stats(api_url)
+    finally:
+        api.kill()
+    summary = json.loads(run.stdout)
+    ok = 0
+    limited = 0
+    for route, counters in stats.items():
+        if route.startswith("/api/v1/patient/") and isinstance(counters, dict):
+            codes = counters.get("status", {})
+            assert isinstance(codes, dict)
+            ok += int(codes.get("200", 0)) + int(codes.get("404", 0))
+            limited += int(codes.get("429", 0))
+    bound = ok / args.rate_limit
+    print(f"status {summary['status']} error {summary['error']}")
+    print(f"wall {wall:.1f} s; rate-limited requests answered {ok} (+{limited} x 429)")
+    print(f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f}")
+    scale = args.facilities * args.patients / 10_000
+    with psycopg.connect(DATA_DSN) as conn:
+        for table, full in EXPECTED.items():
+            count = conn.execute(f"SELECT count(*) FROM public.{table}").fetchone()
+            print(
+                f"{table:28} {count[0] if count else 0:>7}"
+                + (f"  (full size: {full})" if scale == 1 else "")
+            )
+        done = conn.execute(
+            "SELECT count(*) FROM public.pftc_queue WHERE execution_id = %s AND status = 'done'",
+            (summary["execution_id"],),
+        ).fetchone()
+    print(f"{'queue rows done':28} {done[0] if done else 0:>7}  (6 per patient)")
+    print(f"logs in {logs}")
+    return 0 if summary["status"] == "COMPLETED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
