@@ -29,6 +29,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.orchestrator.ids import with_attempt
 from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.repository import append_terminal
 from noetl_celery.store.schema import commands, events, executions, inbox, leases, utcnow
 
 if TYPE_CHECKING:
@@ -169,33 +170,18 @@ def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
     with store.db.engine.begin() as conn:
         if not _expire(conn, lost, CMD_FAILED, now):
             return False
-        event_id = conn.execute(
-            insert_ignore(conn, events).returning(events.c.event_id),
-            {
-                "execution_id": lost.execution_id,
-                "type": EV_COMMAND_FAILED,
-                "step": lost.step,
-                "command_id": lost.command_id,
-                "epoch": lost.epoch,
-                "iteration": lost.iteration,
-                "created_at": now,
-                "payload": {
-                    "status": "error",
-                    "result": None,
-                    "error": {"kind": kind, "message": message, "retryable": False},
-                },
-            },
-        ).scalar()
-        if event_id is not None:
-            conn.execute(
-                inbox.insert().values(
-                    event_id=event_id,
-                    execution_id=lost.execution_id,
-                    step=lost.step,
-                    epoch=lost.epoch,
-                    iteration=lost.iteration,
-                )
-            )
+        error = {"kind": kind, "message": message, "retryable": False}
+        append_terminal(
+            conn,
+            lost.execution_id,
+            lost.step,
+            lost.command_id,
+            lost.epoch,
+            lost.iteration,
+            EV_COMMAND_FAILED,
+            {"status": "error", "result": None, "error": error},
+            now,
+        )
     return True
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
@@ -57,6 +57,44 @@ from noetl_celery.store.statements import (
     STATE_OF,
     STATUS_OF,
 )
+
+
+def append_terminal(
+    conn: Connection,
+    execution_id: str,
+    step: str,
+    command_id: str,
+    epoch: int,
+    iteration: int | None,
+    event_type: str,
+    outcome: dict[str, Any],
+    now: datetime,
+) -> None:
+    """A command's terminal event and its inbox entry (the unique index on the event
+    keeps a second terminal of the same command out)."""
+    event_id = conn.execute(
+        insert_ignore(conn, events).returning(events.c.event_id),
+        {
+            "execution_id": execution_id,
+            "type": event_type,
+            "step": step,
+            "command_id": command_id,
+            "epoch": epoch,
+            "iteration": iteration,
+            "payload": outcome,
+            "created_at": now,
+        },
+    ).scalar()
+    if event_id is not None:
+        conn.execute(
+            inbox.insert().values(
+                event_id=event_id,
+                execution_id=execution_id,
+                step=step,
+                epoch=epoch,
+                iteration=iteration,
+            )
+        )
 
 
 def _execution(row: Any) -> ExecutionRow:
@@ -242,29 +280,17 @@ class Store:
         ).first()
         if closed is None:
             return False
-        event_id = conn.execute(
-            insert_ignore(conn, events).returning(events.c.event_id),
-            {
-                "execution_id": command.execution_id,
-                "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-                "step": command.step,
-                "command_id": command.command_id,
-                "epoch": command.epoch,
-                "iteration": command.iteration,
-                "payload": outcome,
-                "created_at": now,
-            },
-        ).scalar()
-        if event_id is not None:
-            conn.execute(
-                inbox.insert().values(
-                    event_id=event_id,
-                    execution_id=command.execution_id,
-                    step=command.step,
-                    epoch=command.epoch,
-                    iteration=command.iteration,
-                )
-            )
+        append_terminal(
+            conn,
+            command.execution_id,
+            command.step,
+            command.command_id,
+            command.epoch,
+            command.iteration,
+            EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+            outcome,
+            now,
+        )
         return True
 
     def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:

@@ -47,14 +47,21 @@ def fault_at(
     return lost, at, what
 
 
-def test_worker_sigkill_during_a_parallel_loop(cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory()
-    eid = cluster.start("chaos_loop.yaml", n=N, window=50)
+def kill_workers(cluster: Cluster, eid: str, points: tuple[int, ...]) -> list[Fault]:
+    """SIGKILL the workers in turn (whole process groups) when `points` commands have
+    finished; each is started again at once."""
     faults = []
-    for round_, point in enumerate((800, 2000, 3200)):
+    for round_, point in enumerate(points):
         victim = cluster.workers[round_ % 2]
         faults.append(fault_at(cluster, eid, point, f"SIGKILL worker #{round_ + 1}", victim.kill))
         victim.restart()
+    return faults
+
+
+def test_worker_sigkill_during_a_parallel_loop(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_loop.yaml", n=N, window=50)
+    faults = kill_workers(cluster, eid, (800, 2000, 3200))
     assert_loop_exact(cluster, eid, N)
     for lost, at, what in faults:
         assert cluster.recovery(eid, lost, at, what) < 60
@@ -63,11 +70,7 @@ def test_worker_sigkill_during_a_parallel_loop(cluster_factory: Any) -> None:
 def test_worker_sigkill_during_a_cursor_drain(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory()
     eid = cluster.start("chaos_cursor.yaml", n=ROWS, lanes=4, max_rows=50, concurrency=10)
-    faults = []
-    for round_, point in enumerate((600, 1800)):
-        victim = cluster.workers[round_ % 2]
-        faults.append(fault_at(cluster, eid, point, f"SIGKILL worker #{round_ + 1}", victim.kill))
-        victim.restart()
+    faults = kill_workers(cluster, eid, (600, 1800))
     assert_drain_exact(cluster, eid, ROWS)
     for lost, at, what in faults:
         assert cluster.recovery(eid, lost, at, what) < 60
