@@ -125,3 +125,16 @@ def _children(engine: Engine, eid: str) -> list[str]:
             select(executions.c.execution_id).where(executions.c.parent_execution_id == eid)
         ).all()
     return [r[0] for r in rows]
+
+
+def test_heartbeats_keep_a_long_command_leased(store_url: str, tmp_path: Path) -> None:
+    """A command running for several lease periods is renewed, never taken for lost."""
+    engine = engine_for(store_url, tmp_path, lease_seconds=1)  # type: ignore[arg-type]
+    try:
+        eid = engine.start_text(SLEEPER.replace("time.sleep(30)", "time.sleep(3.5)"))
+        summary, _ = finish(engine, eid)
+        counts = engine.store.command_counts(eid)
+    finally:
+        engine.close()
+    assert summary["status"] == "COMPLETED", summary["error"]
+    assert counts.expired == 0 and counts.completed == 1  # one attempt, never re-issued
