@@ -71,6 +71,12 @@ class Client:
     def status(self, execution_id: str) -> dict[str, Any]:
         return self.engine.status(execution_id)
 
+    def executions(
+        self, *, status: str | None = None, playbook: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """Recent executions, newest first (`playbook` is a catalog path)."""
+        return self.engine.executions(status=status, path=playbook, limit=limit)
+
     def cancel(self, execution_id: str) -> bool:
         """Cancel a running execution and its children; False if it had already ended."""
         return self.engine.cancel(execution_id, "cancelled through the Python API")

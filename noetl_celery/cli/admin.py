@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from noetl_celery.cli.common import load_settings
+from noetl_celery.cli.common import dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
 from noetl_celery.store.database import Database
 
@@ -55,11 +55,16 @@ def db() -> None:
 
 
 @db.command("upgrade")
-def upgrade() -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"revision": ...}.')
+def upgrade(as_json: bool) -> None:
     """Create or migrate the engine's tables to this version."""
     database = Database(load_settings().effective_database_url)
     try:
         database.upgrade()
-        click.echo(f"database at revision {database.current_revision()}")
+        revision = database.current_revision()
     finally:
         database.dispose()
+    if as_json:
+        dump_json({"revision": revision})
+    else:
+        click.echo(f"database at revision {revision}")

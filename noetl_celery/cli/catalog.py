@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -58,22 +59,45 @@ def catalog() -> None:
 
 @catalog.command("register")
 @click.argument("target", type=click.Path(exists=True, path_type=Path))
-def register(target: Path) -> None:
-    """Register a playbook file, or every *.yaml below a directory."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: registered and skipped.")
+def register(target: Path, as_json: bool) -> None:
+    """Register a playbook file, or every *.yaml below a directory (a declared
+    `metadata.schedule` is installed too). Exit 2 if any file was skipped."""
     engine = build_engine(load_settings(), dispatch=False)
     failed = 0
+    out: list[dict[str, Any]] = []
     try:
         for path in playbook_files(target):
             report = validate_file(path)
             if not report.ok:
                 failed += 1
-                click.echo(f"skipped {path}:", err=True)
-                for problem in report.errors:
-                    click.echo(f"  {problem}", err=True)
+                out.append(
+                    {
+                        "file": str(path),
+                        "skipped": True,
+                        "problems": [str(p) for p in report.errors],
+                    }
+                )
+                if not as_json:
+                    click.echo(f"skipped {path}:", err=True)
+                    for problem in report.errors:
+                        click.echo(f"  {problem}", err=True)
                 continue
             _, entry = engine.register_file(path, install_schedule=True)
-            state = "registered" if entry.created else "unchanged"
-            click.echo(f"{state} {entry.path} v{entry.version} ({path})")
+            out.append(
+                {
+                    "file": str(path),
+                    "path": entry.path,
+                    "version": entry.version,
+                    "catalog_id": entry.catalog_id,
+                    "created": entry.created,
+                }
+            )
+            if not as_json:
+                state = "registered" if entry.created else "unchanged"
+                click.echo(f"{state} {entry.path} v{entry.version} ({path})")
     finally:
         engine.close()
+    if as_json:
+        dump_json(out)
     sys.exit(EXIT_INVALID if failed else 0)

@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from noetl_celery.cli.common import build_engine, dump_json, load_settings
+from noetl_celery.cli.views import executions_renderable, status_renderable, stdout_console
+from noetl_celery.constants import RUNNING, TERMINAL_STATUSES
 from noetl_celery.errors import ExecutionNotFound
 
 
@@ -30,22 +32,27 @@ def status(execution_id: str, as_json: bool) -> None:
     if as_json:
         dump_json(view)
         return
-    click.echo(
-        f"execution {view['execution_id']}  {view['status']}  "
-        f"({view['path']}, {view['duration_seconds']}s)"
-    )
-    for st in view["steps"]:
-        click.echo(f"  step {st['step']:<32} {st['status'] or '-':<10} runs={st['runs']}")
-    for lp in view["loops"]:
-        total = "?" if lp["total"] is None else lp["total"]
-        click.echo(
-            f"  loop {lp['step']}#{lp['epoch']}: {lp['done']}/{total} done, "
-            f"{lp['failed']} failed, {lp['in_flight']} in flight"
-        )
-    if view["current"]:
-        click.echo(f"  running: {', '.join(view['current'])}")
-    for err in view["errors"]:
-        click.echo(f"  error in {err['step']}: {err['message']}")
+    stdout_console().print(status_renderable(view))
+
+
+@click.command()
+@click.option("--status", "status_", metavar="S", help="RUNNING, COMPLETED, FAILED or CANCELLED.")
+@click.option("--playbook", metavar="P", help="Only runs of this catalog path.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, newest first.")
+def executions(status_: str | None, playbook: str | None, limit: int, as_json: bool) -> None:
+    """Recent executions, newest first."""
+    if status_ is not None and status_.upper() not in (RUNNING, *TERMINAL_STATUSES):
+        raise click.BadParameter(f"unknown status {status_!r}", param_hint="--status")
+    engine = build_engine(load_settings(), dispatch=False)
+    try:
+        rows = engine.executions(status=status_, path=playbook, limit=limit)
+    finally:
+        engine.close()
+    if as_json:
+        dump_json(rows)
+    else:
+        stdout_console().print(executions_renderable(rows))
 
 
 @click.command()

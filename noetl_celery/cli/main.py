@@ -7,7 +7,7 @@ import click
 from noetl_celery.cli.admin import beat, db, worker
 from noetl_celery.cli.catalog import catalog, validate
 from noetl_celery.cli.common import setup_logging
-from noetl_celery.cli.inspect import cancel, events, status
+from noetl_celery.cli.inspect import cancel, events, executions, status
 from noetl_celery.cli.run import run
 from noetl_celery.cli.schedule import schedule
 
@@ -23,7 +23,19 @@ def cli(verbose: int) -> None:
     setup_logging(verbose)
 
 
-for command in (run, validate, status, events, cancel, catalog, schedule, worker, beat, db):
+for command in (
+    run,
+    validate,
+    status,
+    executions,
+    events,
+    cancel,
+    catalog,
+    schedule,
+    worker,
+    beat,
+    db,
+):
     cli.add_command(command)
 
 

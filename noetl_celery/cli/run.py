@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 import yaml
+from rich.console import Console
+from rich.live import Live
 
 from noetl_celery.cli.common import (
     EXIT_FAILED,
@@ -20,7 +22,9 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
-from noetl_celery.constants import COMPLETED
+from noetl_celery.cli.views import progress_renderable
+from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
+from noetl_celery.engine.service import Engine
 from noetl_celery.errors import NoetlError, PlaybookInvalid
 
 
@@ -47,6 +51,22 @@ def parse_payload(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     return value
+
+
+def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
+    """Wait with a live display on the terminal (stderr): running steps and a progress
+    bar per running loop, redrawn a few times a second from `status`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    console = Console(stderr=True)
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        while True:
+            view = engine.status(execution_id)
+            live.update(progress_renderable(view))
+            if view["status"] in TERMINAL_STATUSES:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
+            time.sleep(0.25)
 
 
 def _invalid(message: str, as_json: bool, stdout: Any) -> None:
@@ -109,7 +129,10 @@ def run(
             if not as_json:
                 click.echo(f"execution {execution_id} started", err=True)
             try:
-                engine.wait(execution_id, timeout)
+                if not as_json and sys.stderr.isatty():
+                    watch(engine, execution_id, timeout)
+                else:
+                    engine.wait(execution_id, timeout)
             except TimeoutError as exc:
                 click.echo(str(exc), err=True)
             summary = engine.summary(execution_id)

@@ -17,7 +17,7 @@ from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.termination import end_tree
-from noetl_celery.engine.views import status_view
+from noetl_celery.engine.views import execution_line, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
@@ -192,6 +192,13 @@ class Engine:
 
     def status(self, execution_id: str) -> dict[str, Any]:
         return status_view(self.store, self.store.execution(execution_id))
+
+    def executions(
+        self, *, status: str | None = None, path: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """Recent executions, newest first, optionally by status and catalog path."""
+        rows = self.store.list_executions(status=status, path=path, limit=limit)
+        return [execution_line(r) for r in rows]
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:
         self.store.execution(execution_id)  # raises ExecutionNotFound

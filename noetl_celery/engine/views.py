@@ -72,3 +72,17 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         "loops": loops,
         "commands": counts.__dict__,
     }
+
+
+def execution_line(row: ExecutionRow) -> dict[str, Any]:
+    """One execution as `executions` lists it."""
+    return {
+        "execution_id": row.execution_id,
+        "path": row.path,
+        "status": row.status,
+        "parent_execution_id": row.parent_execution_id,
+        "created_at": row.created_at.isoformat() + "Z",
+        "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
+        "duration_seconds": round(row.duration_seconds, 3),
+        "error": error_text(row.error),
+    }

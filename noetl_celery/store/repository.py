@@ -428,6 +428,20 @@ class Store:
             ).all()
         return [LoopRow(**r._mapping) for r in rows]
 
+    def list_executions(
+        self, *, status: str | None = None, path: str | None = None, limit: int = 20
+    ) -> list[ExecutionRow]:
+        """Recent executions, newest first (the state snapshot is left out)."""
+        columns = [c for c in EXECUTION_COLUMNS if c.name != "state"]
+        query = select(*columns).order_by(executions.c.created_at.desc()).limit(limit)
+        if status is not None:
+            query = query.where(executions.c.status == status.upper())
+        if path is not None:
+            query = query.where(executions.c.path == path)
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [ExecutionRow(state=None, **r._mapping) for r in rows]
+
     def running_commands(self, execution_id: str) -> list[tuple[str, str]]:
         with self.db.read_engine.connect() as conn:
             rows = conn.execute(

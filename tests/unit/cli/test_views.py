@@ -1,0 +1,104 @@
+"""The terminal views of `status`, `executions` and `run`'s live display."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, RenderableType
+
+from noetl_celery.cli.views import executions_renderable, progress_renderable, status_renderable
+
+
+def text_of(renderable: RenderableType) -> str:
+    console = Console(record=True, width=120, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def view(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "execution_id": "383",
+        "path": "flows/pull",
+        "status": "RUNNING",
+        "duration_seconds": 12.5,
+        "steps": [
+            {"step": "start", "status": "completed", "runs": 1},
+            {"step": "fetch", "status": "running", "runs": 1},
+        ],
+        "current": ["fetch"],
+        "errors": [],
+        "error": None,
+        "loops": [
+            {
+                "step": "fetch",
+                "epoch": 1,
+                "mode": "parallel",
+                "total": 400,
+                "done": 120,
+                "succeeded": 118,
+                "failed": 2,
+                "in_flight": 10,
+                "finished": False,
+            },
+            {
+                "step": "old",
+                "epoch": 1,
+                "mode": "sequential",
+                "total": 3,
+                "done": 3,
+                "succeeded": 3,
+                "failed": 0,
+                "in_flight": 0,
+                "finished": True,
+            },
+        ],
+    }
+    base.update(changes)
+    return base
+
+
+def test_status_shows_steps_loops_and_errors() -> None:
+    out = text_of(status_renderable(view(errors=[{"step": "fetch", "message": "HTTP 500"}])))
+    assert "execution 383" in out and "RUNNING" in out and "flows/pull" in out
+    assert "start" in out and "completed" in out and "running" in out
+    assert "120/400" in out and "old" in out and "3/3" in out  # finished loops too
+    assert "error in fetch: HTTP 500" in out
+
+
+def test_live_progress_shows_running_loops_only() -> None:
+    out = text_of(progress_renderable(view()))
+    assert "running: fetch" in out
+    assert "120/400" in out and "2" in out
+    assert "old" not in out  # a finished loop leaves the live display
+
+
+def test_a_cursor_loop_without_a_total_yet() -> None:
+    loops = [
+        {
+            "step": "drain",
+            "epoch": 1,
+            "mode": "cursor",
+            "total": None,
+            "done": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "in_flight": 4,
+            "finished": False,
+        }
+    ]
+    out = text_of(progress_renderable(view(loops=loops)))
+    assert "claiming" in out and "0/?" in out
+
+
+def test_executions_table() -> None:
+    rows = [
+        {
+            "execution_id": "9",
+            "path": "flows/a",
+            "status": "FAILED",
+            "created_at": "2026-11-23T06:00:00.123Z",
+            "duration_seconds": 3.25,
+        },
+    ]
+    out = text_of(executions_renderable(rows))
+    assert "flows/a" in out and "FAILED" in out and "2026-11-23 06:00:00" in out and "3.2" in out
