@@ -7,6 +7,7 @@ import click
 from noetl_celery.cli.admin import beat, db, worker
 from noetl_celery.cli.catalog import catalog, validate
 from noetl_celery.cli.common import setup_logging
+from noetl_celery.cli.flower import flower
 from noetl_celery.cli.inspect import cancel, events, executions, status
 from noetl_celery.cli.run import run
 from noetl_celery.cli.schedule import schedule
@@ -34,6 +35,7 @@ for command in (
     schedule,
     worker,
     beat,
+    flower,
     db,
 ):
     cli.add_command(command)

@@ -28,6 +28,17 @@ from noetl_celery.tasks import kombu_redis
 log = logging.getLogger("noetl_celery.dispatch")
 
 
+def readable(task: str, arg: str) -> str:
+    """How Flower shows a message's argument: the coordinate spelled out. Ids only, so
+    never a secret or a payload."""
+    if task != TASK_EXECUTE_COMMAND:
+        return f"execution={arg}"
+    parts = arg.split(":")
+    if len(parts) < 3:
+        return f"command={arg}"
+    return f"execution={parts[0]} step={parts[1]} command={arg}"
+
+
 class CeleryDispatcher:
     def __init__(self, app: Celery | None = None) -> None:
         if app is None:
@@ -59,7 +70,12 @@ class CeleryDispatcher:
         # the anonymous exchange routes by queue name alone: kombu's Redis transport keeps
         # exchange bindings in Redis keys, which a FLUSHALL wipes; this keeps working then
         self.app.send_task(
-            name, args=(arg,), exchange="", routing_key=queue, producer=self._producer()
+            name,
+            args=(arg,),
+            exchange="",
+            routing_key=queue,
+            producer=self._producer(),
+            argsrepr=readable(name, arg),
         )
 
     def _send(self, name: str, arg: str, queue: str) -> None:
