@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
@@ -12,17 +13,61 @@ import click
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import NoetlError
+from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
 from noetl_celery.templating.environment import json_default
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
-def setup_logging(verbose: int) -> None:
+_CONTEXT = FIELDS
+
+
+class ContextFormatter(logging.Formatter):
+    """Plain lines that end with the execution, step and command a record is about (the
+    engine passes them as `extra`), so one grep follows an execution across workers."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = [f"{k}={getattr(record, k)}" for k in _CONTEXT if getattr(record, k, None)]
+        return f"{line} [{' '.join(context)}]" if context else line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (NOETL_LOG_FORMAT=json), for log pipelines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in _CONTEXT:
+            value = getattr(record, key, None)
+            if value:
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(verbose: int, log_format: str | None = None) -> None:
+    """Log to stderr; `NOETL_LOG_FORMAT=json` for JSON lines (read here: the CLI is a
+    composition root)."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    fmt = (log_format or os.environ.get("NOETL_LOG_FORMAT") or "plain").strip().lower()
+    if fmt not in ("plain", "json"):
+        raise click.ClickException(f"NOETL_LOG_FORMAT must be plain or json, not {fmt!r}")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ContextFormatter())
+    handler.addFilter(ContextFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def load_settings() -> Settings:

@@ -10,6 +10,7 @@ from noetl_celery.constants import (
     TASK_ORCHESTRATE,
     TASK_REAP,
 )
+from noetl_celery.logcontext import about
 from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.app import app
 from noetl_celery.tasks.runtime import engine, reset_after_fork
@@ -34,7 +35,8 @@ def execute_command(command_id: str) -> None:
 @app.task(name=TASK_ORCHESTRATE, acks_late=True, ignore_result=True)
 def orchestrate(execution_id: str) -> None:
     """Fold the execution's waiting completions and issue what follows."""
-    engine().orchestrator.drive(execution_id, wait=True)
+    with about(execution_id=execution_id):
+        engine().orchestrator.drive(execution_id, wait=True)
 
 
 @app.task(name=TASK_REAP, acks_late=True, ignore_result=True)

@@ -1,0 +1,35 @@
+"""What a log line is about: the execution, step and command being worked on.
+
+The engine sets it around each command it runs; the CLI's log formatters read it, so
+every line logged meanwhile (by the engine, a tool, a library) names the command,
+without each call site passing `extra=`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+FIELDS = ("execution_id", "step", "command_id")
+_current: ContextVar[dict[str, str] | None] = ContextVar("noetl_log_context", default=None)
+
+
+@contextmanager
+def about(**fields: str) -> Iterator[None]:
+    token = _current.set({k: v for k, v in fields.items() if v})
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Fills the fields a record does not carry itself from the current context."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in (_current.get() or {}).items():
+            if not getattr(record, key, None):
+                setattr(record, key, value)
+        return True
