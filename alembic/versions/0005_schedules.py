@@ -1,4 +1,4 @@
-"""cron schedules and their firings
+"""cron schedules and their firings; rows claimed per cursor epoch
 
 Revision ID: 0005
 Revises: 0004
@@ -45,7 +45,17 @@ def upgrade() -> None:
     )
 
 
+    op.create_table(
+        "cursor_rows",
+        sa.Column("execution_id", sa.String(length=40), primary_key=True),
+        sa.Column("step", sa.String(length=256), primary_key=True),
+        sa.Column("epoch", sa.Integer(), primary_key=True),
+        sa.Column("row_key", sa.String(length=64), primary_key=True),
+    )
+
+
 def downgrade() -> None:
+    op.drop_table("cursor_rows")
     op.drop_table("schedule_firings")
     op.drop_index("ix_schedules_due", table_name="schedules")
     op.drop_index("ux_schedules_name", table_name="schedules")

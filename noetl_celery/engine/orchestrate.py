@@ -90,6 +90,7 @@ class Orchestrator:
         completions = tx.inbox(self.batch)
         if not completions:
             return PassResult()
+        completions = tx.first_claims(completions)
         decision = decide(playbook, state, completions, tx, self.limits)
         publish = tx.apply(decision, [c.event_id for c in completions])
         if decision.terminal is not None:

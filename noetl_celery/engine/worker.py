@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from noetl_celery.constants import CMD_RUNNING, RUNNING
+from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.claims import HeldFrame
 from noetl_celery.engine.heartbeat import Heartbeats
 from noetl_celery.engine.ids import new_execution_id
@@ -99,24 +100,10 @@ class CommandExecutor:
             self._wait_for_child(command, result)
             return True
         if isinstance(result, HeldFrame):
-            self._finish_claim(command, result)
+            self._finish(command, result.outcome, result.claim)
             return True
         self._finish(command, result)
         return True
-
-    def _finish_claim(self, command: ClaimedCommand, frame: HeldFrame) -> None:
-        """Record the claimed rows first, then commit the claim: a crash in between
-        leaves rows pending in the queue (claimed again: at least once), never rows
-        marked claimed that the engine does not know (lost)."""
-        try:
-            recorded = self._finish(command, frame.outcome)
-        except BaseException:
-            frame.claim.rollback()
-            raise
-        if recorded:
-            frame.claim.commit()
-        else:
-            frame.claim.rollback()
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -157,30 +144,49 @@ class CommandExecutor:
         else:
             self.orchestrator.drive(child, wait=True)
 
-    def _finish(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
-        """Record the outcome (and orchestrate in place when the lock is free). False when
-        the command was no longer ours (cancelled or re-issued meanwhile)."""
-        publish: list[str] = []
-        with self.store.completion(command) as completion:
-            closed = completion.close(outcome)
-            if not closed.closed:
-                return False
-            if self._deferrable(command, closed):
-                return True  # enough of the window still runs: a later pass folds this
-            tx = completion.lock()
-            if tx is not None:  # the lock was free: orchestrate in this same transaction
-                passed = self.orchestrator.run_pass(tx)
-                if passed.deferred:
-                    return True
-                publish = passed.publish
-            ran_pass = tx is not None
+    def _finish(
+        self, command: ClaimedCommand, outcome: dict[str, Any], held: HeldClaim | None = None
+    ) -> None:
+        """Record the outcome (orchestrating in place when the lock is free), then publish
+        what the pass issued. A cursor claim's transaction (`held`) is committed right
+        after the engine's commit: a crash before it rolls the claim back (the rows stay
+        pending, never lost); the window in between is one round trip."""
+        try:
+            closed, publish, ran_pass = self._record(command, outcome)
+        except BaseException:
+            if held is not None:
+                held.rollback()
+            raise
+        if held is not None:
+            if closed:
+                held.commit()
+            else:
+                held.rollback()
+        if publish is None:
+            return
         if publish:
             self.orchestrator.dispatcher.publish(publish)
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
-        return True
+
+    def _record(
+        self, command: ClaimedCommand, outcome: dict[str, Any]
+    ) -> tuple[bool, list[str] | None, bool]:
+        """(closed, what to publish or None when nothing more is to be done, a pass ran).
+        Not closed: the command was no longer ours (cancelled or re-issued meanwhile)."""
+        with self.store.completion(command) as completion:
+            closed = completion.close(outcome)
+            if not closed.closed:
+                return False, None, False
+            if self._deferrable(command, closed):
+                return True, None, False  # enough of the window still runs: folded later
+            tx = completion.lock()
+            if tx is None:
+                return True, [], False
+            passed = self.orchestrator.run_pass(tx)
+            return True, None if passed.deferred else passed.publish, True
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:

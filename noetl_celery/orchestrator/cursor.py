@@ -100,11 +100,20 @@ def on_claim(run: Pass, step: Step, completion: Completion) -> None:
             f"cursor claim (lane {lane_no}, frame {frame}) failed: {error_message(error)}",
             error,
         )
-    elif not rows:
-        lane.drained = True
-    else:
+    elif rows:
         _plan_frame(run, step, st, lane_no, rows)
+    elif _duplicates(completion.outcome):
+        # every row was one this epoch had claimed already (returned to the queue by a
+        # claim that died before its commit): not drained, claim the next frame
+        _claim(run, step, st, lane_no)
+    else:
+        lane.drained = True
     _after_lane_change(run, step, st)
+
+
+def _duplicates(outcome: dict[str, Any]) -> int:
+    result = outcome.get("result")
+    return int(result.get("duplicates") or 0) if isinstance(result, dict) else 0
 
 
 def _rows(outcome: dict[str, Any]) -> list[Any]:

@@ -7,6 +7,8 @@ ones *this* transaction inserted or issued, and only those get published, after 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -21,13 +23,14 @@ from noetl_celery.constants import (
     KIND_STEP,
 )
 from noetl_celery.orchestrator.decisions import Completion, Decision
-from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import (
     commands,
     contexts,
+    cursor_rows,
     events,
     executions,
     loops,
@@ -98,6 +101,42 @@ class OrchestrationTx:
             )
             for row in rows
         ]
+
+    def first_claims(self, completions: list[Completion]) -> list[Completion]:
+        """Cursor claims keep only rows their epoch has not claimed before (a claim that
+        was recorded but not committed put its rows back in the queue; see
+        schema.cursor_rows). Rows are told apart by content: claim SQL should return
+        the row's key."""
+        out = []
+        for completion in completions:
+            rows = _claimed_rows(completion)
+            if rows:
+                fresh = self._fresh(completion, rows)
+                if len(fresh) != len(rows):
+                    result = {**completion.outcome["result"], "rows": fresh}
+                    result["row_count"] = len(fresh)
+                    result["duplicates"] = len(rows) - len(fresh)
+                    completion = replace(
+                        completion, outcome={**completion.outcome, "result": result}
+                    )
+            out.append(completion)
+        return out
+
+    def _fresh(self, completion: Completion, rows: list[Any]) -> list[Any]:
+        keyed: dict[str, Any] = {}
+        for row in rows:
+            keyed.setdefault(row_key(row), row)
+        base = {
+            "execution_id": self.execution_id,
+            "step": completion.step,
+            "epoch": completion.epoch,
+        }
+        new = self.conn.execute(
+            insert_ignore(self.conn, cursor_rows).returning(cursor_rows.c.row_key),
+            [{**base, "row_key": key} for key in keyed],
+        ).scalars()
+        fresh = set(new)
+        return [row for key, row in keyed.items() if key in fresh]
 
     def waiting(self) -> list[tuple[str, int, int, bool]]:
         """The inbox grouped by (step, epoch): count, and whether any entry is not a loop
@@ -266,3 +305,15 @@ class OrchestrationTx:
             if parent is not None:
                 publish.append(parent)
         return publish
+
+
+def row_key(row: Any) -> str:
+    return hashlib.sha256(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _claimed_rows(completion: Completion) -> list[Any]:
+    if parse_claim(completion.command_id) is None or not completion.ok:
+        return []
+    result = completion.outcome.get("result")
+    rows = result.get("rows") if isinstance(result, dict) else None
+    return rows if isinstance(rows, list) else []

@@ -265,3 +265,15 @@ schedule_firings = Table(
     Column("execution_id", String(40), nullable=True),
     Column("created_at", DateTime, nullable=False, default=utcnow),
 )
+
+# Rows each cursor epoch has claimed, by content. A worker that dies between recording a
+# claim and committing it leaves its rows pending in the queue; the next frame claims
+# them again and this table (its primary key) drops them, so no row runs or counts twice.
+cursor_rows = Table(
+    "cursor_rows",
+    metadata,
+    Column("execution_id", String(40), primary_key=True),
+    Column("step", String(256), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("row_key", String(64), primary_key=True),
+)

@@ -153,3 +153,22 @@ def test_frame_processing_runs_one_body_per_frame_and_counts_rows() -> None:
     bodies = [i for s, i in sim.ran if s == "drain" and i is not None]
     assert len(bodies) == 5  # ceil(47 / 10) frames
     assert sim.results[("drain", 1)]["stats"] == {"total": 47, "success": 47, "failed": 0}
+
+
+def test_a_frame_of_rows_claimed_before_is_not_the_end_of_the_queue() -> None:
+    """The store drops rows an epoch already claimed (a claim that died before its
+    commit put them back); a frame left empty that way claims again, it is not drained."""
+
+    class Replaying(Queue):
+        def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+            if step == "drain" and iteration is None and self.claims == 1:
+                self.claims += 1  # the second claim: only rows seen before
+                return ok({"rows": [], "row_count": 0, "duplicates": 10})
+            return super().__call__(step, item, iteration)
+
+    queue = Replaying(30, 10)
+    sim = Sim(playbook(CURSOR.format(lanes=1, rows=10, conc=2)), queue)
+    assert sim.run(batch=1).status == "COMPLETED"
+    bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)
+    assert bodies == list(range(30))  # the lane went on claiming after the empty frame
+    assert sim.results[("drain", 1)]["stats"]["total"] == 30
