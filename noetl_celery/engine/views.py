@@ -47,42 +47,32 @@ def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
     return out
 
 
+def execution_line(row: ExecutionRow) -> dict[str, Any]:
+    """One execution as `executions` lists it (and the head of `status`)."""
+    return {
+        "execution_id": row.execution_id,
+        "path": row.path,
+        "status": row.status,
+        "parent_execution_id": row.parent_execution_id,
+        "created_at": row.created_at.isoformat() + "Z",
+        "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
+        "duration_seconds": round(row.duration_seconds, 3),
+        "error": error_text(row.error),
+    }
+
+
 def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
     state = row.state or {}
     steps = state.get("steps") or {}
     running = store.running_commands(row.execution_id)
-    current = sorted({step for _, step in running})
-    loops = loop_progress(store, row)
-    counts = store.command_counts(row.execution_id)
     return {
-        "execution_id": row.execution_id,
-        "path": row.path,
-        "status": row.status,
-        "parent_execution_id": row.parent_execution_id,
-        "created_at": row.created_at.isoformat() + "Z",
-        "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
-        "duration_seconds": round(row.duration_seconds, 3),
+        **execution_line(row),
         "steps": [
             {"step": name, "status": st.get("status") or "", "runs": st.get("epoch", 0)}
             for name, st in steps.items()
         ],
-        "current": current,
+        "current": sorted({step for _, step in running}),
         "errors": state.get("failures") or [],
-        "error": error_text(row.error),
-        "loops": loops,
-        "commands": counts.__dict__,
-    }
-
-
-def execution_line(row: ExecutionRow) -> dict[str, Any]:
-    """One execution as `executions` lists it."""
-    return {
-        "execution_id": row.execution_id,
-        "path": row.path,
-        "status": row.status,
-        "parent_execution_id": row.parent_execution_id,
-        "created_at": row.created_at.isoformat() + "Z",
-        "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
-        "duration_seconds": round(row.duration_seconds, 3),
-        "error": error_text(row.error),
+        "loops": loop_progress(store, row),
+        "commands": store.command_counts(row.execution_id).__dict__,
     }

@@ -31,6 +31,7 @@ from noetl_celery.orchestrator.ids import with_attempt
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.repository import append_terminal
 from noetl_celery.store.schema import commands, events, executions, inbox, leases, utcnow
+from noetl_celery.store.statements import COMMAND_COLUMNS
 
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
@@ -77,16 +78,7 @@ def _running_commands(status: str) -> Any:
     return (
         select(
             commands.c.command_id,
-            commands.c.execution_id,
-            commands.c.step,
-            commands.c.kind,
-            commands.c.epoch,
-            commands.c.iteration,
-            commands.c.attempt,
-            commands.c.ctx_version,
-            commands.c.item,
-            commands.c.meta,
-            commands.c.resume,
+            *COMMAND_COLUMNS,
             commands.c.lease_until,
             commands.c.deadline_at,
         )

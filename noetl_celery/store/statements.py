@@ -68,6 +68,20 @@ WAITING = (
 )
 MARK_HANDLED = delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True)))
 
+# what a worker needs to run a command (a claim returns it; the reaper copies it into the
+# next attempt)
+COMMAND_COLUMNS = (
+    commands.c.execution_id,
+    commands.c.step,
+    commands.c.kind,
+    commands.c.epoch,
+    commands.c.iteration,
+    commands.c.attempt,
+    commands.c.ctx_version,
+    commands.c.item,
+    commands.c.meta,
+    commands.c.resume,
+)
 CLAIM = (
     update(commands)
     .where(commands.c.command_id == bindparam("b_cid"), commands.c.status == CMD_ISSUED)
@@ -77,18 +91,7 @@ CLAIM = (
         started_at=bindparam("b_now"),
         lease_until=bindparam("b_lease"),
     )
-    .returning(
-        commands.c.execution_id,
-        commands.c.step,
-        commands.c.kind,
-        commands.c.epoch,
-        commands.c.iteration,
-        commands.c.attempt,
-        commands.c.ctx_version,
-        commands.c.item,
-        commands.c.meta,
-        commands.c.resume,
-    )
+    .returning(*COMMAND_COLUMNS)
 )
 CLOSE_COMMAND = (
     update(commands)
