@@ -67,7 +67,9 @@ def test_a_step_timeout_stops_a_pipeline_at_a_task_boundary(engine: Engine) -> N
     )
     summary, seconds = finish(engine, eid)
     assert summary["status"] == "FAILED"
-    assert "timed out after 1s" in str(summary["error"])
+    # the pipeline's own check between tasks, or the reaper's deadline sweep, whichever
+    # comes first: both end the step as timed out
+    assert "step 'slow' timed out" in str(summary["error"])
     assert seconds < 10
 
 

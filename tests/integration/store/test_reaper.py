@@ -43,7 +43,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[tuple[Engine, Recorder]]:
         Settings(
             home=tmp_path,
             database_url=store_url,
-            issued_grace_seconds=0.2,
+            issued_grace_seconds=1.0,
             wake_grace_seconds=0.0,
             max_attempts=2,
         )
@@ -72,12 +72,12 @@ def test_lost_message_then_lost_worker_then_give_up(engine: tuple[Engine, Record
     reaper = built.reaper
 
     assert reaper.sweep().republished == 0  # still within the grace period
-    time.sleep(0.3)
+    time.sleep(1.1)
     assert reaper.sweep().republished == 1
     assert sent.published == [first, first]
-    time.sleep(0.3)
+    time.sleep(1.4)
     assert reaper.sweep().republished == 0  # the second wait is twice as long
-    time.sleep(0.2)
+    time.sleep(0.8)
     assert reaper.sweep().republished == 1
 
     # a worker claims it and dies: its lease runs out
