@@ -25,11 +25,24 @@ def about(**fields: str) -> Iterator[None]:
         _current.reset(token)
 
 
+def of_command(command_id: str) -> dict[str, str]:
+    """`extra=` for a line about a command: its id is `execution:step:...` (`:` cannot
+    appear in a step name), so code holding only the id can still name all three."""
+    execution_id, _, rest = command_id.partition(":")
+    return {"execution_id": execution_id, "step": rest.partition(":")[0], "command_id": command_id}
+
+
 class ContextFilter(logging.Filter):
     """Fills the fields a record does not carry itself from the current context."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in (_current.get() or {}).items():
+        current = _current.get() or {}
+        own = getattr(record, "execution_id", None)
+        if own and own != current.get("execution_id"):
+            # about another execution (a child driven from its parent's command): the
+            # command being run is not what this line is about
+            return True
+        for key, value in current.items():
             if not getattr(record, key, None):
                 setattr(record, key, value)
         return True

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
+from noetl_celery.errors import Problem
 from noetl_celery.models.validation import validate_file
 
 
@@ -18,37 +19,34 @@ def playbook_files(target: Path) -> list[Path]:
     return [target]
 
 
+def problem_json(file: Path, problem: Problem) -> dict[str, Any]:
+    return {
+        "file": problem.file or str(file),
+        "line": problem.line,
+        "step": problem.step,
+        "field": problem.field,
+        "message": problem.message,
+        "severity": problem.severity,
+    }
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON array of problems (warnings included)."
+)
 def validate(files: tuple[Path, ...], as_json: bool) -> None:
-    """Check playbooks without running them; every problem is listed with its location."""
-    reports = {str(f): validate_file(f) for target in files for f in playbook_files(target)}
+    """Check playbooks without running them; every problem is listed with its location.
+    Exit 2 if any has an error."""
+    reports = {f: validate_file(f) for target in files for f in playbook_files(target)}
     if as_json:
-        dump_json(
-            {
-                name: {
-                    "ok": r.ok,
-                    "problems": [
-                        {
-                            "severity": p.severity,
-                            "message": p.message,
-                            "line": p.line,
-                            "step": p.step,
-                            "field": p.field,
-                        }
-                        for p in r.problems
-                    ],
-                }
-                for name, r in reports.items()
-            }
-        )
+        dump_json([problem_json(f, p) for f, r in reports.items() for p in r.problems])
     else:
-        for name, report in reports.items():
+        for path, report in reports.items():
             for problem in report.problems:
                 click.echo(str(problem), err=not report.ok)
             if report.ok:
-                click.echo(f"{name}: ok")
+                click.echo(f"{path}: ok")
     sys.exit(0 if all(r.ok for r in reports.values()) else EXIT_INVALID)
 
 
@@ -75,7 +73,7 @@ def register(target: Path, as_json: bool) -> None:
                     {
                         "file": str(path),
                         "skipped": True,
-                        "problems": [str(p) for p in report.errors],
+                        "problems": [problem_json(path, p) for p in report.errors],
                     }
                 )
                 if not as_json:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, TextIO
 
 import click
@@ -39,9 +40,13 @@ class ContextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line (NOETL_LOG_FORMAT=json), for log pipelines."""
 
+    # UTC with a `Z`: lines from hosts in different zones sort and join as they are
+    def converter(self, seconds: float | None = None) -> time.struct_time:
+        return time.gmtime(seconds)
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

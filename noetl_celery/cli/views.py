@@ -101,16 +101,25 @@ def progress_renderable(view: dict[str, Any]) -> RenderableType:
 
 
 def executions_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+    """`noetl-celery executions`: one row per execution, newest first."""
+    # most runs are top-level: the parent column only appears when one has a parent
+    columns = ["execution_id", "playbook", "status", "started (UTC)", "seconds"]
+    with_parent = any(row.get("parent_execution_id") for row in rows)
+    if with_parent:
+        columns.append("parent")
     table = Table()
-    for column in ("execution_id", "playbook", "status", "started (UTC)", "seconds"):
+    for column in columns:
         # ids and paths are copied and grepped: never wrapped, even in a narrow pipe
         table.add_column(column, justify="right" if column == "seconds" else "left", no_wrap=True)
     for row in rows:
-        table.add_row(
+        cells: list[RenderableType] = [
             row["execution_id"],
             row["path"],
             _status(row["status"]),
             row["created_at"].replace("T", " ")[:19],
             f"{row['duration_seconds']:.1f}",
-        )
+        ]
+        if with_parent:
+            cells.append(row.get("parent_execution_id") or "")
+        table.add_row(*cells)
     return table

@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from noetl_celery.logcontext import of_command
+
 log = logging.getLogger("noetl_celery.heartbeat")
 
 # renew(command_id) -> still ours?
@@ -63,7 +65,13 @@ class Heartbeats:
                 try:
                     ours = self._renew(command_id)
                 except Exception:  # the database is away: try again next tick
-                    log.warning("lease renewal of %s failed", command_id, exc_info=True)
+                    # this thread runs outside any command's log context
+                    log.warning(
+                        "lease renewal of %s failed",
+                        command_id,
+                        exc_info=True,
+                        extra=of_command(command_id),
+                    )
                     continue
                 with self._lock:
                     if command_id not in self._active:

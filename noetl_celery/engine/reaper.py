@@ -118,16 +118,14 @@ class Reaper:
         """The next attempt's id to publish, or None when the command failed for good."""
         if lost.deadline_at is not None and lost.deadline_at < utcnow():
             message = f"step '{lost.step}' timed out (its `spec.timeout` passed)"
-            if give_up(self.store, lost, "timeout", message):
-                report.failed += 1
+            self._give_up(lost, "timeout", message, report)
             return None
         if lost.attempt >= self.policy.max_attempts:
             message = (
                 f"command {lost.command_id} lost its worker (lease expired) on attempt "
                 f"{lost.attempt} of {self.policy.max_attempts}; giving up"
             )
-            if give_up(self.store, lost, "worker_lost", message):
-                report.failed += 1
+            self._give_up(lost, "worker_lost", message, report)
             return None
         new_id = reissue(self.store, lost)
         if new_id is not None:
@@ -136,9 +134,23 @@ class Reaper:
                 "command %s lost its worker; issued again as %s",
                 lost.command_id,
                 new_id,
-                extra={"execution_id": lost.execution_id, "command_id": new_id},
+                extra=_about(lost, new_id),
             )
         return new_id
+
+    def _give_up(self, lost: LostCommand, kind: str, message: str, report: Sweep) -> None:
+        if give_up(self.store, lost, kind, message):
+            report.failed += 1
+            log.warning("command %s failed: %s", lost.command_id, message, extra=_about(lost))
+
+
+def _about(lost: LostCommand, command_id: str | None = None) -> dict[str, str]:
+    """`extra=` naming a lost command (the sweep runs outside any command's context)."""
+    return {
+        "execution_id": lost.execution_id,
+        "step": lost.step,
+        "command_id": command_id or lost.command_id,
+    }
 
 
 class ReaperThread:

@@ -24,7 +24,7 @@ from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
-from noetl_celery.logcontext import about
+from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import make_outcome
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
@@ -64,8 +64,7 @@ class CommandExecutor:
 
     def execute(self, command_id: str) -> bool:
         """Returns False when the delivery was a duplicate (nothing ran)."""
-        execution_id, _, rest = command_id.partition(":")
-        with about(execution_id=execution_id, step=rest.partition(":")[0], command_id=command_id):
+        with about(**of_command(command_id)):
             return self._execute(command_id)
 
     def _execute(self, command_id: str) -> bool:
@@ -74,7 +73,7 @@ class CommandExecutor:
             log.info(
                 "command %s already claimed or finished: duplicate delivery dropped",
                 command_id,
-                extra={"command_id": command_id},
+                extra=of_command(command_id),
             )
             return False
         self.heartbeats.start(command_id)

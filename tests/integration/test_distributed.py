@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,30 @@ def test_runtime_failures_end_failed_with_a_clear_message(
     assert fragment in summary["error"], summary["error"]
     assert "step '" in summary["error"]  # names the step
     nothing_left_running(engine, eid)
+
+
+def test_worker_log_lines_name_execution_step_and_command(
+    engine: Engine, distributed: dict[str, Any]
+) -> None:
+    """`noetl-celery worker` keeps the CLI's root logger (worker_hijack_root_logger off):
+    a line a worker logs while it runs a command ends with what it is about."""
+    eid = engine.start_text(
+        (Path(__file__).parents[2] / "playbooks/examples/hello_world.yaml").read_text()
+    )
+    assert engine.wait(eid, 60).status == "COMPLETED"
+    pattern = re.compile(
+        rf"INFO noetl_celery\.orchestrate: execution {eid} COMPLETED "
+        rf"\[execution_id={eid} step=(\w+) command_id={eid}:\1:\S+\]$"
+    )
+    deadline = time.monotonic() + 10  # the worker may flush its line after our commit
+    while time.monotonic() < deadline:
+        lines = [
+            line
+            for worker in distributed["workers"]
+            for line in worker.log.read_text(errors="replace").splitlines()
+            if f"execution {eid} COMPLETED" in line
+        ]
+        if lines:
+            break
+        time.sleep(0.1)
+    assert len(lines) == 1 and pattern.search(lines[0]), lines

@@ -4,6 +4,7 @@ it fails with a clear error that ends the execution."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.logcontext import FIELDS
 from noetl_celery.settings import Settings
 from noetl_celery.store.reaper import release_lease, take_lease
 
@@ -65,7 +67,10 @@ def test_the_sweep_lease_is_held_by_one_owner_at_a_time(
     assert take_lease(store, "duty", "b", 30)
 
 
-def test_lost_message_then_lost_worker_then_give_up(engine: tuple[Engine, Recorder]) -> None:
+def test_lost_message_then_lost_worker_then_give_up(
+    engine: tuple[Engine, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_celery.reaper")
     built, sent = engine
     eid = built.start_text(PLAYBOOK)
     [first] = sent.published  # the message the broker lost
@@ -103,3 +108,19 @@ def test_lost_message_then_lost_worker_then_give_up(engine: tuple[Engine, Record
     # a late outcome of the dead attempt changes nothing
     assert not built.store.complete(claimed, {"status": "ok", "result": {}})
     assert [e["type"] for e in built.events(eid)].count("command.failed") == 1
+    # the sweep runs outside any command, yet its lines name the command they are about
+    about = [
+        (r.getMessage().split(";")[0], *(getattr(r, k) for k in FIELDS))
+        for r in caplog.records
+        if r.name == "noetl_celery.reaper"
+    ]
+    assert about == [
+        (f"command {first} lost its worker", eid, "only", second),
+        (
+            f"command {second} failed: command {second} lost its worker (lease expired) "
+            "on attempt 2 of 2",
+            eid,
+            "only",
+            second,
+        ),
+    ]

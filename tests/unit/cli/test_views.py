@@ -102,3 +102,23 @@ def test_executions_table() -> None:
     ]
     out = text_of(executions_renderable(rows))
     assert "flows/a" in out and "FAILED" in out and "2026-11-23 06:00:00" in out and "3.2" in out
+
+
+def test_the_parent_column_appears_only_for_child_executions() -> None:
+    top = {
+        "execution_id": "100",
+        "path": "flows/parent",
+        "status": "RUNNING",
+        "created_at": "2026-11-23T06:00:00Z",
+        "duration_seconds": 1.0,
+        "parent_execution_id": None,
+    }
+    child = {**top, "execution_id": "101", "path": "flows/child", "parent_execution_id": "100"}
+    assert "parent" not in text_of(executions_renderable([top])).splitlines()[1]
+    lines = text_of(executions_renderable([child, top])).splitlines()
+    assert "parent" in lines[1]
+    cells = {
+        row[0]: row[-1]
+        for row in ([c.strip() for c in line.split("│")[1:-1]] for line in lines[3:-1])
+    }
+    assert cells == {"101": "100", "100": ""}
