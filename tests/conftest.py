@@ -73,8 +73,10 @@ def credentials_file(tmp_path_factory: pytest.TempPathFactory, data_db: str) -> 
         "db_password": params.get("password", ""),
         "db_name": DATA_DB,
     }
+    # an alias no playbook uses, with a password tests look for where no secret may appear
+    canary = {**entry, "db_password": "canary-pw-7d1e0b-never-shown"}
     path = tmp_path_factory.mktemp("creds") / "credentials.json"
-    path.write_text(json.dumps({"pg_test": entry, "pg_local": entry}))
+    path.write_text(json.dumps({"pg_test": entry, "pg_local": entry, "unused_canary": canary}))
     return path
 
 

@@ -3,9 +3,9 @@
 Bound to 127.0.0.1 unless told otherwise. Flower 2 serves its REST API (`/api/...`)
 only with authentication configured, or with `FLOWER_UNAUTHENTICATED_API=true`;
 `--basic-auth USER:PASS` (or `NOETL_FLOWER_BASIC_AUTH`) turns on basic auth for the
-pages and the API alike. Workers send task events only while a monitor asks for them
-(Flower's `--enable_events`, on by default, asks every few seconds), so a deployment
-without Flower pays nothing for them.
+pages and the API alike. Workers send task events only while a monitor asks for them:
+Flower asks every few seconds, and this command asks them to stop when Flower exits
+(see tasks.task_events), so a deployment pays for them only while Flower runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,20 @@ import os
 import click
 
 from noetl_celery.cli.common import load_settings
+
+
+def check_basic_auth(value: str) -> str:
+    """Flower splits the value on commas into `user:password` entries and accepts any
+    entry as the whole credentials: a password with a comma would let in whoever sends
+    its tail, so every entry must be a user and a password, both non-empty."""
+    for entry in value.split(","):
+        user, sep, password = entry.partition(":")
+        if not (user and sep and password):
+            raise click.BadParameter(
+                "expected USER:PASS or USER:PASS,USER2:PASS2 (Flower splits on commas)",
+                param_hint="--basic-auth / NOETL_FLOWER_BASIC_AUTH",
+            )
+    return value
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -33,11 +47,15 @@ def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[s
     settings = load_settings()
     if settings.embedded:
         raise click.ClickException("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
-    if basic_auth is not None and ":" not in basic_auth:
-        raise click.BadParameter("expected USER:PASS", param_hint="--basic-auth")
-    from noetl_celery.tasks.app import app
-
     argv = ["flower", f"--address={address}", f"--port={port}"]
     if basic_auth:
-        argv.append(f"--basic-auth={basic_auth}")
-    app.start(argv=[*argv, *flower_args])
+        # Flower runs in this process: with NOETL_FLOWER_BASIC_AUTH the password is on no
+        # command line
+        argv.append(f"--basic-auth={check_basic_auth(basic_auth)}")
+    from noetl_celery.tasks.app import app
+    from noetl_celery.tasks.task_events import disable_task_events
+
+    try:
+        app.start(argv=[*argv, *flower_args])
+    finally:
+        disable_task_events(app)

@@ -1,6 +1,6 @@
 """`noetl-celery flower` watching real workers: the engine's tasks are listed with
-readable arguments, the API needs the configured basic auth, and nothing of a run's
-payload (here a token) reaches Celery messages."""
+readable arguments, the API needs the configured basic auth, no secret or payload reaches
+what Flower shows, and the workers stop sending task events once Flower has exited."""
 
 from __future__ import annotations
 
@@ -13,18 +13,24 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+import redis
 
+from noetl_celery.engine.service import Engine
 from tests.support.engines import celery_engine
 from tests.support.private_services import free_port
 
 pytestmark = pytest.mark.integration
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 AUTH = "admin:flower-test-pass"
-TOKEN = "tok-4f1c9e-do-not-leak"
+TOKEN = "tok-4f1c9e-do-not-leak"  # a payload value: payloads never travel in messages
+ENGINE_TASKS = {"noetl.execute_command", "noetl.orchestrate", "noetl.reap"}
+T = TypeVar("T")
 
 
 def get(url: str, auth: str | None = AUTH) -> tuple[int, Any]:
@@ -38,70 +44,139 @@ def get(url: str, auth: str | None = AUTH) -> tuple[int, Any]:
         return exc.code, None
 
 
-def poll(check: Any, what: str, timeout: float = 60) -> Any:
+def poll(check: Callable[[], T | None], what: str, timeout: float = 60) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:  # not listening yet
-            value = None
+        value = check()
         if value:
             return value
         time.sleep(0.3)
-    raise AssertionError(f"{what} within {timeout}s")
+    raise AssertionError(f"no {what} within {timeout}s")
+
+
+@contextmanager
+def flower_process(env: dict[str, str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`noetl-celery flower` with basic auth given by the environment (as in compose)."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "noetl_celery.cli.main", "flower", "--port", str(port)],
+            env={**env, "NOETL_FLOWER_BASIC_AUTH": AUTH},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def run_side_effect_loop(engine: Engine) -> str:
+    execution_id = engine.start_text(
+        (PLAYBOOKS / "side_effect_loop.yaml").read_text(), {"n": 20, "api_token": TOKEN}
+    )
+    assert engine.wait(execution_id, 60).status == "COMPLETED"
+    return execution_id
+
+
+class TaskEvents:
+    """Celery publishes task events on its `celeryev` fanout exchange: with Redis, pub/sub
+    channels `/<db>.celeryev/<routing key>`. Listening there shows whether the workers
+    send them, with or without a monitor."""
+
+    def __init__(self, redis_url: str) -> None:
+        db = redis_url.rsplit("/", 1)[-1] or "0"
+        self.pubsub = redis.Redis.from_url(redis_url).pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub.psubscribe(f"/{db}.celeryev/task*")
+
+    def heard(self, execution_id: str, within: float) -> bool:
+        """Whether a task event of the execution arrives within `within` seconds."""
+        deadline = time.monotonic() + within
+        while (left := deadline - time.monotonic()) > 0:
+            message = self.pubsub.get_message(timeout=min(left, 0.2))
+            if message and message["type"] == "pmessage":
+                body = base64.b64decode(json.loads(message["data"])["body"])
+                if execution_id.encode() in body:
+                    return True
+        return False
+
+    def drain(self, within: float = 1.0) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and self.pubsub.get_message(timeout=0.1):
+            pass
+
+    def close(self) -> None:
+        self.pubsub.close()
 
 
 def test_flower_lists_the_engines_tasks_readably(
-    distributed: dict[str, Any], tmp_path: Path
+    distributed: dict[str, Any], credentials_file: Path, tmp_path: Path
 ) -> None:
+    canary = json.loads(credentials_file.read_text())["unused_canary"]["db_password"]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "noetl_celery.cli.main",
-            "flower",
-            "--port",
-            str(port),
-            "--basic-auth",
-            AUTH,
-        ],
-        env=distributed["env"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log = tmp_path / "flower.log"
     engine = celery_engine(distributed["url"], distributed["redis_url"], tmp_path)
+    events = TaskEvents(distributed["redis_url"])
     try:
-        workers = poll(lambda: get(f"{base}/api/workers")[1], "flower lists the workers")
-        assert len(workers) >= 2
-        assert get(f"{base}/api/workers", auth=None)[0] == 401
-        assert get(f"{base}/api/workers", auth="admin:wrong")[0] == 401
+        with flower_process(distributed["env"], port, log) as proc:
 
-        def run_and_find() -> list[dict[str, Any]]:
-            eid = engine.start_text(
-                (PLAYBOOKS / "side_effect_loop.yaml").read_text(),
-                {"n": 5, "api_token": TOKEN},
-            )
-            assert engine.wait(eid, 60).status == "COMPLETED"
-            tasks = get(f"{base}/api/tasks")[1] or {}
-            return [t for t in tasks.values() if eid in str(t.get("args"))]
+            def workers() -> dict[str, Any] | None:
+                assert proc.poll() is None, log.read_text()
+                try:  # refresh: ask the workers now, not Flower's snapshot of its start
+                    return get(f"{base}/api/workers?refresh=1")[1]  # type: ignore[no-any-return]
+                except OSError:  # not listening yet
+                    return None
 
-        # workers send task events once Flower has asked them to (a few seconds)
-        mine = poll(run_and_find, "flower shows the run's tasks")
-        names = {t["name"] for t in mine}
-        assert "noetl.execute_command" in names
-        each = [t for t in mine if "step=each" in str(t["args"])]
-        assert each and all("execution=" in t["args"] for t in each)
-        everything = json.dumps(get(f"{base}/api/tasks")[1]) + json.dumps(
-            get(f"{base}/api/workers")[1]
+            listed = poll(workers, "workers listed by flower")
+            assert len(listed) >= 2
+            for info in listed.values():
+                assert set(info["registered"]) >= ENGINE_TASKS
+            assert get(f"{base}/api/workers", auth=None)[0] == 401
+            assert get(f"{base}/api/tasks", auth=None)[0] == 401
+            assert get(f"{base}/api/tasks", auth="admin:wrong")[0] == 401
+
+            def shown_run() -> tuple[str, list[dict[str, Any]]] | None:
+                # workers send task events once Flower's broadcast reached them (it repeats
+                # every 5 s); a run before that leaves no trace, so run again
+                execution_id = run_side_effect_loop(engine)
+                if not events.heard(execution_id, within=2):
+                    return None
+
+                def in_flower() -> list[dict[str, Any]]:
+                    tasks = get(f"{base}/api/tasks")[1] or {}
+                    return [t for t in tasks.values() if execution_id in str(t["args"])]
+
+                return execution_id, poll(in_flower, "the run's tasks in flower", 10)
+
+            execution_id, mine = poll(shown_run, "run shown by flower")
+            names = {t["name"] for t in mine}
+            assert "noetl.execute_command" in names and names <= ENGINE_TASKS
+            assert any("step=each" in t["args"] for t in mine), [t["args"] for t in mine]
+            for task in mine:  # ids spelled out, nothing else: a few dozen characters
+                assert task["args"].split()[0] == f"execution={execution_id}"
+                assert task["kwargs"] == "{}" and len(task["args"]) < 200
+            shown = json.dumps([get(f"{base}/api/{what}")[1] for what in ("tasks", "workers")])
+            assert canary not in shown and TOKEN not in shown
+            assert canary not in log.read_text()
+        assert proc.returncode == 0, log.read_text()
+
+        # Flower has exited and asked the workers to stop sending task events
+        events.drain()
+        poll(
+            lambda: not events.heard(run_side_effect_loop(engine), within=2),
+            "run without task events once flower is gone",
+            timeout=30,
         )
-        assert TOKEN not in everything
     finally:
+        events.close()
         engine.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
 
 
 def test_flower_needs_a_broker(embedded_env: dict[str, str]) -> None:

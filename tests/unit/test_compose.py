@@ -1,16 +1,20 @@
 """docker-compose.yml starts what the README documents, with the engine's own commands
-(`docker compose` is not installed here, so the file is checked as data)."""
+(`docker compose` is not installed here, so the file is checked as data and each
+service's command is parsed by the real `noetl-celery` command line)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import click
+import pytest
 import yaml
 
 from noetl_celery.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
+ENGINE_SERVICES = ("migrate", "worker", "beat", "flower")
 
 
 def services() -> dict[str, Any]:
@@ -19,32 +23,71 @@ def services() -> dict[str, Any]:
     return data["services"]  # type: ignore[no-any-return]
 
 
-def test_every_engine_service_runs_a_noetl_celery_command() -> None:
+def parse(words: list[str]) -> tuple[str, dict[str, Any]]:
+    """The `noetl-celery` command `words` name (`db upgrade`) and its parsed options;
+    click raises on an unknown command or option."""
+    command: click.Command = cli
+    path: list[str] = []
+    while isinstance(command, click.Group):
+        assert words and words[0] in command.commands, f"no command {[*path, *words[:1]]}"
+        path.append(words[0])
+        command, words = command.commands[words[0]], words[1:]
+    return " ".join(path), command.make_context(path[-1], list(words)).params
+
+
+def test_the_image_runs_noetl_celery() -> None:
     entrypoint = next(
         line
         for line in (ROOT / "Dockerfile").read_text().splitlines()
         if line.startswith("ENTRYPOINT")
     )
-    assert '"noetl-celery"' in entrypoint
+    assert entrypoint.split(None, 1)[1].strip() == '["noetl-celery"]'
+
+
+def test_every_engine_service_runs_a_noetl_celery_command() -> None:
     svc = services()
-    assert {"postgres", "redis", "migrate", "worker", "beat", "flower"} <= set(svc)
-    commands = {name: svc[name]["command"] for name in ("migrate", "worker", "beat", "flower")}
-    assert commands["migrate"][:2] == ["db", "upgrade"]
-    for name, command in commands.items():
+    assert {"postgres", "redis", *ENGINE_SERVICES} <= set(svc)
+    commands = {name: parse(svc[name]["command"])[0] for name in ENGINE_SERVICES}
+    assert commands == {
+        "migrate": "db upgrade",
+        "worker": "worker",
+        "beat": "beat",
+        "flower": "flower",
+    }
+    for name in ENGINE_SERVICES:
         assert "entrypoint" not in svc[name], name  # the image's noetl-celery, not celery
-        assert command[0] in cli.commands, f"{name}: {command[0]} is no noetl-celery command"
+
+
+def test_the_engine_waits_for_its_services_and_tables() -> None:
+    svc = services()
+    assert set(svc["migrate"]["depends_on"]) == {"postgres", "redis"}
+    for name in ("worker", "beat"):
+        assert svc[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    for name in ("postgres", "redis"):
+        assert "healthcheck" in svc[name]
 
 
 def test_the_engine_services_share_database_and_broker() -> None:
     svc = services()
-    for name in ("migrate", "worker", "beat", "flower"):
+    for name in ENGINE_SERVICES:
         env = svc[name]["environment"]
-        assert env["NOETL_DATABASE_URL"].startswith("postgresql://")
-        assert env["NOETL_BROKER_URL"].startswith("redis://redis:6379")
+        assert env["NOETL_DATABASE_URL"] == "postgresql://noetl:noetl@postgres:5432/noetl", name
+        assert env["NOETL_BROKER_URL"] == "redis://redis:6379/0", name
+    postgres = svc["postgres"]["environment"]
+    assert (postgres["POSTGRES_USER"], postgres["POSTGRES_DB"]) == ("noetl", "noetl")
 
 
-def test_flower_is_authenticated_and_published_on_loopback() -> None:
+def test_flower_listens_in_its_container_with_basic_auth_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NOETL_FLOWER_BASIC_AUTH", raising=False)  # the option's default
     flower = services()["flower"]
-    assert "NOETL_FLOWER_BASIC_AUTH" in flower["environment"]
+    _, options = parse(flower["command"])
+    # all interfaces inside the container (else the published port reaches nothing),
+    # published on the host's loopback only
+    assert options["address"] == "0.0.0.0"
+    assert flower["ports"] == [f"127.0.0.1:{options['port']}:{options['port']}"]
+    # the password comes from the host's environment, never from the command line
+    assert options["basic_auth"] is None
+    assert flower["environment"]["NOETL_FLOWER_BASIC_AUTH"].startswith("${NOETL_FLOWER_BASIC_AUTH")
     assert "FLOWER_UNAUTHENTICATED_API" not in flower["environment"]
-    assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
