@@ -11,28 +11,34 @@ logs are kept under a temporary directory printed at the start.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.harness import REDIS_URL, ROOT, env_for, flush_redis, fresh_database, python, worker
+from bench.harness import (
+    COMPAT_KIT,
+    REDIS_URL,
+    ROOT,
+    env_for,
+    flush_redis,
+    fresh_database,
+    python,
+    worker,
+)
 
-# the kit sits beside the repository; NOETL_COMPAT_KIT points elsewhere (a worktree)
-KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 WORKERS = 2
 
 
 def main(argv: list[str]) -> int:
-    if not KIT.exists():
-        print(f"compat kit not found at {KIT}", file=sys.stderr)
+    if not COMPAT_KIT.exists():
+        print(f"compat kit not found at {COMPAT_KIT}", file=sys.stderr)
         return 2
     logs = Path(tempfile.mkdtemp(prefix="noetl-compat-"))
     url = fresh_database("noetl_compat_engine")
     creds = logs / "credentials.json"
-    subprocess.run([python(), str(KIT), "--write-credentials", str(creds)], check=True)
+    subprocess.run([python(), str(COMPAT_KIT), "--write-credentials", str(creds)], check=True)
     flush_redis()
     env = env_for(
         NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds)
@@ -42,7 +48,7 @@ def main(argv: list[str]) -> int:
     with ExitStack() as stack:
         for n in range(WORKERS):
             stack.enter_context(worker([*cmd, "-n", f"compat{n}@%h"], env, logs / f"w{n}.log"))
-        return subprocess.run([python(), str(KIT), *argv], env=env, cwd=ROOT).returncode
+        return subprocess.run([python(), str(COMPAT_KIT), *argv], env=env, cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+# the NoETL compat kit sits beside the repository; NOETL_COMPAT_KIT points elsewhere
+COMPAT_KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,9 +24,17 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import REDIS_URL, ROOT, env_for, flush_redis, fresh_database, python, worker
+from bench.harness import (
+    COMPAT_KIT,
+    REDIS_URL,
+    ROOT,
+    env_for,
+    flush_redis,
+    fresh_database,
+    python,
+    worker,
+)
 
-KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat"
 # full size: pages per data type for patient ids 1..10000 (reference §8.1)
 EXPECTED = {
@@ -41,7 +48,7 @@ EXPECTED = {
 
 
 def start_api(rate_limit: int) -> tuple[subprocess.Popen[str], str]:
-    server = KIT.parent / "test_api_server.py"
+    server = COMPAT_KIT.parent / "test_api_server.py"
     cmd = [python(), str(server), "--port", "0", "--rate-limit", str(rate_limit)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
@@ -66,7 +73,7 @@ def main() -> int:
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
     creds = logs / "credentials.json"
-    subprocess.run([python(), str(KIT), "--write-credentials", str(creds)], check=True)
+    subprocess.run([python(), str(COMPAT_KIT), "--write-credentials", str(creds)], check=True)
     url = fresh_database("noetl_bench_pft_cursor")
     flush_redis()
     env = env_for(

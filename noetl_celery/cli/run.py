@@ -53,9 +53,14 @@ def parse_payload(text: str | None) -> dict[str, Any]:
     return value
 
 
+POLL_SECONDS = 1.0
+
+
 def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
     """Wait with a live display on the terminal (stderr): running steps and a progress
-    bar per running loop, redrawn a few times a second from `status`."""
+    bar per running loop, from `status` once a second (a status read scans the
+    execution's command rows: at 100k iterations a faster poll would cost Postgres more
+    than it shows)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     console = Console(stderr=True)
     with Live(console=console, refresh_per_second=4, transient=True) as live:
@@ -66,7 +71,7 @@ def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
-            time.sleep(0.25)
+            time.sleep(POLL_SECONDS)
 
 
 def _invalid(message: str, as_json: bool, stdout: Any) -> None:

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,6 @@ class Cluster:
     workers: list[WorkerProcess]
     beat: BeatProcess
     test: str
-    faults: list[float] = field(default_factory=list)
 
     def start(self, playbook: str, **payload: Any) -> str:
         return self.engine.start_text((PLAYBOOKS / playbook).read_text(), payload)
