@@ -11,6 +11,13 @@ FAILED: Final = "FAILED"
 CANCELLED: Final = "CANCELLED"
 TERMINAL_STATUSES: Final = frozenset({COMPLETED, FAILED, CANCELLED})
 
+# --- how an execution was started (executions.trigger) ---------------------------------
+TRIGGER_MANUAL: Final = "manual"  # run / submit / the Python API
+TRIGGER_SCHEDULE: Final = "schedule"  # a cron firing
+TRIGGER_RERUN: Final = "rerun"  # `rerun ID`: repeats another execution
+TRIGGER_PARENT: Final = "parent"  # a sub-playbook started by a parent execution
+TRIGGERS: Final = frozenset({TRIGGER_MANUAL, TRIGGER_SCHEDULE, TRIGGER_RERUN, TRIGGER_PARENT})
+
 # --- command status (commands.status) -------------------------------------------------
 CMD_ISSUED: Final = "issued"  # inserted, message published (or about to be)
 CMD_RUNNING: Final = "running"  # claimed by a worker, lease running

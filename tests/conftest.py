@@ -16,7 +16,8 @@ from tests.support.workers import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_DB = f"noetl_test_template_{os.getpid()}"
-DATA_DB = "noetl_test_data"  # where playbooks under test create their own tables
+# where playbooks under test create their own tables (own one per concurrent test run)
+DATA_DB = os.environ.get("NOETL_TEST_DATA_DB", "noetl_test_data")
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from noetl_celery.constants import (
     EV_EXECUTION_STARTED,
     RUNNING,
     TERMINAL_STATUSES,
+    TRIGGER_PARENT,
 )
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store.dialect import insert_ignore
@@ -51,6 +52,7 @@ def insert_child(
             "parent_execution_id": parent.execution_id,
             "parent_command_id": parent.command_id,
             "spawn_key": request.key,
+            "trigger": TRIGGER_PARENT,
             "payload": request.payload,
             "state": None,
             "passes": 0,

@@ -20,6 +20,7 @@ from noetl_celery.constants import (
     EV_COMMAND_FAILED,
     EV_EXECUTION_STARTED,
     RUNNING,
+    TRIGGER_MANUAL,
 )
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound
 from noetl_celery.store.cache import ImmutableCache
@@ -169,6 +170,9 @@ class Store:
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
+        trigger: str = TRIGGER_MANUAL,
+        rerun_of: str | None = None,
+        trigger_detail: dict[str, Any] | None = None,
         conn: Connection | None = None,
     ) -> None:
         """A RUNNING execution and its `execution.started` event (in `conn`'s transaction
@@ -181,6 +185,9 @@ class Store:
                     payload,
                     parent_execution_id=parent_execution_id,
                     parent_command_id=parent_command_id,
+                    trigger=trigger,
+                    rerun_of=rerun_of,
+                    trigger_detail=trigger_detail,
                     conn=own,
                 )
             return
@@ -193,6 +200,9 @@ class Store:
                 status=RUNNING,
                 parent_execution_id=parent_execution_id,
                 parent_command_id=parent_command_id,
+                trigger=trigger,
+                rerun_of=rerun_of,
+                trigger_detail=trigger_detail,
                 payload=payload or {},
                 state=None,
                 passes=0,

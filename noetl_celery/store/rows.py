@@ -33,6 +33,9 @@ class ExecutionRow:
     finished_at: dt.datetime | None
     passes: int = 0
     spawn_key: str | None = None
+    trigger: str = "manual"  # manual | schedule | rerun | parent
+    rerun_of: str | None = None
+    trigger_detail: dict[str, Any] | None = None
 
     @property
     def duration_seconds(self) -> float:

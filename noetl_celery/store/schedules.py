@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, select, update
 
+from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.schema import schedule_firings, schedules, utcnow
 
@@ -147,7 +148,18 @@ def fire(
             },
         ).first()
         if won is not None:
-            store.create_execution(execution_id, entry, payload, conn=conn)
+            store.create_execution(
+                execution_id,
+                entry,
+                payload,
+                trigger=TRIGGER_SCHEDULE,
+                trigger_detail={
+                    "schedule_id": schedule.schedule_id,
+                    "schedule": schedule.name,
+                    "fire_time": fire_time.isoformat() + "Z",
+                },
+                conn=conn,
+            )
         _move_on(conn, schedule, fire_time, next_fire_at)
     return won is not None
 

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.check_schema` compares it.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 metadata = MetaData()
 
@@ -87,6 +87,11 @@ executions = Table(
     Column("created_at", DateTime, nullable=False, default=utcnow),
     Column("updated_at", DateTime, nullable=False, default=utcnow),
     Column("finished_at", DateTime, nullable=True),
+    # how the run was started: manual | schedule | rerun | parent (constants.TRIGGERS)
+    Column("trigger", String(16), nullable=False, server_default="manual"),
+    Column("rerun_of", String(40), nullable=True),  # the execution a rerun repeats
+    # what the trigger needs remembered: schedule id and fire time, rerun options
+    Column("trigger_detail", Json, nullable=True),
     Index("ix_executions_status_created", "status", "created_at"),
     Index("ix_executions_parent", "parent_execution_id"),
     Index("ux_executions_spawn_key", "spawn_key", unique=True),
@@ -276,4 +281,31 @@ cursor_rows = Table(
     Column("step", String(256), primary_key=True),
     Column("epoch", Integer, primary_key=True),
     Column("row_key", String(64), primary_key=True),
+)
+
+# Facts about the database itself; `database_id` (written by migration 0006) identifies
+# it, so a worker can refuse messages minted against another database.
+engine_info = Table(
+    "engine_info",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+)
+
+# What a command printed or logged (python `print`, `logging`, the engine's own lines
+# about it), captured on the worker, redacted and capped per command; rows without a
+# command are the engine's lines about the execution itself.
+command_logs = Table(
+    "command_logs",
+    metadata,
+    Column("log_id", BigId, primary_key=True, autoincrement=True),
+    Column("execution_id", String(40), nullable=False),
+    Column("command_id", String(512), nullable=True),
+    Column("step", String(256), nullable=True),
+    Column("iteration", Integer, nullable=True),
+    Column("text", Text, nullable=False),
+    Column("truncated", Boolean, nullable=False),
+    Column("created_at", DateTime, nullable=False, default=utcnow),
+    Index("ix_command_logs_execution", "execution_id", "log_id"),
 )

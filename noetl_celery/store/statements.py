@@ -28,6 +28,9 @@ EXECUTION_COLUMNS = (
     executions.c.finished_at,
     executions.c.passes,
     executions.c.spawn_key,
+    executions.c.trigger,
+    executions.c.rerun_of,
+    executions.c.trigger_detail,
 )
 
 _by_id = executions.c.execution_id == bindparam("b_eid")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from noetl_celery.store.schema import SCHEMA_REVISION
 from tests.support.workers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def test_register_and_upgrade_speak_json(embedded_env: dict[str, str], tmp_path:
     assert problem["step"] == "a" and problem["line"] == 5 and problem["severity"] == "error"
     assert "has no `tool`" in problem["message"] and problem["file"] == str(tmp_path / "bad.yaml")
     assert by_file["ok.yaml"]["created"] is True and by_file["ok.yaml"]["version"] == 1
-    assert run_json(["db", "upgrade", "--json"], embedded_env) == {"revision": "0005"}
+    assert run_json(["db", "upgrade", "--json"], embedded_env) == {"revision": SCHEMA_REVISION}
 
 
 def test_validate_speaks_json(embedded_env: dict[str, str], tmp_path: Path) -> None:
