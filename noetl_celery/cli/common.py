@@ -18,7 +18,9 @@ from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
 from noetl_celery.templating.environment import json_default
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+# `run` / `watch` exit codes (README "Command line"): COMPLETED, FAILED or CANCELLED,
+# invalid input or configuration, still running when `--timeout` ran out
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_RUNNING = 0, 1, 2, 3
 
 
 _CONTEXT = FIELDS

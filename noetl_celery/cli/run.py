@@ -18,14 +18,16 @@ from noetl_celery.cli.common import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
+    EXIT_RUNNING,
     build_engine,
     dump_json,
     load_settings,
 )
 from noetl_celery.cli.views import progress_renderable
-from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
+from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import NoetlError, PlaybookInvalid
+from noetl_celery.models.validation import validate_text
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -82,6 +84,7 @@ def _invalid(message: str, as_json: bool, stdout: Any) -> None:
                 "status": "FAILED",
                 "result": None,
                 "error": message,
+                "errors": [{"step": None, "item": None, "kind": "invalid", "message": message}],
                 "duration_seconds": 0.0,
                 "steps": {},
             },
@@ -117,6 +120,8 @@ def run(
             f"{file}: {exc}" if isinstance(exc, OSError) else exc.format_message(), as_json, stdout
         )
     started = time.monotonic()
+    for warning in validate_text(text, str(file)).warnings:
+        click.echo(str(warning), err=True)
     engine = build_engine(load_settings(), dispatch=True)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
@@ -146,9 +151,39 @@ def run(
     if as_json:
         dump_json(summary, stdout)
     else:
-        elapsed = time.monotonic() - started
-        click.echo(f"execution {summary['execution_id']}: {summary['status']} in {elapsed:.2f}s")
-        if summary["error"]:
-            click.echo(f"error: {summary['error']}")
+        report(summary, time.monotonic() - started)
+    sys.exit(exit_code(summary["status"]))
+
+
+def exit_code(status: str) -> int:
+    if status == COMPLETED:
+        return EXIT_OK
+    return EXIT_RUNNING if status == RUNNING else EXIT_FAILED
+
+
+def report(summary: dict[str, Any], elapsed: float) -> None:
+    """Text mode: the status line and a COMPLETED run's result on stdout; what failed on
+    stderr, one line per error (a failed run has no result to print)."""
+    execution_id, status = summary["execution_id"], summary["status"]
+    click.echo(f"execution {execution_id}: {status} in {elapsed:.2f}s")
+    if status == COMPLETED:
         click.echo(json.dumps(summary["result"], indent=2, default=str))
-    sys.exit(EXIT_OK if summary["status"] == COMPLETED else EXIT_FAILED)
+        return
+    if status == RUNNING:
+        click.echo(f"still running; follow it with `noetl-celery watch {execution_id}`", err=True)
+        return
+    if summary["error"]:
+        click.echo(f"error: {summary['error']}", err=True)
+    for error in summary.get("errors") or []:
+        click.echo(f"  {error_line(error)}", err=True)
+
+
+def error_line(error: dict[str, Any]) -> str:
+    """`step[item] kind: message` (the item's value, shortened, after it)."""
+    where = error.get("step") or "execution"
+    if error.get("item") is not None:
+        where += f"[{error['item']}]"
+    line = f"{where} {error.get('kind') or 'error'}: {error.get('message')}"
+    if error.get("value") is not None:
+        line += f"  (item: {error['value']})"
+    return line

@@ -71,9 +71,12 @@ def status_renderable(view: dict[str, Any]) -> RenderableType:
     steps.add_column("status")
     steps.add_column("runs", justify="right")
     steps.add_column("now")
+    waiting = {w["step"]: w for w in view.get("waiting") or []}
     for st in view["steps"]:
-        running = "running" if st["step"] in view["current"] else ""
-        steps.add_row(st["step"], _status(st["status"]), str(st["runs"]), running)
+        now = "running" if st["step"] in view["current"] else ""
+        if st["step"] in waiting:
+            now = _waiting_text(waiting[st["step"]])
+        steps.add_row(st["step"], _status(st["status"]), str(st["runs"]), now)
     parts.append(steps)
     loops = _loops(view, live=False)
     if loops is not None:
@@ -85,13 +88,28 @@ def status_renderable(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def _waiting_text(waiting: dict[str, Any]) -> str:
+    seconds = waiting.get("seconds")
+    return "waiting for a worker" + (f" ({seconds:.0f}s)" if seconds is not None else "")
+
+
+def now_text(view: dict[str, Any]) -> str:
+    """What runs now: claimed steps, and steps issued that no worker has taken (a
+    command nobody took is not "running")."""
+    parts = []
+    if view["current"]:
+        parts.append("running: " + ", ".join(view["current"]))
+    for waiting in view.get("waiting") or []:
+        parts.append(f"{_waiting_text(waiting)}: {waiting['step']}")
+    return "  ".join(parts) or "running: -"
+
+
 def progress_renderable(view: dict[str, Any]) -> RenderableType:
     """One frame of `run`'s live display: status, running steps, running loops."""
-    current = ", ".join(view["current"]) or "-"
     parts: list[RenderableType] = [
         Text.assemble(
             _status(view["status"]),
-            f"  {view['duration_seconds']:.1f}s  running: {current}",
+            f"  {view['duration_seconds']:.1f}s  {now_text(view)}",
         )
     ]
     loops = _loops(view, live=True)

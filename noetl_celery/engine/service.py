@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from noetl_celery.constants import CANCELLED, TERMINAL_STATUSES
+from noetl_celery.constants import CANCELLED, COMPLETED, TERMINAL_STATUSES
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
@@ -17,7 +17,7 @@ from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.termination import end_tree
-from noetl_celery.engine.views import execution_line, status_view
+from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
@@ -187,8 +187,15 @@ class Engine:
         return end_tree(self.store, self._dispatcher, execution_id, CANCELLED, reason)
 
     def summary(self, execution_id: str) -> dict[str, Any]:
-        """The `run --json` object: execution_id, status, result, error, duration, steps."""
-        return self.store.summary(self.store.execution(execution_id))
+        """The `run --json` object: execution_id, status, result, error, errors,
+        duration, steps. Only a COMPLETED execution has a result; a FAILED or CANCELLED
+        one lists what failed in `errors` (`{step, item, kind, message}`, first 20)."""
+        row = self.store.execution(execution_id)
+        summary = self.store.summary(row)
+        if row.status != COMPLETED:
+            summary["result"] = None
+        summary["errors"] = run_errors(self.store, row)
+        return summary
 
     def status(self, execution_id: str) -> dict[str, Any]:
         return status_view(self.store, self.store.execution(execution_id))

@@ -3,10 +3,68 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.store.schema import utcnow
+
+# errors `run --json` lists for a failed execution, and characters kept of an item
+RUN_ERRORS_LIMIT = 20
+ITEM_PREVIEW_CHARS = 200
+
+
+def _kind(error: Any, default: str = "error") -> str:
+    kind = error.get("kind") if isinstance(error, dict) else None
+    return str(kind) if kind else default
+
+
+def _preview(item: Any) -> str:
+    text = json.dumps(item, default=str, ensure_ascii=False)
+    return text if len(text) <= ITEM_PREVIEW_CHARS else text[: ITEM_PREVIEW_CHARS - 1] + "…"
+
+
+def run_errors(
+    store: Store, row: ExecutionRow, limit: int = RUN_ERRORS_LIMIT
+) -> list[dict[str, Any]]:
+    """What made an execution fail, first `limit`: `{step, item, kind, message}` per
+    unhandled step failure, and per failed loop item (`item` its index, `value` a short
+    preview of the item itself) in iteration order."""
+    if row.status == COMPLETED:
+        return []
+    out: list[dict[str, Any]] = []
+    for failure in (row.state or {}).get("failures") or []:
+        if len(out) >= limit:
+            break
+        error = failure.get("error")
+        if _kind(error) == "items_failed":
+            for failed in store.failed_iterations(
+                row.execution_id, failure["step"], failure["epoch"], limit - len(out)
+            ):
+                out.append(
+                    {
+                        "step": failure["step"],
+                        "item": failed.iteration,
+                        "value": _preview(failed.item),
+                        "kind": _kind(failed.error),
+                        "message": error_text(failed.error) or "failed",
+                    }
+                )
+            continue
+        out.append(
+            {
+                "step": failure["step"],
+                "item": None,
+                "kind": _kind(error),
+                "message": str(failure.get("message") or error_text(error)),
+            }
+        )
+    if not out and row.error is not None:  # ended from outside: cancel, timeout, reaper
+        kind = "cancelled" if row.status == CANCELLED else _kind(row.error, "failed")
+        out.append({"step": None, "item": None, "kind": kind, "message": error_text(row.error)})
+    return out[:limit]
 
 
 def error_text(error: Any) -> str | None:
@@ -64,14 +122,30 @@ def execution_line(row: ExecutionRow) -> dict[str, Any]:
 def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
     state = row.state or {}
     steps = state.get("steps") or {}
-    running = store.running_commands(row.execution_id)
+    in_flight = store.in_flight(row.execution_id)
+    running = {f.step for f in in_flight if f.status == CMD_RUNNING}
+    now = utcnow()
+    waiting = [
+        {
+            "step": f.step,
+            "commands": f.count,
+            "seconds": round((now - f.oldest_issued_at).total_seconds(), 1)
+            if f.oldest_issued_at
+            else None,
+        }
+        for f in sorted(in_flight, key=lambda f: f.step)
+        if f.status == CMD_ISSUED and f.step not in running
+    ]
     return {
         **execution_line(row),
         "steps": [
             {"step": name, "status": st.get("status") or "", "runs": st.get("epoch", 0)}
             for name, st in steps.items()
         ],
-        "current": sorted({step for _, step in running}),
+        # steps with a command a worker claimed, and steps whose commands were issued
+        # but no worker has taken yet (none running, or all busy elsewhere)
+        "current": sorted(running),
+        "waiting": waiting,
         "errors": state.get("failures") or [],
         "loops": loop_progress(store, row),
         "commands": store.command_counts(row.execution_id).__dict__,

@@ -52,6 +52,9 @@ from noetl_celery.orchestrator.variables import apply_set
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context
 
+# unhandled failures an execution's snapshot keeps (the rest are counted)
+FAILURES_KEPT = 20
+
 
 class Pass:
     """One orchestration pass: folds completions, routes, and collects the decision."""
@@ -119,7 +122,10 @@ class Pass:
         failure = {"step": step, "epoch": epoch, "message": message}
         if isinstance(error, dict):
             failure["error"] = error
-        self.state.failures.append(failure)
+        if len(self.state.failures) < FAILURES_KEPT:
+            self.state.failures.append(failure)
+        else:  # a step that fails every epoch must not grow the snapshot without bound
+            self.state.failures_dropped += 1
         self.decision.events.append(
             loops.event(EV_STEP_FAILED, step, epoch, {"message": message, "error": error})
         )
@@ -250,8 +256,12 @@ class Pass:
         if state.failures:
             first = state.failures[0]
             message = f"step '{first['step']}' failed: {first['message']}"
+            if len(state.failures) + state.failures_dropped > 1:
+                more = len(state.failures) + state.failures_dropped - 1
+                message += f" (and {more} more failure{'s' if more > 1 else ''})"
             error = {"message": message, "failures": state.failures}
-            terminal = Terminal(FAILED, self._last_result(), error)
+            # no result: the last step that happened to succeed is not the run's result
+            terminal = Terminal(FAILED, None, error)
             event = EV_EXECUTION_FAILED
         else:
             terminal = Terminal(COMPLETED, self._last_result(), None)

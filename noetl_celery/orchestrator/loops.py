@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import output_view
+from noetl_celery.models.outcome import error_message, output_view
 from noetl_celery.models.playbook import FrameSpec, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import (
@@ -30,6 +30,22 @@ from noetl_celery.templating.context import iteration_names
 
 if TYPE_CHECKING:
     from noetl_celery.orchestrator.decide import Pass
+
+
+# item errors an epoch keeps in the execution's snapshot (and names in its failure)
+ITEM_ERRORS_KEPT = 5
+# characters of one item error's message kept there
+ITEM_ERROR_CHARS = 500
+
+
+def item_error(completion: Completion) -> dict[str, Any]:
+    """`{item, kind, message}` of a failed iteration (item: its index in the epoch)."""
+    error = completion.outcome.get("error")
+    kind = error.get("kind") if isinstance(error, dict) else None
+    message = error_message(error) if error is not None else "failed"
+    if len(message) > ITEM_ERROR_CHARS:
+        message = message[: ITEM_ERROR_CHARS - 1] + "…"
+    return {"item": completion.iteration, "kind": kind or "error", "message": message}
 
 
 def event(type_: str, step: str | None, epoch: int | None, payload: dict[str, Any]) -> EngineEvent:
@@ -165,6 +181,8 @@ def apply_iteration(run: Pass, step: Step, completion: Completion, weight: int =
         progress.succeeded += weight
     else:
         progress.failed += weight
+        if len(progress.errors) < ITEM_ERRORS_KEPT:
+            progress.errors.append(item_error(completion))
     if outcome.get("ctx"):
         run.state.vars.update(outcome["ctx"])
         run.touch()
@@ -222,8 +240,31 @@ def finish_loop(run: Pass, step: Step, st: StepState) -> None:
     run.decision.events.append(event(EV_LOOP_DONE, step.step, progress.epoch, {"stats": stats}))
     run.record_result(step.step, progress.epoch, "ok", aggregate)
     run.state.last_step = step.step
+    if progress.failed:
+        # NoETL fails the execution on any unhandled iteration error, and so does every
+        # peer (Airflow: a failed mapped task fails the run). The loop still completes
+        # and routes; the execution ends FAILED once its flow is done. A body policy that
+        # continues past the error (or a retry that succeeds) makes the item a success.
+        fail_items(run, step, progress)
     output = output_view({"status": "ok", "result": aggregate})
     run.route(step, progress.epoch, output, LOOP_DONE)
+
+
+def fail_items(run: Pass, step: Step, progress: LoopProgress) -> None:
+    """Record the epoch's unhandled item failures as the step's failure."""
+    noun = "item" if progress.total == 1 else "items"
+    first = "; ".join(f"item {e['item']}: {e['message']}" for e in progress.errors[:3])
+    message = f"{progress.failed} of {progress.total} {noun} failed"
+    if first:
+        message += f" (first: {first})"
+    error = {
+        "kind": "items_failed",
+        "message": message,
+        "failed": progress.failed,
+        "total": progress.total,
+        "items": list(progress.errors),
+    }
+    run.fail(step.step, progress.epoch, message, error)
 
 
 def mirrors(run: Pass) -> list[LoopMirror]:

@@ -45,6 +45,9 @@ class LoopProgress:
     max_rows: int = 0
     row_concurrency: int = 0
     per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
+    # the first few unhandled item errors `{item, kind, message}`, for the failure the
+    # epoch reports (bounded: the snapshot is rewritten every pass)
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def finished(self) -> int:
@@ -75,6 +78,8 @@ class StepState:
         elif self.loop.lanes is None:
             for key in ("lanes", "max_rows", "row_concurrency", "per_frame"):
                 data["loop"].pop(key)
+        if self.loop is not None and not self.loop.errors:
+            data["loop"].pop("errors")
         return data
 
     @classmethod
@@ -100,6 +105,7 @@ class ExecutionState:
     context_written: int = -1  # highest version with a `contexts` row
     in_flight: int = 0  # commands of this execution not yet terminal
     failures: list[dict[str, Any]] = field(default_factory=list)  # unhandled failures
+    failures_dropped: int = 0  # unhandled failures past the ones kept
     last_step: str | None = None  # last step that completed successfully
     status: str = RUNNING
 
@@ -123,6 +129,7 @@ class ExecutionState:
             "context_written": self.context_written,
             "in_flight": self.in_flight,
             "failures": self.failures,
+            "failures_dropped": self.failures_dropped,
             "last_step": self.last_step,
             "status": self.status,
         }
@@ -137,6 +144,7 @@ class ExecutionState:
             context_written=data.get("context_written", -1),
             in_flight=data.get("in_flight", 0),
             failures=list(data.get("failures") or []),
+            failures_dropped=data.get("failures_dropped", 0),
             last_step=data.get("last_step"),
             status=data.get("status", RUNNING),
         )

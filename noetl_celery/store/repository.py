@@ -34,6 +34,8 @@ from noetl_celery.store.rows import (
     CommandCounts,
     EventRow,
     ExecutionRow,
+    FailedItem,
+    InFlight,
     LoopRow,
 )
 from noetl_celery.store.schema import (
@@ -411,6 +413,28 @@ class Store:
             ).all()
         return [EventRow(**r._mapping) for r in rows]
 
+    def failed_iterations(
+        self, execution_id: str, step: str, epoch: int, limit: int
+    ) -> list[FailedItem]:
+        """The first `limit` failed iterations of a loop epoch, in iteration order, with
+        their items (through the iterations' partial index)."""
+        query = (
+            select(events.c.iteration, events.c.payload, commands.c.item)
+            .join(commands, commands.c.command_id == events.c.command_id)
+            .where(
+                events.c.execution_id == execution_id,
+                events.c.step == step,
+                events.c.epoch == epoch,
+                events.c.iteration.is_not(None),
+                events.c.type == EV_COMMAND_FAILED,
+            )
+            .order_by(events.c.iteration)
+            .limit(limit)
+        )
+        with self.db.read_engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [FailedItem(r.iteration, (r.payload or {}).get("error"), r.item) for r in rows]
+
     def command_counts(self, execution_id: str) -> CommandCounts:
         with self.db.read_engine.connect() as conn:
             rows = conn.execute(
@@ -452,12 +476,20 @@ class Store:
             rows = conn.execute(query).all()
         return [ExecutionRow(state=None, **r._mapping) for r in rows]
 
-    def running_commands(self, execution_id: str) -> list[tuple[str, str]]:
+    def in_flight(self, execution_id: str) -> list[InFlight]:
+        """Per step: commands issued (waiting for a worker) and running (claimed)."""
         with self.db.read_engine.connect() as conn:
             rows = conn.execute(
-                select(commands.c.command_id, commands.c.step).where(
+                select(
+                    commands.c.step,
+                    commands.c.status,
+                    func.count(),
+                    func.min(commands.c.issued_at),
+                )
+                .where(
                     commands.c.execution_id == execution_id,
                     commands.c.status.in_((CMD_ISSUED, CMD_RUNNING)),
                 )
+                .group_by(commands.c.step, commands.c.status)
             ).all()
-        return [(r[0], r[1]) for r in rows]
+        return [InFlight(r[0], r[1], r[2], r[3]) for r in rows]

@@ -44,6 +44,25 @@ class ExecutionRow:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """Commands of one step in one unfinished status (`issued` or `running`)."""
+
+    step: str
+    status: str
+    count: int
+    oldest_issued_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class FailedItem:
+    """A loop iteration that failed: its index, its error object and its item."""
+
+    iteration: int
+    error: Any
+    item: Any
+
+
+@dataclass(frozen=True)
 class ClaimedCommand:
     command_id: str
     execution_id: str

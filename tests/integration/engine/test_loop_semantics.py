@@ -73,7 +73,18 @@ workflow:
     each = out["steps"]["each"]  # type: ignore[index]
     assert each["stats"] == {"total": 7, "success": 6, "failed": 1}
     assert each["results"] == [{"i": 0}, {"i": 1}, {"i": 2}]  # cap 3, iteration order
-    assert out["status"] == "COMPLETED"  # a failed iteration is counted, the loop completes
+    # an unhandled item error fails the run (as in NoETL); the loop still completed
+    assert (out["status"], out["result"]) == ("FAILED", None)
+    assert out["errors"] == [
+        {
+            "step": "each",
+            "item": 5,
+            "value": "5",
+            "kind": "python_error",
+            "message": out["errors"][0]["message"],  # type: ignore[index]
+        }
+    ]
+    assert "AssertionError: five is bad" in out["errors"][0]["message"]  # type: ignore[index]
 
 
 def test_step_set_runs_per_iteration_with_the_iteration_scope(engine: Engine) -> None:

@@ -72,6 +72,15 @@ def test_live_progress_shows_running_loops_only() -> None:
     assert "old" not in out  # a finished loop leaves the live display
 
 
+def test_a_command_no_worker_took_is_waiting_not_running() -> None:
+    waiting = [{"step": "start", "commands": 1, "seconds": 12.4}]
+    live = text_of(progress_renderable(view(current=[], waiting=waiting, loops=[])))
+    assert "waiting for a worker (12s): start" in live
+    assert "running" not in live
+    table = text_of(status_renderable(view(current=["fetch"], waiting=waiting)))
+    assert "waiting for a worker (12s)" in table
+
+
 def test_a_cursor_loop_without_a_total_yet() -> None:
     loops = [
         {

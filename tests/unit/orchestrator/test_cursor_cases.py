@@ -31,10 +31,13 @@ workflow:
 class Queue:
     """The work queue behind the claim SQL: claims pop up to max_rows rows."""
 
-    def __init__(self, size: int, max_rows: int, fail_claim: bool = False) -> None:
+    def __init__(
+        self, size: int, max_rows: int, fail_claim: bool = False, bad: int | None = 7
+    ) -> None:
         self.pending = list(range(size))
         self.max_rows = max_rows
         self.fail_claim = fail_claim
+        self.bad = bad  # the row whose body fails
         self.claims = 0
 
     def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
@@ -44,7 +47,7 @@ class Queue:
                 return err("relation does not exist", kind="db_error")
             frame, self.pending = self.pending[: self.max_rows], self.pending[self.max_rows :]
             return ok({"rows": [{"id": i} for i in frame], "row_count": len(frame)})
-        if step == "drain" and item["id"] == 7:
+        if step == "drain" and item["id"] == self.bad:
             return err("row 7 is bad")
         return ok({"seen": item["id"]} if item else {})
 
@@ -70,7 +73,13 @@ def test_drains_every_row_exactly_once(
     queue = Queue(size, rows)
     sim = Sim(playbook(CURSOR.format(lanes=lanes, rows=rows, conc=conc)), queue)
     state = sim.run(batch=batch)
-    assert state.status == "COMPLETED"
+    # row 7's body fails: the loop still completes and routes, the execution fails
+    assert state.status == ("FAILED" if size > 7 else "COMPLETED")
+    if size > 7:
+        assert len(state.failures) == 1
+        message = state.failures[0]["message"]
+        assert message.startswith(f"1 of {size} items failed (first: item ")
+        assert "row 7 is bad" in message
     bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)
     assert bodies == list(range(size))  # every claimed row ran once
     stats = sim.results[("drain", 1)]["stats"]
@@ -116,7 +125,7 @@ def test_reentry_starts_new_frames() -> None:
         )
         .replace("metadata: {name: cursor}", "metadata: {name: cursor}\nworkload: {rounds: 0}")
     )
-    queue = Queue(12, 5)
+    queue = Queue(12, 5, bad=None)
     refills = [list(range(100, 104)), list(range(200, 203))]
 
     def refill(step: str, item: Any, iteration: int | None) -> dict[str, Any]:
@@ -166,7 +175,7 @@ def test_a_frame_of_rows_claimed_before_is_not_the_end_of_the_queue() -> None:
                 return ok({"rows": [], "row_count": 0, "duplicates": 10})
             return super().__call__(step, item, iteration)
 
-    queue = Replaying(30, 10)
+    queue = Replaying(30, 10, bad=None)
     sim = Sim(playbook(CURSOR.format(lanes=1, rows=10, conc=2)), queue)
     assert sim.run(batch=1).status == "COMPLETED"
     bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)

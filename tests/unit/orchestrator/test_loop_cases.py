@@ -74,16 +74,40 @@ def test_empty_collection_finishes_at_once() -> None:
     assert sim.steps_ran() == ["start", "end"]
 
 
-def test_failed_iterations_are_counted_and_the_loop_completes() -> None:
+def test_failed_iterations_are_counted_the_loop_routes_and_the_execution_fails() -> None:
     def run(step: str, item: Any, i: int | None) -> dict[str, Any]:
-        return err("bad item") if step == "each" and item % 3 == 0 else ok({"v": item})
+        return err(f"bad item {item}") if step == "each" and item % 3 == 0 else ok({"v": item})
 
     sim = Sim(loop_playbook(list(range(9))), run)
     state = sim.run(batch=2)
     stats = sim.results[("each", 1)]["stats"]
     assert stats == {"total": 9, "success": 6, "failed": 3}
-    assert state.status == "COMPLETED"  # the arcs decide; loop.done still routes to end
-    assert "end" in sim.steps_ran()
+    assert "end" in sim.steps_ran()  # loop.done still routes
+    assert state.status == "FAILED"  # unhandled item errors fail the run (as NoETL)
+    [failure] = state.failures
+    assert failure["step"] == "each"
+    assert failure["message"] == (
+        "3 of 9 items failed (first: item 0: bad item 0; item 3: bad item 3; item 6: bad item 6)"
+    )
+    assert failure["error"]["kind"] == "items_failed"
+    assert [e["item"] for e in failure["error"]["items"]] == [0, 3, 6]
+    terminal = sim.decisions[-1].terminal
+    assert terminal is not None and terminal.result is None
+    assert terminal.error is not None
+    assert terminal.error["message"].startswith("step 'each' failed: 3 of 9 items failed")
+
+
+def test_item_errors_kept_in_the_snapshot_are_bounded() -> None:
+    def run(step: str, item: Any, i: int | None) -> dict[str, Any]:
+        return err("x" * 2000) if step == "each" else ok(1)
+
+    sim = Sim(loop_playbook(list(range(40))), run)
+    state = sim.run(batch=7)
+    assert sim.results[("each", 1)]["stats"]["failed"] == 40
+    [failure] = state.failures
+    items = failure["error"]["items"]
+    assert len(items) == 5  # the first five, whatever the loop's size
+    assert all(len(e["message"]) <= 500 for e in items)
 
 
 def test_loop_result_keeps_items_in_order_up_to_the_cap() -> None:
