@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import (
     CMD_ISSUED,
@@ -22,7 +23,7 @@ from noetl_celery.constants import (
     RUNNING,
     TRIGGER_MANUAL,
 )
-from noetl_celery.errors import CatalogNotFound, ExecutionNotFound
+from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
 from noetl_celery.store.cache import ImmutableCache
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
@@ -100,6 +101,11 @@ def append_terminal(
         )
 
 
+# tries of one registration against concurrent ones (each lost race means another
+# registration of the same path committed: progress, so a few are plenty)
+REGISTER_ATTEMPTS = 50
+
+
 def _execution(row: Any) -> ExecutionRow:
     return ExecutionRow(**row._mapping)
 
@@ -114,8 +120,24 @@ class Store:
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(self, path: str, name: str, content: str) -> CatalogEntry:
-        """Register `content` under `path`; identical content reuses the latest version."""
+        """Register `content` under `path`; identical content reuses the latest version.
+
+        Concurrent first registrations (every `run` registers first) race for the next
+        version number: the loser's insert hits `uq_catalog_path_version`, and it reads
+        again: the same content then finds the winner's version, other content takes
+        the next one. Never an error for the caller."""
         digest = hashlib.sha256(content.encode()).hexdigest()
+        for _ in range(REGISTER_ATTEMPTS):
+            try:
+                return self._register_once(path, name, content, digest)
+            except IntegrityError:
+                continue  # another registration took this version number: read again
+        raise StoreError(
+            f"could not register '{path}': {REGISTER_ATTEMPTS} concurrent registrations "
+            "took every version number first"
+        )
+
+    def _register_once(self, path: str, name: str, content: str, digest: str) -> CatalogEntry:
         with self.db.engine.begin() as conn:
             latest = conn.execute(
                 select(catalog.c.catalog_id, catalog.c.version, catalog.c.content_sha256)

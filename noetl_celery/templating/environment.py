@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, UndefinedError
+from jinja2.exceptions import SecurityError
 from jinja2.nodes import Template as TemplateNode
 from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
@@ -142,8 +143,47 @@ def _body_field(obj: Mapping[str, Any], name: Any) -> Any:
     return missing
 
 
+# What one `*` or `**` in a template may build: Jinja's sandbox stops attribute access,
+# not arithmetic, and `{{ 'x' * 10**10 }}` would allocate 10 GB, `{{ 7 ** 10**7 }}` burn
+# seconds of CPU in a worker. Far above what a playbook needs (a page size, an offset).
+MAX_REPEAT_LENGTH = 10_000_000  # characters or items of a repeated string / list
+MAX_POWER_BITS = 1_000_000  # bits of an integer power (about 300,000 digits)
+
+
+class TemplateTooBig(SecurityError):
+    """A template asked for a value past the sandbox's bounds."""
+
+
+def _bounded_repeat(left: Any, right: Any) -> None:
+    for seq, times in ((left, right), (right, left)):
+        sized = isinstance(seq, str | bytes | list | tuple) and isinstance(times, int)
+        if sized and len(seq) * times > MAX_REPEAT_LENGTH:
+            raise TemplateTooBig(
+                f"`*` would build {len(seq) * times:,} characters or items; a template "
+                f"may build at most {MAX_REPEAT_LENGTH:,}"
+            )
+
+
+def _bounded_power(base: Any, exponent: Any) -> None:
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
+        bits = exponent * max(1, abs(base).bit_length() - 1)
+        if abs(base) > 1 and bits > MAX_POWER_BITS:
+            raise TemplateTooBig(
+                f"`**` would compute a number of about {bits:,} bits; a template may "
+                f"compute at most {MAX_POWER_BITS:,}"
+            )
+
+
 class NoetlEnvironment(SandboxedEnvironment):
     envelope_fallthrough = True
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _bounded_repeat(left, right)
+        elif operator == "**":
+            _bounded_power(left, right)
+        return super().call_binop(context, operator, left, right)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         # Data first: for mappings a key wins over a method of the same name.

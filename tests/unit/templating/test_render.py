@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -117,3 +118,26 @@ def test_mapping_keys_win_over_dict_methods() -> None:
     ctx = {"row": wrap({"items": [1], "values": "v"})}
     assert render_value("{{ row.items }}", ctx) == [1]
     assert render_value("{{ row.values }}", ctx) == "v"
+
+
+@pytest.mark.parametrize(
+    ("template", "limit"),
+    [
+        ("{{ 'x' * 10**10 }}", "at most 10,000,000"),
+        ("{{ 10**9 * [0] }}", "at most 10,000,000"),
+        ("{{ 7 ** (10**7) }}", "at most 1,000,000"),
+    ],
+)
+def test_arithmetic_past_the_sandbox_bounds_fails_at_once(template: str, limit: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match=limit):
+        render_value(template, {}, "step 's' tool.code")
+    assert time.monotonic() - started < 1.0  # refused, not computed
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [("{{ 2 ** 64 }}", 2**64), ("{{ 'ab' * 3 }}", "ababab"), ("{{ 10 ** -2 }}", 0.01)],
+)
+def test_ordinary_arithmetic_is_untouched(template: str, expected: object) -> None:
+    assert render_value(template, {}, "x") == expected
