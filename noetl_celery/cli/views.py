@@ -123,3 +123,20 @@ def executions_renderable(rows: list[dict[str, Any]]) -> RenderableType:
             cells.append(row.get("parent_execution_id") or "")
         table.add_row(*cells)
     return table
+
+
+def catalog_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+    """`noetl-celery catalog list`: one row per catalog path."""
+    table = Table()
+    for column in ("path", "name", "latest", "versions", "registered (UTC)"):
+        numeric = column in ("latest", "versions")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row["path"],
+            row["name"],
+            f"v{row['latest_version']}",
+            str(row["versions"]),
+            row["registered_at"].replace("T", " ")[:19],
+        )
+    return table

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl_celery.constants import CANCELLED, TERMINAL_STATUSES
+from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
@@ -84,6 +85,7 @@ class Engine:
             owner=worker_identity(),
         )
         self.schedules = Schedules(self.store, self.orchestrator)
+        self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
 
