@@ -196,10 +196,16 @@ class Engine:
         return status_view(self.store, self.store.execution(execution_id))
 
     def executions(
-        self, *, status: str | None = None, path: str | None = None, limit: int = 20
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        limit: int = 20,
     ) -> list[dict[str, Any]]:
-        """Recent executions, newest first, optionally by status and catalog path."""
-        rows = self.store.list_executions(status=status, path=path, limit=limit)
+        """Recent executions, newest first, optionally by status, catalog path and how
+        they were started (`constants.TRIGGERS`)."""
+        rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
         return [execution_line(r) for r in rows]
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:
