@@ -159,4 +159,6 @@ class Schedules:
                 )
                 self.orchestrator.drive(execution_id, wait=True)
                 started.append(execution_id)
+        if not started:  # beat asks every second: say so only when asked for debug
+            log.debug("schedules: none started")
         return started
