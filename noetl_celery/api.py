@@ -72,10 +72,16 @@ class Client:
         return self.engine.status(execution_id)
 
     def executions(
-        self, *, status: str | None = None, playbook: str | None = None, limit: int = 20
+        self,
+        *,
+        status: str | None = None,
+        playbook: str | None = None,
+        trigger: str | None = None,
+        limit: int = 20,
     ) -> list[dict[str, Any]]:
-        """Recent executions, newest first (`playbook` is a catalog path)."""
-        return self.engine.executions(status=status, path=playbook, limit=limit)
+        """Recent executions, newest first (`playbook` is a catalog path, `trigger` how
+        they were started: manual, schedule, rerun or parent)."""
+        return self.engine.executions(status=status, path=playbook, trigger=trigger, limit=limit)
 
     def cancel(self, execution_id: str) -> bool:
         """Cancel a running execution and its children; False if it had already ended."""

@@ -12,7 +12,8 @@
     │   └── CredentialError       an `auth` alias that cannot be resolved
     ├── StoreError                the engine's own database failed us
     │   └── SchemaOutdated        the database schema needs `noetl-celery db upgrade`
-    └── ExecutionNotFound         an execution id that does not exist
+    ├── ExecutionNotFound         an execution id that does not exist
+    └── ScheduleNotFound          a schedule id that does not exist
 
 Errors that happen *inside* a step (HTTP 500, SQL error, python exception) are not
 raised across the engine: they become the step's `error` object and drive policies and
@@ -116,3 +117,7 @@ class SchemaOutdated(StoreError):
 
 class ExecutionNotFound(NoetlError):
     """There is no execution with this id."""
+
+
+class ScheduleNotFound(NoetlError):
+    """There is no schedule with this id."""

@@ -9,7 +9,7 @@ import click
 
 from noetl_celery.cli.common import build_engine, dump_json, load_settings
 from noetl_celery.cli.views import executions_renderable, status_renderable, stdout_console
-from noetl_celery.constants import RUNNING, TERMINAL_STATUSES
+from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.errors import ExecutionNotFound
 
 
@@ -38,15 +38,28 @@ def status(execution_id: str, as_json: bool) -> None:
 @click.command()
 @click.option("--status", "status_", metavar="S", help="RUNNING, COMPLETED, FAILED or CANCELLED.")
 @click.option("--playbook", metavar="P", help="Only runs of this catalog path.")
+@click.option(
+    "--trigger",
+    "trigger",
+    metavar="T",
+    help="How they were started: manual, schedule, rerun, parent.",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, newest first.")
-def executions(status_: str | None, playbook: str | None, limit: int, as_json: bool) -> None:
-    """Recent executions, newest first."""
+def executions(
+    status_: str | None, playbook: str | None, trigger: str | None, limit: int, as_json: bool
+) -> None:
+    """Recent executions, newest first, with how each was started."""
     if status_ is not None and status_.upper() not in (RUNNING, *TERMINAL_STATUSES):
         raise click.BadParameter(f"unknown status {status_!r}", param_hint="--status")
+    if trigger is not None and trigger.lower() not in TRIGGERS:
+        known = ", ".join(sorted(TRIGGERS))
+        raise click.BadParameter(
+            f"unknown trigger {trigger!r} (use {known})", param_hint="--trigger"
+        )
     engine = build_engine(load_settings(), dispatch=False)
     try:
-        rows = engine.executions(status=status_, path=playbook, limit=limit)
+        rows = engine.executions(status=status_, path=playbook, trigger=trigger, limit=limit)
     finally:
         engine.close()
     if as_json:

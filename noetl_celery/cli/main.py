@@ -7,6 +7,7 @@ import click
 from noetl_celery.cli.admin import beat, db, worker
 from noetl_celery.cli.catalog import catalog, validate
 from noetl_celery.cli.common import setup_logging
+from noetl_celery.cli.example_api import example_api
 from noetl_celery.cli.flower import flower
 from noetl_celery.cli.inspect import cancel, events, executions, status
 from noetl_celery.cli.run import run
@@ -37,6 +38,7 @@ for command in (
     beat,
     flower,
     db,
+    example_api,
 ):
     cli.add_command(command)
 

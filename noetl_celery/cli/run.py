@@ -6,7 +6,6 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -23,6 +22,7 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
+from noetl_celery.cli.targets import TargetError, read_target, start_target
 from noetl_celery.cli.views import progress_renderable
 from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
@@ -96,7 +96,7 @@ def _invalid(message: str, as_json: bool, stdout: Any) -> None:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("target", metavar="PATH")
 @click.option(
     "--set",
     "sets",
@@ -108,26 +108,29 @@ def _invalid(message: str, as_json: bool, stdout: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--timeout", type=float, default=None, help="Give up waiting after S seconds.")
 def run(
-    file: Path, sets: tuple[str, ...], payload: str | None, as_json: bool, timeout: float | None
+    target: str, sets: tuple[str, ...], payload: str | None, as_json: bool, timeout: float | None
 ) -> None:
-    """Run the playbook FILE and wait until it is COMPLETED, FAILED or CANCELLED."""
+    """Run PATH and wait until it is COMPLETED, FAILED or CANCELLED. PATH is a playbook
+    file or, when no such file exists, a registered catalog path (`examples/hello_world`,
+    `examples/hello_world@2` for version 2)."""
     stdout = sys.stdout
     try:
         data = {**parse_payload(payload), **parse_sets(sets)}
-        text = file.read_text(encoding="utf-8")
-    except (click.BadParameter, OSError) as exc:
-        _invalid(
-            f"{file}: {exc}" if isinstance(exc, OSError) else exc.format_message(), as_json, stdout
-        )
+        playbook = read_target(target)
+    except click.BadParameter as exc:
+        _invalid(exc.format_message(), as_json, stdout)
+    except TargetError as exc:
+        _invalid(str(exc), as_json, stdout)
     started = time.monotonic()
-    for warning in validate_text(text, str(file)).warnings:
-        click.echo(str(warning), err=True)
+    if playbook.text is not None:  # a registered playbook was validated when registered
+        for warning in validate_text(playbook.text, target).warnings:
+            click.echo(str(warning), err=True)
     engine = build_engine(load_settings(), dispatch=True)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
             try:
-                execution_id = engine.start_text(text, data, file=str(file))
+                execution_id = start_target(engine, playbook, data)
             except PlaybookInvalid as exc:
                 _invalid(
                     "\n".join(str(p) for p in exc.problems if p.severity == "error") or str(exc),

@@ -1,15 +1,18 @@
-"""`schedule add | list | remove`: cron schedules kept in the engine's database and
-fired by `noetl-celery beat`."""
+"""`schedule add | list | remove | pause | resume | trigger`: cron schedules kept in the
+engine's database and fired by `noetl-celery beat`."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from noetl_celery.cli.common import build_engine, dump_json, load_settings
+from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
 from noetl_celery.cli.run import parse_payload
-from noetl_celery.errors import NoetlError
+from noetl_celery.cli.views import schedules_renderable, stdout_console
+from noetl_celery.errors import CatalogNotFound, NoetlError, ScheduleNotFound
 
 
 @click.group()
@@ -49,7 +52,7 @@ def add(target: str, cron: str, timezone: str, payload: str | None, as_json: boo
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of schedules.")
 def list_(as_json: bool) -> None:
-    """Every schedule with its next firing."""
+    """Every schedule: enabled or paused, its next and its last firing."""
     engine = build_engine(load_settings(), dispatch=False)
     try:
         rows = engine.schedules.all()
@@ -57,20 +60,15 @@ def list_(as_json: bool) -> None:
         engine.close()
     if as_json:
         dump_json([r.to_json() for r in rows])
-        return
-    for r in rows:
-        state = "" if r.enabled else " (disabled)"
-        click.echo(
-            f"{r.schedule_id:>5}  {r.cron:<20} {r.timezone:<16} {r.path}  "
-            f"next {r.next_fire_at:%Y-%m-%d %H:%M:%S} UTC{state}"
-        )
+    else:
+        stdout_console().print(schedules_renderable([r.to_json() for r in rows]))
 
 
 @schedule.command("remove")
 @click.argument("schedule_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print {schedule_id, removed}.")
 def remove(schedule_id: int, as_json: bool) -> None:
-    """Remove a schedule (runs it started are not touched). Exit 1 if there is none."""
+    """Remove a schedule (runs it started are not touched). Exit 2 if there is none."""
     engine = build_engine(load_settings(), dispatch=False)
     try:
         removed = engine.schedules.remove(schedule_id)
@@ -78,9 +76,81 @@ def remove(schedule_id: int, as_json: bool) -> None:
         engine.close()
     if as_json:
         dump_json({"schedule_id": schedule_id, "removed": removed})
-    elif removed:
-        click.echo(f"schedule {schedule_id} removed")
+    if removed:
+        if not as_json:
+            click.echo(f"schedule {schedule_id} removed")
     else:
-        click.echo(f"no schedule {schedule_id}", err=True)
-    if not removed:
-        raise SystemExit(1)
+        _unknown(ScheduleNotFound(f"no schedule {schedule_id} (see `noetl-celery schedule list`)"))
+
+
+def _unknown(exc: NoetlError) -> NoReturn:
+    click.echo(str(exc), err=True)
+    sys.exit(EXIT_INVALID)
+
+
+@schedule.command("pause")
+@click.argument("schedule_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
+def pause(schedule_id: int, as_json: bool) -> None:
+    """Stop firing a schedule and keep it (`resume` fires it again). Exit 2 if there is
+    none."""
+    _switch(schedule_id, as_json, enabled=False)
+
+
+@schedule.command("resume")
+@click.argument("schedule_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
+def resume(schedule_id: int, as_json: bool) -> None:
+    """Fire a paused schedule again, from its next cron time after now (firings missed
+    while it was paused are not made up). Exit 2 if there is none."""
+    _switch(schedule_id, as_json, enabled=True)
+
+
+def _switch(schedule_id: int, as_json: bool, *, enabled: bool) -> None:
+    engine = build_engine(load_settings(), dispatch=False)
+    try:
+        row, changed = (engine.schedules.resume if enabled else engine.schedules.pause)(schedule_id)
+    except ScheduleNotFound as exc:
+        _unknown(exc)
+    finally:
+        engine.close()
+    if as_json:
+        dump_json({**row.to_json(), "changed": changed})
+        return
+    state = "resumed" if enabled else "paused"
+    line = f"schedule {schedule_id} {state}" if changed else f"schedule {schedule_id} was {state}"
+    if row.enabled:
+        line += f", next {row.next_fire_at:%Y-%m-%d %H:%M:%S} UTC"
+    click.echo(line)
+
+
+@schedule.command("trigger")
+@click.argument("schedule_id", type=int)
+@click.option("--wait", is_flag=True, help="Wait for the run to end (always, when embedded).")
+@click.option("--timeout", type=float, default=None, help="Give up waiting after S seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print {schedule_id, execution_id, status}.")
+def trigger(schedule_id: int, wait: bool, timeout: float | None, as_json: bool) -> None:
+    """Start a run of the schedule now, with its payload, whether it is paused or not.
+    The run is listed by `executions` as a schedule run (triggered by hand); the
+    schedule's cadence is untouched. Exit 2 if there is no such schedule."""
+    settings = load_settings()
+    engine = build_engine(settings, dispatch=True)
+    try:
+        try:
+            execution_id = engine.schedules.trigger(schedule_id)
+        except (ScheduleNotFound, CatalogNotFound) as exc:
+            _unknown(exc)
+        status = engine.store.execution_status(execution_id)
+        # embedded: the run's commands execute on this process's threads, so leaving
+        # now would strand it
+        if wait or settings.embedded:
+            try:
+                status = engine.wait(execution_id, timeout).status
+            except TimeoutError as exc:
+                click.echo(str(exc), err=True)
+    finally:
+        engine.close()
+    if as_json:
+        dump_json({"schedule_id": schedule_id, "execution_id": execution_id, "status": status})
+    else:
+        click.echo(f"schedule {schedule_id} triggered: execution {execution_id} {status}")

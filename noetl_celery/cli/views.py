@@ -118,26 +118,80 @@ def progress_renderable(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def started_by(row: dict[str, Any]) -> str:
+    """How an execution was started, for the `trigger` column: `manual`, `schedule 3
+    catalog:flows/daily` (`(by hand)` for `schedule trigger`), `rerun of <id>`,
+    `parent <id>`."""
+    trigger = row.get("trigger") or ("parent" if row.get("parent_execution_id") else "manual")
+    detail = row.get("trigger_detail") or {}
+    if trigger == "schedule":
+        text = f"schedule {detail.get('schedule_id', '?')}"
+        if detail.get("schedule"):
+            text += f" {detail['schedule']}"
+        return text + (" (by hand)" if detail.get("manual") else "")
+    if trigger == "rerun":
+        return f"rerun of {row.get('rerun_of') or '?'}"
+    if trigger == "parent":
+        return f"parent {row.get('parent_execution_id') or '?'}"
+    return str(trigger)
+
+
 def executions_renderable(rows: list[dict[str, Any]]) -> RenderableType:
     """`noetl-celery executions`: one row per execution, newest first."""
-    # most runs are top-level: the parent column only appears when one has a parent
-    columns = ["execution_id", "playbook", "status", "started (UTC)", "seconds"]
-    with_parent = any(row.get("parent_execution_id") for row in rows)
-    if with_parent:
-        columns.append("parent")
+    columns = ["execution_id", "playbook", "status", "started (UTC)", "seconds", "trigger"]
     table = Table()
     for column in columns:
         # ids and paths are copied and grepped: never wrapped, even in a narrow pipe
         table.add_column(column, justify="right" if column == "seconds" else "left", no_wrap=True)
     for row in rows:
-        cells: list[RenderableType] = [
+        table.add_row(
             row["execution_id"],
             row["path"],
             _status(row["status"]),
             row["created_at"].replace("T", " ")[:19],
             f"{row['duration_seconds']:.1f}",
-        ]
-        if with_parent:
-            cells.append(row.get("parent_execution_id") or "")
-        table.add_row(*cells)
+            started_by(row),
+        )
+    return table
+
+
+def catalog_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+    """`noetl-celery catalog list`: one row per catalog path."""
+    table = Table()
+    for column in ("path", "name", "latest", "versions", "registered (UTC)"):
+        numeric = column in ("latest", "versions")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row["path"],
+            row["name"],
+            f"v{row['latest_version']}",
+            str(row["versions"]),
+            row["registered_at"].replace("T", " ")[:19],
+        )
+    return table
+
+
+def _utc(iso: str | None) -> str:
+    return "-" if not iso else iso.replace("T", " ")[:19]
+
+
+def schedules_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+    """`noetl-celery schedule list`: one row per schedule (a paused one has no next
+    firing until it is resumed)."""
+    table = Table()
+    columns = ("id", "name", "path", "cron", "timezone", "state", "next (UTC)", "last (UTC)")
+    for column in columns:
+        table.add_column(column, justify="right" if column == "id" else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            str(row["schedule_id"]),
+            row["name"] or "",
+            row["path"],
+            row["cron"],
+            row["timezone"],
+            Text("enabled", style="green") if row["enabled"] else Text("paused", style="yellow"),
+            _utc(row["next_fire_at"]),
+            _utc(row["last_fire_at"]),
+        )
     return table

@@ -77,13 +77,14 @@ class Reaper:
 
     def sweep(self) -> Sweep:
         if not take_lease(self.store, LEASE_NAME, self.owner, self.policy.lease_ttl_seconds):
+            log.debug("reaper: another process holds the sweep")
             return Sweep(held=False)
         try:
             report = self._sweep()
         finally:
             release_lease(self.store, LEASE_NAME, self.owner)
-        if report:
-            log.info("reaper: %s", report)
+        # a sweep runs every few seconds: a line at INFO only when it did something
+        log.log(logging.INFO if report else logging.DEBUG, "reaper: %s", report)
         return report
 
     def _sweep(self) -> Sweep:

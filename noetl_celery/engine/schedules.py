@@ -4,12 +4,14 @@ firing row decides, see store.schedules)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
+from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import Orchestrator
-from noetl_celery.errors import CatalogNotFound
+from noetl_celery.errors import CatalogNotFound, ScheduleNotFound
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
 from noetl_celery.store import schedules as sql
 from noetl_celery.store.repository import Store
@@ -53,6 +55,64 @@ class Schedules:
 
     def remove(self, schedule_id: int) -> bool:
         return sql.remove(self.store, schedule_id)
+
+    def get(self, schedule_id: int) -> ScheduleRow:
+        row = sql.get(self.store, schedule_id)
+        if row is None:
+            raise ScheduleNotFound(f"no schedule {schedule_id} (see `noetl-celery schedule list`)")
+        return row
+
+    def pause(self, schedule_id: int) -> tuple[ScheduleRow, bool]:
+        """Keep the schedule but stop firing it; (schedule, whether it was running)."""
+        return self._set_enabled(schedule_id, False, None)
+
+    def resume(self, schedule_id: int) -> tuple[ScheduleRow, bool]:
+        """Fire it again from the next cron time after now: the firings it missed while
+        paused are not made up (no backlog); (schedule, whether it was paused)."""
+        row = self.get(schedule_id)
+        return self._set_enabled(schedule_id, True, next_after(row.cron, row.timezone, utcnow()))
+
+    def _set_enabled(
+        self, schedule_id: int, enabled: bool, next_fire_at: dt.datetime | None
+    ) -> tuple[ScheduleRow, bool]:
+        result = sql.set_enabled(self.store, schedule_id, enabled, next_fire_at)
+        if result is None:
+            raise ScheduleNotFound(f"no schedule {schedule_id} (see `noetl-celery schedule list`)")
+        log.info(
+            "schedule %s %s%s",
+            schedule_id,
+            "resumed" if enabled else "paused",
+            "" if result[1] else " (it already was)",
+        )
+        return result
+
+    def trigger(self, schedule_id: int) -> str:
+        """Start a run of the schedule now (paused or not) with its payload and its
+        playbook's latest version, recorded as a schedule run triggered by hand. Its
+        cadence is untouched: no firing row, no change to the next or last firing."""
+        schedule = self.get(schedule_id)
+        entry = self.store.resolve_catalog(schedule.path)
+        execution_id = new_execution_id()
+        self.store.create_execution(
+            execution_id,
+            entry,
+            dict(schedule.payload or {}),
+            trigger=TRIGGER_SCHEDULE,
+            trigger_detail={
+                "schedule_id": schedule.schedule_id,
+                "schedule": schedule.name,
+                "fire_time": utcnow().isoformat() + "Z",
+                "manual": True,
+            },
+        )
+        log.info(
+            "schedule %s triggered by hand: execution %s",
+            schedule_id,
+            execution_id,
+            extra={"execution_id": execution_id},
+        )
+        self.orchestrator.drive(execution_id, wait=True)
+        return execution_id
 
     def firings(self, schedule_id: int) -> list[tuple[Any, str | None]]:
         return sql.firings(self.store, schedule_id)
@@ -99,4 +159,6 @@ class Schedules:
                 )
                 self.orchestrator.drive(execution_id, wait=True)
                 started.append(execution_id)
+        if not started:  # beat asks every second: say so only when asked for debug
+            log.debug("schedules: none started")
         return started

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl_celery.constants import CANCELLED, COMPLETED, TERMINAL_STATUSES
+from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
@@ -84,6 +85,7 @@ class Engine:
             owner=worker_identity(),
         )
         self.schedules = Schedules(self.store, self.orchestrator)
+        self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
 
@@ -201,10 +203,16 @@ class Engine:
         return status_view(self.store, self.store.execution(execution_id))
 
     def executions(
-        self, *, status: str | None = None, path: str | None = None, limit: int = 20
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        limit: int = 20,
     ) -> list[dict[str, Any]]:
-        """Recent executions, newest first, optionally by status and catalog path."""
-        rows = self.store.list_executions(status=status, path=path, limit=limit)
+        """Recent executions, newest first, optionally by status, catalog path and how
+        they were started (`constants.TRIGGERS`)."""
+        rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
         return [execution_line(r) for r in rows]
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:

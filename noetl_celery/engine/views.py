@@ -112,6 +112,11 @@ def execution_line(row: ExecutionRow) -> dict[str, Any]:
         "path": row.path,
         "status": row.status,
         "parent_execution_id": row.parent_execution_id,
+        # how it was started: manual | schedule | rerun | parent, with what it needs
+        # remembered (a schedule run: {schedule_id, schedule, fire_time[, manual]})
+        "trigger": row.trigger,
+        "rerun_of": row.rerun_of,
+        "trigger_detail": row.trigger_detail,
         "created_at": row.created_at.isoformat() + "Z",
         "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
         "duration_seconds": round(row.duration_seconds, 3),

@@ -485,7 +485,12 @@ class Store:
         return [LoopRow(**r._mapping) for r in rows]
 
     def list_executions(
-        self, *, status: str | None = None, path: str | None = None, limit: int = 20
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        limit: int = 20,
     ) -> list[ExecutionRow]:
         """Recent executions, newest first (the state snapshot is left out)."""
         columns = [c for c in EXECUTION_COLUMNS if c.name != "state"]
@@ -494,6 +499,8 @@ class Store:
             query = query.where(executions.c.status == status.upper())
         if path is not None:
             query = query.where(executions.c.path == path)
+        if trigger is not None:
+            query = query.where(executions.c.trigger == trigger.lower())
         with self.db.read_engine.connect() as conn:
             rows = conn.execute(query).all()
         return [ExecutionRow(state=None, **r._mapping) for r in rows]

@@ -47,7 +47,8 @@ class ScheduleRow:
             "timezone": self.timezone,
             "payload": self.payload or {},
             "enabled": self.enabled,
-            "next_fire_at": iso(self.next_fire_at),
+            # a paused schedule's stored time is stale: `resume` computes a new one
+            "next_fire_at": iso(self.next_fire_at) if self.enabled else None,
             "last_fire_at": iso(self.last_fire_at),
             "created_at": iso(self.created_at),
         }
@@ -69,7 +70,9 @@ def add(
     enabled: bool = True,
 ) -> ScheduleRow:
     """A new schedule; with `name`, the schedule of that name is replaced (how
-    `catalog register` keeps a playbook's declared schedule current)."""
+    `catalog register` keeps a playbook's declared schedule current). A replaced
+    schedule that was paused stays paused: registering a playbook again must not undo
+    an operator's `schedule pause`."""
     values = {
         "path": path,
         "cron": cron,
@@ -82,8 +85,8 @@ def add(
         existing = None
         if name is not None:
             existing = conn.execute(
-                select(schedules.c.schedule_id).where(schedules.c.name == name)
-            ).scalar()
+                select(schedules.c.schedule_id, schedules.c.enabled).where(schedules.c.name == name)
+            ).first()
         if existing is None:
             schedule_id = conn.execute(
                 schedules.insert()
@@ -91,9 +94,10 @@ def add(
                 .returning(schedules.c.schedule_id)
             ).scalar_one()
         else:
-            schedule_id = existing
+            schedule_id = existing.schedule_id
+            values["enabled"] = enabled and existing.enabled
             conn.execute(
-                update(schedules).where(schedules.c.schedule_id == existing).values(**values)
+                update(schedules).where(schedules.c.schedule_id == schedule_id).values(**values)
             )
         row = conn.execute(select(schedules).where(schedules.c.schedule_id == schedule_id)).one()
     return _row(row)
@@ -103,6 +107,32 @@ def listing(store: Store) -> list[ScheduleRow]:
     with store.db.read_engine.connect() as conn:
         rows = conn.execute(select(schedules).order_by(schedules.c.schedule_id)).all()
     return [_row(r) for r in rows]
+
+
+def get(store: Store, schedule_id: int) -> ScheduleRow | None:
+    with store.db.read_engine.connect() as conn:
+        row = conn.execute(select(schedules).where(schedules.c.schedule_id == schedule_id)).first()
+    return None if row is None else _row(row)
+
+
+def set_enabled(
+    store: Store, schedule_id: int, enabled: bool, next_fire_at: dt.datetime | None = None
+) -> tuple[ScheduleRow, bool] | None:
+    """Pause or resume; (the schedule, whether it changed), None when there is none.
+    Resuming sets `next_fire_at` (a paused schedule's stored time is stale); pausing or
+    resuming a schedule already in that state changes nothing."""
+    values: dict[str, Any] = {"enabled": enabled}
+    if next_fire_at is not None:
+        values["next_fire_at"] = next_fire_at
+    with store.db.engine.begin() as conn:
+        changed = conn.execute(
+            update(schedules)
+            .where(schedules.c.schedule_id == schedule_id, schedules.c.enabled.is_(not enabled))
+            .values(**values)
+            .returning(schedules.c.schedule_id)
+        ).first()
+        row = conn.execute(select(schedules).where(schedules.c.schedule_id == schedule_id)).first()
+    return None if row is None else (_row(row), changed is not None)
 
 
 def remove(store: Store, schedule_id: int) -> bool:
@@ -138,6 +168,15 @@ def fire(
     """Start the run of `schedule` for `fire_time` unless some firer already did; move
     the schedule on either way. True when this call started it."""
     with store.db.engine.begin() as conn:
+        # `due` read the schedule outside this transaction: a pause (or remove) since
+        # then wins. The row lock orders this firing and a concurrent pause.
+        enabled = conn.execute(
+            select(schedules.c.enabled)
+            .where(schedules.c.schedule_id == schedule.schedule_id)
+            .with_for_update()
+        ).scalar()
+        if not enabled:
+            return False
         won = conn.execute(
             insert_ignore(conn, schedule_firings).returning(schedule_firings.c.schedule_id),
             {

@@ -25,6 +25,7 @@ from noetl_celery.constants import (
     TASK_REAP,
 )
 from noetl_celery.settings import Settings
+from noetl_celery.tasks.quiet import quiet_periodic_task_logs
 
 
 def make_app(settings: Settings) -> Celery:
@@ -79,6 +80,8 @@ def make_app(settings: Settings) -> Celery:
 # httpx logs every request at INFO: at thousands of requests a second that is most of a
 # worker's log volume (and CPU); failures reach the engine's own log lines anyway
 logging.getLogger("httpx").setLevel(logging.WARNING)
+# beat's ticks (schedules every second, the reaper) log at DEBUG unless they act
+quiet_periodic_task_logs()
 
 settings = Settings.from_env()
 app = make_app(settings)

@@ -59,7 +59,11 @@ def test_executions_lists_newest_first_with_filters(
         "finished_at",
         "duration_seconds",
         "parent_execution_id",
+        "trigger",
+        "rerun_of",
+        "trigger_detail",
     }
+    assert (by_path[0]["trigger"], by_path[0]["trigger_detail"]) == ("manual", None)  # type: ignore[index]
     table = run_cli(["executions"], embedded_env)
     assert table.returncode == 0 and "examples/hello_world" in table.stdout
     bad = run_cli(["executions", "--status", "sleeping"], embedded_env)

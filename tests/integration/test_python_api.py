@@ -40,3 +40,6 @@ def test_client_on_workers(distributed: dict[str, Any], tmp_path: Path) -> None:
         assert summary["status"] == "COMPLETED" and summary["result"]["greeted"] == 2
         assert client.status(eid)["status"] == "COMPLETED"
         assert client.events(eid)[-1]["type"] == "execution.completed"
+        [line] = client.executions(playbook="examples/hello_world", trigger="manual", limit=1)
+        assert line["execution_id"] == eid and line["trigger"] == "manual"
+        assert client.executions(playbook="examples/hello_world", trigger="schedule") == []

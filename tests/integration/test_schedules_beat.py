@@ -49,3 +49,44 @@ def test_two_beats_start_each_firing_once(distributed: dict[str, Any], tmp_path:
     for eid in runs:
         assert engine.wait(eid, 60).status == "COMPLETED"
     engine.close()
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_beat_skips_a_paused_schedule_and_resumes_without_a_backlog(
+    distributed: dict[str, Any], tmp_path: Path
+) -> None:
+    env = {**distributed["env"], "NOETL_SCHEDULE_TICK_SECONDS": "0.5"}
+    beat = BeatProcess(env)
+    engine = celery_engine(distributed["url"], distributed["redis_url"], tmp_path)
+    try:
+        beat.wait_ready()
+        engine.register_text(PLAYBOOK.replace("tests/beat_tick", "tests/beat_pause"))
+        row = engine.schedules.add("tests/beat_pause", "* * * * * *")  # every second
+        sid = row.schedule_id
+        wait_for(lambda: len(engine.schedules.firings(sid)) >= 2)
+        engine.schedules.pause(sid)
+        paused_at = utcnow()
+        time.sleep(0.6)  # a firing that had read the schedule before the pause settles
+        count = len(engine.schedules.firings(sid))
+        time.sleep(3)  # six ticks of beat
+        assert len(engine.schedules.firings(sid)) == count
+        resumed_at = utcnow()
+        engine.schedules.resume(sid)
+        wait_for(lambda: len(engine.schedules.firings(sid)) > count)
+        engine.schedules.remove(sid)
+        firings = engine.schedules.firings(sid)
+    finally:
+        beat.stop()
+    before = [f for f, _ in firings if f <= paused_at]
+    after = [f for f, _ in firings[count:]]
+    # nothing was fired for the seconds the schedule was paused, not even on resuming
+    assert before and after and all(f > resumed_at for f in after)
+    for _, eid in firings:
+        assert eid is not None and engine.wait(eid, 60).status == "COMPLETED"
+    engine.close()

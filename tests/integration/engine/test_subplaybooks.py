@@ -58,6 +58,10 @@ workflow:
     assert call["status"] == "COMPLETED" and call["result"] == {"doubled": 42}
     assert call["steps"]["start"] == {"x": 21}  # the child's steps, as run --json shows them
     assert children_of(engine, out["execution_id"]) == ["COMPLETED"]
+    # `executions` tells the child (started by its parent) from the parent (by hand)
+    [child] = engine.executions(trigger="parent")
+    assert child["parent_execution_id"] == out["execution_id"] and child["trigger"] == "parent"
+    assert [e["execution_id"] for e in engine.executions(trigger="manual")] == [out["execution_id"]]
 
 
 def test_more_waiting_parents_than_worker_slots(engine: Engine) -> None:

@@ -118,3 +118,91 @@ def test_register_installs_the_declared_schedule(engine: Engine) -> None:
     assert (row.name, row.path, row.cron) == ("catalog:tests/tick", "tests/tick", "*/10 * * * *")
     engine.register_text(PLAYBOOK, install_schedule=True)  # no longer declared: removed
     assert engine.schedules.all() == []
+
+
+def test_a_paused_schedule_does_not_fire_and_resumes_without_a_backlog(engine: Engine) -> None:
+    row = engine.schedules.add("tests/tick", "* * * * *")
+    paused, changed = engine.schedules.pause(row.schedule_id)
+    assert changed and not paused.enabled and paused.to_json()["next_fire_at"] is None
+    assert engine.schedules.pause(row.schedule_id)[1] is False  # already paused: no change
+    due_since(engine, row.schedule_id, utcnow() - dt.timedelta(minutes=30))
+    assert engine.schedules.fire_due() == []
+    assert engine.schedules.firings(row.schedule_id) == []
+
+    before = utcnow()
+    resumed, changed = engine.schedules.resume(row.schedule_id)
+    # the next cron time after now: the 30 minutes it missed are not made up
+    assert changed and resumed.enabled
+    assert before < resumed.next_fire_at <= before + dt.timedelta(minutes=1)
+    assert resumed.next_fire_at.second == 0
+    assert engine.schedules.fire_due() == []
+    assert engine.schedules.resume(row.schedule_id)[1] is False  # already running
+    assert engine.schedules.get(row.schedule_id).next_fire_at == resumed.next_fire_at
+
+
+def test_a_pause_wins_over_a_firer_that_read_the_schedule_before_it(engine: Engine) -> None:
+    from noetl_celery.store import schedules as sql
+
+    row = engine.schedules.add("tests/tick", "* * * * *")
+    due_since(engine, row.schedule_id, utcnow() - dt.timedelta(seconds=1))
+    [stale] = sql.due(engine.store, utcnow())  # a beat read it as due ...
+    engine.schedules.pause(row.schedule_id)  # ... and the operator paused it meanwhile
+    entry = engine.store.resolve_catalog("tests/tick")
+    fired = sql.fire(
+        engine.store, stale, stale.next_fire_at, utcnow(), entry, "383000000000000001", {}
+    )
+    assert fired is False
+    assert engine.schedules.firings(row.schedule_id) == []
+    assert engine.executions() == []
+
+
+def test_trigger_starts_a_schedule_run_now_and_keeps_the_cadence(engine: Engine) -> None:
+    from noetl_celery.errors import ScheduleNotFound
+
+    row = engine.schedules.add("tests/tick", "0 6 * * *", payload={"day": "2026-11-23"})
+    engine.schedules.pause(row.schedule_id)  # a paused schedule can still be triggered
+    before = utcnow()
+    execution_id = engine.schedules.trigger(row.schedule_id)
+    run = engine.store.execution(execution_id)
+    assert run.trigger == "schedule" and run.payload == {"day": "2026-11-23"}
+    detail = run.trigger_detail or {}
+    assert detail["schedule_id"] == row.schedule_id and detail["manual"] is True
+    assert detail["fire_time"] >= before.isoformat()
+    [line] = engine.executions(trigger="schedule")
+    assert line["execution_id"] == execution_id and line["trigger_detail"] == detail
+    assert engine.executions(trigger="manual") == []
+    # no firing row, and the next and last firing are where they were
+    assert engine.schedules.firings(row.schedule_id) == []
+    after = engine.schedules.get(row.schedule_id)
+    assert (after.next_fire_at, after.last_fire_at) == (row.next_fire_at, None)
+    for call in (
+        engine.schedules.pause,
+        engine.schedules.resume,
+        engine.schedules.trigger,
+        engine.schedules.get,
+    ):
+        with pytest.raises(ScheduleNotFound, match="no schedule 999"):
+            call(999)
+
+
+def test_registering_again_keeps_a_paused_schedule_paused(engine: Engine) -> None:
+    declared = PLAYBOOK.replace(
+        "metadata: {name: tick, path: tests/tick}",
+        "metadata: {name: tick, path: tests/tick, schedule: '*/5 * * * *'}",
+    )
+    engine.register_text(declared, install_schedule=True)
+    [row] = engine.schedules.all()
+    engine.schedules.pause(row.schedule_id)
+    engine.register_text(declared.replace("*/5", "*/10"), install_schedule=True)
+    [again] = engine.schedules.all()
+    assert again.schedule_id == row.schedule_id and again.cron == "*/10 * * * *"
+    assert not again.enabled  # an operator's pause survives a redeploy
+    engine.schedules.resume(row.schedule_id)
+    engine.register_text(declared, install_schedule=True)
+    assert engine.schedules.all()[0].enabled
+    # a declaration that says `enabled: false` installs it paused
+    off = declared.replace(
+        "schedule: '*/5 * * * *'", "schedule: {cron: '*/5 * * * *', enabled: false}"
+    )
+    engine.register_text(off, install_schedule=True)
+    assert not engine.schedules.all()[0].enabled

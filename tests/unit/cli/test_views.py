@@ -113,7 +113,7 @@ def test_executions_table() -> None:
     assert "flows/a" in out and "FAILED" in out and "2026-11-23 06:00:00" in out and "3.2" in out
 
 
-def test_the_parent_column_appears_only_for_child_executions() -> None:
+def test_the_trigger_column_says_how_each_run_was_started() -> None:
     top = {
         "execution_id": "100",
         "path": "flows/parent",
@@ -121,13 +121,40 @@ def test_the_parent_column_appears_only_for_child_executions() -> None:
         "created_at": "2026-11-23T06:00:00Z",
         "duration_seconds": 1.0,
         "parent_execution_id": None,
+        "trigger": "manual",
+        "rerun_of": None,
+        "trigger_detail": None,
     }
-    child = {**top, "execution_id": "101", "path": "flows/child", "parent_execution_id": "100"}
-    assert "parent" not in text_of(executions_renderable([top])).splitlines()[1]
-    lines = text_of(executions_renderable([child, top])).splitlines()
-    assert "parent" in lines[1]
+    fired = {"schedule_id": 3, "schedule": "catalog:flows/daily", "fire_time": "2026-11-23T06Z"}
+    rows = [
+        {**top, "execution_id": "101", "parent_execution_id": "100", "trigger": "parent"},
+        {**top, "execution_id": "102", "trigger": "schedule", "trigger_detail": fired},
+        {
+            **top,
+            "execution_id": "103",
+            "trigger": "schedule",
+            "trigger_detail": {"schedule_id": 4, "schedule": None, "manual": True},
+        },
+        {**top, "execution_id": "104", "trigger": "rerun", "rerun_of": "100"},
+        top,
+        # a row from before the trigger column existed: its parent still shows
+        {
+            k: v
+            for k, v in {**top, "execution_id": "105", "parent_execution_id": "9"}.items()
+            if k != "trigger"
+        },
+    ]
+    lines = text_of(executions_renderable(rows)).splitlines()
+    assert "trigger" in lines[1]
     cells = {
         row[0]: row[-1]
         for row in ([c.strip() for c in line.split("│")[1:-1]] for line in lines[3:-1])
     }
-    assert cells == {"101": "100", "100": ""}
+    assert cells == {
+        "101": "parent 100",
+        "102": "schedule 3 catalog:flows/daily",
+        "103": "schedule 4 (by hand)",
+        "104": "rerun of 100",
+        "100": "manual",
+        "105": "parent 9",
+    }

@@ -1,0 +1,37 @@
+"""Every example of the README's Tools section runs and returns what the README says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from noetl_celery.engine.service import Engine
+from tests.support.engines import embedded_engine
+from tests.support.example_api import ExampleApi
+from tests.support.readme import Example, contained, examples
+
+pytestmark = pytest.mark.acceptance
+HELLO = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "hello_world.yaml"
+TOOLS = [e for e in examples() if e.section == "Tools" and e.expected]
+
+
+@pytest.fixture
+def engine(sqlite_url: str, tmp_path: Path, sample_credentials: Path) -> Iterator[Engine]:
+    built = embedded_engine(sqlite_url, tmp_path / "home", sample_credentials)
+    built.register_file(HELLO)  # the `kind: playbook` example calls it
+    yield built
+    built.close()
+
+
+@pytest.mark.parametrize("example", TOOLS, ids=lambda e: f"README:{e.line}")
+def test_tool_example_returns_what_the_readme_says(
+    example: Example, engine: Engine, example_api: ExampleApi
+) -> None:
+    execution_id = engine.start_text(example.playbook({"api_url": example_api.url}))
+    engine.wait(execution_id, 60)
+    summary = engine.summary(execution_id)
+    assert summary["status"] == "COMPLETED", (example.line, summary["error"])
+    for step, documented in example.expected.items():
+        assert contained(documented, summary["steps"][step], step) == [], example.line
