@@ -48,6 +48,14 @@ def item_error(completion: Completion) -> dict[str, Any]:
     return {"item": completion.iteration, "kind": kind or "error", "message": message}
 
 
+def keep_item_error(kept: list[dict[str, Any]], error: dict[str, Any]) -> None:
+    """Keep the errors of the lowest item indexes, in index order: what an epoch reports
+    then does not depend on the order in which parallel items happened to finish."""
+    kept.append(error)
+    kept.sort(key=lambda e: -1 if e["item"] is None else e["item"])
+    del kept[ITEM_ERRORS_KEPT:]
+
+
 def event(type_: str, step: str | None, epoch: int | None, payload: dict[str, Any]) -> EngineEvent:
     return EngineEvent(type=type_, step=step, epoch=epoch, payload=payload)
 
@@ -181,8 +189,7 @@ def apply_iteration(run: Pass, step: Step, completion: Completion, weight: int =
         progress.succeeded += weight
     else:
         progress.failed += weight
-        if len(progress.errors) < ITEM_ERRORS_KEPT:
-            progress.errors.append(item_error(completion))
+        keep_item_error(progress.errors, item_error(completion))
     if outcome.get("ctx"):
         run.state.vars.update(outcome["ctx"])
         run.touch()

@@ -198,3 +198,12 @@ workflow:
     state = sim.run()
     assert state.status == "FAILED"
     assert "routing cycle" in state.failures[0]["message"]
+
+
+def test_the_errors_an_epoch_reports_do_not_depend_on_finishing_order() -> None:
+    from noetl_celery.orchestrator.loops import keep_item_error
+
+    kept: list[dict[str, Any]] = []
+    for item in (9, 3, 7, 1, 5, 2, 8):
+        keep_item_error(kept, {"item": item, "kind": "error", "message": "m"})
+    assert [e["item"] for e in kept] == [1, 2, 3, 5, 7]
