@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 from rich.live import Live
 
@@ -22,36 +21,11 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
+from noetl_celery.cli.inputs import read_run_inputs
 from noetl_celery.cli.views import progress_renderable
 from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
-from noetl_celery.errors import NoetlError, PlaybookInvalid
-
-
-def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--set")
-        try:
-            values[key] = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            values[key] = raw
-    return values
-
-
-def parse_payload(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from exc
-    if not isinstance(value, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    return value
-
+from noetl_celery.errors import InputInvalid, NoetlError, PlaybookInvalid
 
 POLL_SECONDS = 1.0
 
@@ -109,15 +83,13 @@ def run(
 ) -> None:
     """Run the playbook FILE and wait until it is COMPLETED, FAILED or CANCELLED."""
     stdout = sys.stdout
-    try:
-        data = {**parse_payload(payload), **parse_sets(sets)}
-        text = file.read_text(encoding="utf-8")
-    except (click.BadParameter, OSError) as exc:
-        _invalid(
-            f"{file}: {exc}" if isinstance(exc, OSError) else exc.format_message(), as_json, stdout
-        )
+    settings = load_settings()
+    try:  # one line naming the input and the limit, before anything is written
+        text, data = read_run_inputs(file, payload, sets, settings.max_payload_bytes)
+    except InputInvalid as exc:
+        _invalid(str(exc), as_json, stdout)
     started = time.monotonic()
-    engine = build_engine(load_settings(), dispatch=True)
+    engine = build_engine(settings, dispatch=True)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
