@@ -72,8 +72,9 @@ def parse_yaml(text: str) -> YamlDocument | None:
     """Parse one YAML document; None for an empty document (only comments/whitespace).
     The loader is bounded (`yaml_safe`): an alias bomb or deep nesting is refused while
     composing, before anything is expanded."""
-    loader = BoundedSafeLoader(text)
+    loader: BoundedSafeLoader | None = None
     try:
+        loader = BoundedSafeLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
         if node is None:
             return None
@@ -92,7 +93,8 @@ def parse_yaml(text: str) -> YamlDocument | None:
     except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
         raise YamlSyntaxError(f"a YAML value cannot be read: {exc}", None) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _unacceptable(exc: yaml.reader.ReaderError) -> str:
