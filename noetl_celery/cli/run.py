@@ -67,7 +67,7 @@ def _invalid(message: str, as_json: bool, stdout: Any) -> None:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))  # read_playbook refuses a directory
 @click.option(
     "--set",
     "sets",

@@ -304,3 +304,16 @@ def test_a_failing_python_step_names_its_line(embedded_env: dict[str, str], tmp_
     out = one_json_line(proc.stdout)
     assert out["status"] == "FAILED"
     assert "ZeroDivisionError: division by zero (line 3: return 1 / x)" in out["error"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_unreadable_playbook_paths_are_one_line(
+    kind: str, embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "flows"
+    if kind == "directory":
+        path.mkdir()
+    reason = "No such file or directory" if kind == "missing" else "Is a directory"
+    message = f"{path}: cannot read the playbook file: {reason}"
+    assert_refused_by_run([str(path)], embedded_env, message)
+    assert_nothing_written(embedded_env)
