@@ -21,17 +21,28 @@ from types import TracebackType
 from typing import Any
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.validation import read_playbook
 from noetl_celery.settings import Settings
 
 PlaybookSource = str | os.PathLike[str]
 
 
 def _read(playbook: PlaybookSource) -> tuple[str, str | None]:
-    """A path (or path-like string) is read; a string with a newline is YAML text."""
-    if isinstance(playbook, os.PathLike) or ("\n" not in playbook and Path(playbook).is_file()):
+    """A path (or path-like string) is read; a string with a newline is YAML text.
+    `InputInvalid` names a file that cannot be read, is too large or is not UTF-8."""
+    if isinstance(playbook, os.PathLike) or _is_file(playbook):
         path = Path(playbook)
-        return path.read_text(encoding="utf-8"), str(path)
+        return read_playbook(path), str(path)
     return str(playbook), None
+
+
+def _is_file(text: str) -> bool:
+    if "\n" in text or "\x00" in text:  # YAML text; a NUL makes the OS refuse the path
+        return False
+    try:
+        return Path(text).is_file()
+    except OSError:  # a one-line YAML text longer than a file name can be
+        return False
 
 
 class Client:
@@ -47,13 +58,16 @@ class Client:
             self.engine.use_dispatcher(CeleryDispatcher(make_app(self.settings)))
 
     def register(self, playbook: PlaybookSource) -> dict[str, Any]:
-        """Register a playbook in the catalog; returns {path, version, catalog_id}."""
+        """Register a playbook in the catalog; returns {path, version, catalog_id}.
+        Raises `PlaybookInvalid` or `InputInvalid` (a file too large or not UTF-8)."""
         text, file = _read(playbook)
         _, entry = self.engine.register_text(text, file)
         return {"path": entry.path, "version": entry.version, "catalog_id": entry.catalog_id}
 
     def submit(self, playbook: PlaybookSource, payload: dict[str, Any] | None = None) -> str:
-        """Start an execution of a playbook file or YAML text; returns its id."""
+        """Start an execution of a playbook file or YAML text; returns its id. Bad input
+        raises before anything is written: `PlaybookInvalid`, `PayloadInvalid` (too deep,
+        too large, text Postgres cannot store), `InputInvalid` (file not UTF-8, ...)."""
         text, file = _read(playbook)
         return self.engine.start_text(text, payload, file=file)
 

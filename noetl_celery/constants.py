@@ -95,3 +95,21 @@ UNSUPPORTED_NOETL_KINDS: Final = frozenset(
 
 # Cursor drivers (`loop.cursor.kind`) the engine ships.
 CURSOR_KINDS: Final = frozenset({"postgres", "sqlite"})
+
+# --- input limits (README "Limits"; bad input is refused before anything is written) ------
+# Payload containers (mappings and lists) nested deeper than this are refused: the engine
+# walks payloads with recursive code (Jinja, json, pydantic), and a few hundred levels
+# overflow Python's stack. Real payloads are a handful of levels deep.
+MAX_PAYLOAD_DEPTH: Final = 64
+# Default of NOETL_MAX_PAYLOAD_BYTES: a payload is stored in the execution row and in the
+# contexts its commands render with, so it is bounded like any row (compact JSON bytes).
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 16 * 1024 * 1024
+# A playbook file (or playbook text) larger than this is refused before parsing: PyYAML
+# parses about 0.2 MB/s, and the largest real NoETL playbook is 61 KB.
+MAX_PLAYBOOK_BYTES: Final = 1024 * 1024
+# YAML from users (playbooks, `--set` values, credentials files) may expand through
+# aliases to at most this many nodes, and nest at most this deep. A few hundred bytes of
+# nested aliases ("billion laughs") would otherwise expand to 10^9 nodes; the largest
+# real playbook has under 1,000 nodes and 13 levels.
+MAX_YAML_NODES: Final = 100_000
+MAX_YAML_DEPTH: Final = 64

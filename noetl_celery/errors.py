@@ -10,6 +10,10 @@
     ├── ToolError                 a tool could not be set up (not a tool *result* error)
     │   ├── UnknownTool           `kind` names no registered tool
     │   └── CredentialError       an `auth` alias that cannot be resolved
+    ├── InputInvalid              input refused before anything is written: names the input
+    │   │                         (a file, `payload.a[3]`, `--set k`) and the limit it broke
+    │   └── PayloadInvalid        a payload too deep or too large, or holding text or values
+    │                             Postgres cannot store (NUL, lone surrogates, NaN)
     ├── StoreError                the engine's own database failed us
     │   └── SchemaOutdated        the database schema needs `noetl-celery db upgrade`
     ├── ExecutionNotFound         an execution id that does not exist
@@ -105,6 +109,22 @@ class UnknownTool(ToolError):
 
 class CredentialError(ToolError):
     """An `auth` credential alias could not be resolved."""
+
+
+class InputInvalid(NoetlError):
+    """Input that cannot be used as given (a file that is not UTF-8 or too large, a value
+    past a documented limit), refused before anything is written. `subject` names the
+    input, `reason` says what is wrong; the message is the one line `subject: reason`."""
+
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"{subject}: {reason}")
+
+
+class PayloadInvalid(InputInvalid):
+    """A payload (`--payload`, `--set`, `payload=`): too deep, too large, or holding
+    text or numbers Postgres cannot store; `subject` is the key path (`payload.a.b[3]`)."""
 
 
 class StoreError(NoetlError):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from noetl_celery.errors import ConfigurationError
 
 
@@ -102,6 +103,9 @@ class Settings:
     # are redone, commands re-run); a transaction that ends an execution always commits
     # synchronously, so a terminal status anyone saw is durable (and all before it).
     synchronous_commit: str = "off"
+    # largest payload `run` / `submit` / `schedule add` accept, as compact JSON bytes;
+    # a larger one is refused before anything is written (it is stored in rows)
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 
     @property
     def embedded(self) -> bool:
@@ -168,4 +172,5 @@ class Settings:
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
             ),
+            max_payload_bytes=_int(env, "NOETL_MAX_PAYLOAD_BYTES", base.max_payload_bytes, 1),
         )

@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 from rich.live import Live
 
@@ -22,38 +21,13 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
+from noetl_celery.cli.inputs import parse_payload, parse_sets
 from noetl_celery.cli.targets import TargetError, read_target, start_target
 from noetl_celery.cli.views import progress_renderable
 from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
-from noetl_celery.errors import NoetlError, PlaybookInvalid
+from noetl_celery.errors import InputInvalid, NoetlError, PlaybookInvalid
 from noetl_celery.models.validation import validate_text
-
-
-def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--set")
-        try:
-            values[key] = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            values[key] = raw
-    return values
-
-
-def parse_payload(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from exc
-    if not isinstance(value, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    return value
-
 
 POLL_SECONDS = 1.0
 
@@ -114,18 +88,17 @@ def run(
     file or, when no such file exists, a registered catalog path (`examples/hello_world`,
     `examples/hello_world@2` for version 2)."""
     stdout = sys.stdout
-    try:
-        data = {**parse_payload(payload), **parse_sets(sets)}
+    settings = load_settings()
+    try:  # one line naming the input and the limit, before anything is written
+        data = {**parse_payload(payload, settings.max_payload_bytes), **parse_sets(sets)}
         playbook = read_target(target)
-    except click.BadParameter as exc:
-        _invalid(exc.format_message(), as_json, stdout)
-    except TargetError as exc:
+    except (InputInvalid, TargetError) as exc:
         _invalid(str(exc), as_json, stdout)
     started = time.monotonic()
     if playbook.text is not None:  # a registered playbook was validated when registered
         for warning in validate_text(playbook.text, target).warnings:
             click.echo(str(warning), err=True)
-    engine = build_engine(load_settings(), dispatch=True)
+    engine = build_engine(settings, dispatch=True)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):

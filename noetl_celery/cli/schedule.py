@@ -9,10 +9,26 @@ from typing import NoReturn
 
 import click
 
-from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
-from noetl_celery.cli.run import parse_payload
+from noetl_celery.cli.common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    build_engine,
+    dump_json,
+    load_settings,
+)
+from noetl_celery.cli.inputs import parse_payload
 from noetl_celery.cli.views import schedules_renderable, stdout_console
-from noetl_celery.errors import CatalogNotFound, NoetlError, ScheduleNotFound
+from noetl_celery.errors import (
+    CatalogNotFound,
+    ConfigurationError,
+    InputInvalid,
+    NoetlError,
+    PlaybookInvalid,
+    ScheduleNotFound,
+)
+from noetl_celery.models.inputs import PayloadLimits, check_payload
+from noetl_celery.models.schedule import check_cron
+from noetl_celery.models.validation import read_playbook
 
 
 @click.group()
@@ -27,15 +43,25 @@ def schedule() -> None:
 @click.option("--payload", metavar="JSON", help="JSON object merged over the workload.")
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 def add(target: str, cron: str, timezone: str, payload: str | None, as_json: bool) -> None:
-    """Schedule TARGET: a catalog path, or a playbook file (registered on the way)."""
-    values = parse_payload(payload)
-    engine = build_engine(load_settings(), dispatch=False)
+    """Schedule TARGET: a catalog path, or a playbook file (registered on the way).
+    Exit 2 when the payload or the playbook is invalid (nothing is written)."""
+    settings = load_settings()
+    try:  # every check that needs no database, before the playbook is registered
+        values = parse_payload(payload, settings.max_payload_bytes)
+        check_payload(values, PayloadLimits(max_bytes=settings.max_payload_bytes))
+        check_cron(cron, timezone)
+        text = read_playbook(target) if Path(target).is_file() else None
+    except (InputInvalid, ConfigurationError) as exc:
+        _refuse(exc, as_json)
+    engine = build_engine(settings, dispatch=False)
     try:
         path = target
-        if Path(target).is_file():
-            _, entry = engine.register_file(target)
+        if text is not None:
+            _, entry = engine.register_text(text, target)
             path = entry.path
         row = engine.schedules.add(path, cron, timezone=timezone, payload=values)
+    except (InputInvalid, PlaybookInvalid) as exc:
+        _refuse(exc, as_json)
     except NoetlError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -47,6 +73,20 @@ def add(target: str, cron: str, timezone: str, payload: str | None, as_json: boo
             f"schedule {row.schedule_id}: {row.path} at '{row.cron}' ({row.timezone}), "
             f"next {row.next_fire_at:%Y-%m-%d %H:%M:%S} UTC"
         )
+
+
+def _refuse(exc: NoetlError, as_json: bool) -> NoReturn:
+    """Invalid input: one line (a bad cron keeps exit 1, as before; the rest exit 2),
+    and with --json one object `{"schedule_id": null, "error": ...}` on stdout."""
+    if isinstance(exc, PlaybookInvalid):
+        message = "; ".join(str(p) for p in exc.problems if p.severity == "error") or str(exc)
+    else:
+        message = str(exc)
+    if as_json:
+        dump_json({"schedule_id": None, "error": message})
+    else:
+        click.echo(f"Error: {message}", err=True)
+    sys.exit(EXIT_FAILED if isinstance(exc, ConfigurationError) else EXIT_INVALID)
 
 
 @schedule.command("list")

@@ -9,6 +9,7 @@ from typing import Any
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import CatalogNotFound
+from noetl_celery.models.validation import read_playbook
 
 
 class TargetError(Exception):
@@ -48,13 +49,8 @@ def read_target(arg: str) -> Target:
     file = Path(arg)
     if file.is_dir():
         raise TargetError(f"{arg} is a directory; give a playbook file or a catalog path")
-    if file.exists():
-        try:
-            return Target(arg, text=file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise TargetError(f"{arg}: cannot read it ({exc.strerror or exc})") from exc
-        except UnicodeDecodeError as exc:
-            raise TargetError(f"{arg}: not UTF-8 text") from exc
+    if file.exists():  # read within the bounds of models.text_files (InputInvalid)
+        return Target(arg, text=read_playbook(file))
     path, version = split_ref(arg)
     return Target(arg, path=path, version=version)
 

@@ -12,6 +12,7 @@ from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.errors import CatalogNotFound, ScheduleNotFound
+from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
 from noetl_celery.store import schedules as sql
 from noetl_celery.store.repository import Store
@@ -22,9 +23,12 @@ log = logging.getLogger("noetl_celery.schedules")
 
 
 class Schedules:
-    def __init__(self, store: Store, orchestrator: Orchestrator) -> None:
+    def __init__(
+        self, store: Store, orchestrator: Orchestrator, limits: PayloadLimits | None = None
+    ) -> None:
         self.store = store
         self.orchestrator = orchestrator
+        self.limits = limits or PayloadLimits()
 
     def add(
         self,
@@ -37,6 +41,7 @@ class Schedules:
         enabled: bool = True,
     ) -> ScheduleRow:
         check_cron(cron, timezone)
+        check_payload(payload, self.limits)  # every firing stores it: refuse it now
         self.store.resolve_catalog(path)  # raises CatalogNotFound: register it first
         first = next_after(cron, timezone, utcnow())
         return sql.add(

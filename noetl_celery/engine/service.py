@@ -20,9 +20,10 @@ from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
+from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
-from noetl_celery.models.validation import load_playbook
+from noetl_celery.models.validation import load_playbook, read_playbook
 from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import Database
@@ -84,7 +85,8 @@ class Engine:
             ),
             owner=worker_identity(),
         )
-        self.schedules = Schedules(self.store, self.orchestrator)
+        self.payload_limits = PayloadLimits(max_bytes=settings.max_payload_bytes)
+        self.schedules = Schedules(self.store, self.orchestrator, self.payload_limits)
         self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
@@ -126,7 +128,7 @@ class Engine:
     def register_file(
         self, path: str | Path, *, install_schedule: bool = False
     ) -> tuple[Playbook, CatalogEntry]:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_playbook(path)  # InputInvalid: too large, not UTF-8, unreadable
         return self.register_text(text, str(path), install_schedule=install_schedule)
 
     def _install_schedule(self, playbook: Playbook) -> None:
@@ -148,6 +150,24 @@ class Engine:
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
     ) -> str:
+        """Start an execution of a registered playbook; `PayloadInvalid` before anything
+        is written when the payload is unusable."""
+        self.check_payload(payload)
+        return self._start_checked(
+            entry,
+            payload,
+            parent_execution_id=parent_execution_id,
+            parent_command_id=parent_command_id,
+        )
+
+    def _start_checked(
+        self,
+        entry: CatalogEntry,
+        payload: dict[str, Any] | None,
+        *,
+        parent_execution_id: str | None = None,
+        parent_command_id: str | None = None,
+    ) -> str:
         execution_id = new_execution_id()
         self.store.create_execution(
             execution_id,
@@ -159,16 +179,23 @@ class Engine:
         self.orchestrator.drive(execution_id, wait=True)
         return execution_id
 
+    def check_payload(self, payload: dict[str, Any] | None) -> None:
+        """Raise `PayloadInvalid` (key path and limit named) for a payload that is too
+        deep, too large or holds what Postgres cannot store (models.inputs)."""
+        check_payload(payload, self.payload_limits)
+
     def start_text(
         self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
     ) -> str:
+        self.check_payload(payload)  # before the playbook is registered: nothing written
         _, entry = self.register_text(text, file)
-        return self.start_entry(entry, payload)
+        return self._start_checked(entry, payload)
 
     def start_path(
         self, catalog_path: str, payload: dict[str, Any] | None = None, version: int | None = None
     ) -> str:
-        return self.start_entry(self.store.resolve_catalog(catalog_path, version), payload)
+        self.check_payload(payload)
+        return self._start_checked(self.store.resolve_catalog(catalog_path, version), payload)
 
     def wait(self, execution_id: str, timeout: float | None = None) -> ExecutionRow:
         """Poll until terminal; raises TimeoutError with the execution still running."""

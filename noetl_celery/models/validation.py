@@ -3,11 +3,13 @@
 `validate_text` reports *every* problem it can find, each located by file, line, step and
 field, so a user fixes a playbook in one pass:
 
-1. YAML syntax (one problem, nothing else can be checked without a document);
+1. size and YAML syntax (one problem, nothing else can be checked without a document;
+   the loader refuses alias bombs and deep nesting, see `yaml_safe`);
 2. the pydantic models (`validation_schema`): shapes, required keys, enums;
 3. semantic checks on the raw data (`validation_steps`, `validation_tools`,
    `validation_values`): unknown keys, tool requirements, python syntax, template syntax,
-   arc targets, pipelines, loops, `set` keys. They run even when step 2 failed.
+   arc targets, pipelines, loops, `set` keys. They run even when step 2 failed;
+4. every string storable in Postgres (no NUL, no lone surrogate) and no NaN.
 
 Warnings (ignored keys, `keychain`, ...) never reject a playbook.
 """
@@ -17,14 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from noetl_celery.errors import PlaybookInvalid, Problem
+from noetl_celery.constants import MAX_PLAYBOOK_BYTES
+from noetl_celery.errors import InputInvalid, PlaybookInvalid, Problem
+from noetl_celery.models.inputs import size_words
+from noetl_celery.models.payload_walk import find_problem
 from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.text_files import read_text_file
 from noetl_celery.models.validation_base import ERROR, WARNING, Collector, type_word
 from noetl_celery.models.validation_schema import validate_model
 from noetl_celery.models.validation_steps import check_document
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
 
-__all__ = ["ValidationReport", "load_playbook", "validate_file", "validate_text"]
+__all__ = ["ValidationReport", "load_playbook", "read_playbook", "validate_file", "validate_text"]
 
 
 @dataclass
@@ -53,6 +59,10 @@ class ValidationReport:
 
 def validate_text(text: str, file: str | None = None) -> ValidationReport:
     """Validate playbook YAML text; `file` only labels the problems."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_PLAYBOOK_BYTES:
+        message = f"the playbook is larger than the limit of {size_words(MAX_PLAYBOOK_BYTES)}"
+        return ValidationReport(None, [Problem(message, file=file)])
     try:
         document = parse_yaml(text)
     except YamlSyntaxError as exc:
@@ -75,6 +85,7 @@ def validate_text(text: str, file: str | None = None) -> ValidationReport:
         )
     playbook = validate_model(collector)
     check_document(collector)
+    _check_storable(collector)
     problems = collector.sorted_problems()
     report = ValidationReport(None, problems)
     if report.ok:
@@ -82,16 +93,28 @@ def validate_text(text: str, file: str | None = None) -> ValidationReport:
     return report
 
 
+def _check_storable(collector: Collector) -> None:
+    """A string Postgres cannot store (a NUL or a lone surrogate from a YAML escape such
+    as "\\0"), or a NaN, would fail the execution's first write at run time."""
+    found = find_problem(collector.data)
+    if found is not None:
+        keys, reason = found
+        collector.error(tuple(keys), reason)
+
+
+def read_playbook(path: str | Path) -> str:
+    """A playbook file's text; `InputInvalid` (one line naming the file) when it cannot be
+    read, is larger than `MAX_PLAYBOOK_BYTES` or is not UTF-8."""
+    return read_text_file(path, max_bytes=MAX_PLAYBOOK_BYTES, what="playbook")
+
+
 def validate_file(path: str | Path) -> ValidationReport:
     """Validate a playbook file; an unreadable file yields one problem naming it."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return ValidationReport(
-            None, [Problem(f"cannot read playbook file {name}: {reason}", file=name)]
-        )
+        text = read_playbook(path)
+    except InputInvalid as exc:
+        return ValidationReport(None, [Problem(exc.reason, file=exc.subject)])
     return validate_text(text, file=name)
 
 

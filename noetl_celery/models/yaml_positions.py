@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from noetl_celery.models.yaml_safe import BoundedSafeLoader, YamlLimitExceeded
+
 Path = tuple[str | int, ...]
 _BLOCK_STYLES = frozenset({"|", ">"})
 _MERGE_KEY = "<<"
@@ -67,9 +69,12 @@ class YamlSyntaxError(Exception):
 
 
 def parse_yaml(text: str) -> YamlDocument | None:
-    """Parse one YAML document; None for an empty document (only comments/whitespace)."""
-    loader = yaml.SafeLoader(text)
+    """Parse one YAML document; None for an empty document (only comments/whitespace).
+    The loader is bounded (`yaml_safe`): an alias bomb or deep nesting is refused while
+    composing, before anything is expanded."""
+    loader: BoundedSafeLoader | None = None
     try:
+        loader = BoundedSafeLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
         if node is None:
             return None
@@ -79,10 +84,25 @@ def parse_yaml(text: str) -> YamlDocument | None:
         _walk(node, (), document, set())
         document.data = loader.construct_document(node)
         return document
+    except YamlLimitExceeded as exc:
+        raise YamlSyntaxError(exc.message, exc.line) from None
+    except yaml.reader.ReaderError as exc:
+        raise YamlSyntaxError(_unacceptable(exc), text.count("\n", 0, exc.position) + 1) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(_describe(exc), _error_line(exc)) from exc
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise YamlSyntaxError(f"a YAML value cannot be read: {exc}", None) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _unacceptable(exc: yaml.reader.ReaderError) -> str:
+    code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    return (
+        f"the text holds the character U+{code:04X} (at offset {exc.position}), which YAML "
+        "does not allow (control characters, lone surrogates); remove it"
+    )
 
 
 def _walk(node: Node, path: Path, document: YamlDocument, stack: set[int]) -> None:

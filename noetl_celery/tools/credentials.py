@@ -172,10 +172,19 @@ def _load_text(text: str, file: Path) -> Any:
             raise ConfigurationError(
                 f"credentials file {file}: invalid JSON at line {exc.lineno} column {exc.colno}"
             ) from None
+        except RecursionError:  # json's C recursion guard: nested far too deep
+            raise ConfigurationError(f"credentials file {file}: JSON nested too deep") from None
     import yaml  # lazy: only needed when a YAML file is configured
 
-    try:
-        return yaml.safe_load(text)
+    from noetl_celery.models.yaml_safe import YamlLimitExceeded, safe_load
+
+    try:  # the bounded loader: no alias bomb, no stack overflow (models.yaml_safe)
+        return safe_load(text)
+    except YamlLimitExceeded as exc:  # its messages quote no content
+        where = f" (line {exc.line})" if exc.line else ""
+        raise ConfigurationError(f"credentials file {file}{where}: {exc.message}") from None
+    except ValueError:  # an integer past 4300 digits
+        raise ConfigurationError(f"credentials file {file}: invalid YAML value") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""

@@ -13,6 +13,8 @@ from types import TracebackType
 from noetl_celery.tools.base import ToolOutcome
 
 TRACEBACK_LINES = 20
+# the failing source line quoted in a step's error message is cut to this many characters
+SOURCE_LINE_CHARS = 120
 # Sources kept in linecache for tracebacks; bounded so that code rendered per call
 # cannot grow a long-lived worker without limit.
 SOURCE_CACHE_LIMIT = 512
@@ -43,20 +45,32 @@ def _user_traceback(tb: TracebackType | None, filename: str) -> TracebackType | 
     return current or tb
 
 
+def _where(lineno: int | None, source: str | None) -> str:
+    """`line 3: return 1 / x` (the source line shortened), or `line 3` without it."""
+    text = " ".join((source or "").split())
+    if len(text) > SOURCE_LINE_CHARS:
+        text = text[: SOURCE_LINE_CHARS - 1] + "…"
+    return f"line {lineno}: {text}" if text else f"line {lineno}"
+
+
 def failure_outcome(exc: BaseException, filename: str, redact: Callable[[str], str]) -> ToolOutcome:
+    """The step's error: `Name: message (line N: <the user's source line>)`, naming the
+    deepest line of the user's code on the traceback (a library's frames below it are
+    left to the traceback in `detail`), redacted like everything a step reports."""
     name = type(exc).__name__
     if isinstance(exc, SyntaxError):
         kind = "syntax_error"
-        message = f"{name}: {exc.msg} (line {exc.lineno})"
+        # compiler errors ('return' outside function) come without the text: read it
+        source = exc.text or linecache.getline(filename, exc.lineno or 0)
+        message = f"{name}: {exc.msg} ({_where(exc.lineno, source)})"
         lines = traceback.format_exception_only(type(exc), exc)
     else:
         kind = "python_error"
         tb = _user_traceback(exc.__traceback__, filename)
+        frames = [f for f in traceback.extract_tb(tb) if f.filename == filename]
+        where = f" ({_where(frames[-1].lineno, frames[-1].line)})" if frames else ""
         text = str(exc)
-        if not text:
-            frames = [f for f in traceback.extract_tb(tb) if f.filename == filename]
-            text = f"raised at line {frames[-1].lineno}" if frames else "(no message)"
-        message = f"{name}: {text}"
+        message = f"{name}: {text}{where}" if text else f"{name}{where or ' (no message)'}"
         lines = traceback.format_exception(type(exc), exc, tb)
     tail = "".join(lines).splitlines()[-TRACEBACK_LINES:]
     return ToolOutcome.failure(

@@ -43,3 +43,90 @@ def test_client_on_workers(distributed: dict[str, Any], tmp_path: Path) -> None:
         [line] = client.executions(playbook="examples/hello_world", trigger="manual", limit=1)
         assert line["execution_id"] == eid and line["trigger"] == "manual"
         assert client.executions(playbook="examples/hello_world", trigger="schedule") == []
+
+
+# --- bad input: an error from the errors.py tree before anything is written ---------------
+
+
+def deep_payload(depth: int) -> dict[str, Any]:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    assert isinstance(value, dict)
+    return value
+
+
+BAD_API_PAYLOADS: dict[str, tuple[Any, str]] = {
+    "500 deep (RecursionError, execution left RUNNING before)": (
+        deep_payload(500),
+        "payload.a.a.a.a.a.a.a.a.a.a…(64 keys deep): nested deeper than the limit of 64 levels",
+    ),
+    "NUL (a raw psycopg DataError before)": (
+        {"a": {"b": [0, 1, 2, "x\x00"]}},
+        "payload.a.b[3]: contains a NUL character (\\u0000), which Postgres cannot store",
+    ),
+    "lone surrogate": (
+        {"a": "\ud800"},
+        "payload.a: contains a lone surrogate (\\ud800), which is not valid Unicode text "
+        "and Postgres cannot store it",
+    ),
+    "not a mapping": (["a"], "payload: must be a mapping (a JSON object), not list"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_API_PAYLOADS))
+def test_submit_refuses_bad_payloads_before_writing(
+    name: str, store_url: str, tmp_path: Path
+) -> None:
+    from noetl_celery.errors import CatalogNotFound, NoetlError, PayloadInvalid
+
+    payload, message = BAD_API_PAYLOADS[name]
+    with noetl_celery.Client(Settings(home=tmp_path, database_url=store_url)) as client:
+        with pytest.raises(PayloadInvalid) as info:
+            client.submit(HELLO, payload)
+        assert str(info.value) == message and isinstance(info.value, NoetlError)
+        with pytest.raises(PayloadInvalid):
+            client.submit_path("examples/hello_world", payload)
+        assert client.executions() == []
+        with pytest.raises(CatalogNotFound):  # not even the playbook was registered
+            client.engine.store.resolve_catalog("examples/hello_world")
+
+
+def test_payload_size_limit_comes_from_settings(tmp_path: Path) -> None:
+    from noetl_celery.errors import PayloadInvalid
+
+    settings = Settings(home=tmp_path, max_payload_bytes=1000)
+    with pytest.raises(PayloadInvalid) as info:
+        noetl_celery.run(HELLO, {"names": ["x" * 1000]}, settings=settings)
+    assert str(info.value) == (
+        "payload: larger than the limit of 1,000 bytes as JSON (NOETL_MAX_PAYLOAD_BYTES)"
+    )
+    assert Settings.from_env({"NOETL_MAX_PAYLOAD_BYTES": "1000"}).max_payload_bytes == 1000
+
+
+def test_register_and_run_refuse_bad_files_and_text(tmp_path: Path) -> None:
+    from noetl_celery.errors import InputInvalid, PlaybookInvalid
+
+    utf16 = tmp_path / "u16.yaml"
+    utf16.write_bytes(HELLO.read_text().encode("utf-16"))  # with a byte-order mark
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    with noetl_celery.Client(Settings(home=tmp_path)) as client:
+        with pytest.raises(InputInvalid) as info:
+            client.register(utf16)
+        assert str(info.value) == (
+            f"{utf16}: UTF-16 text found (byte-order mark 0xff 0xfe), not UTF-8; save the "
+            "playbook as UTF-8"
+        )
+        with pytest.raises(PlaybookInvalid) as invalid:
+            client.submit(bomb)
+        assert [str(p) for p in invalid.value.problems] == [
+            "<playbook>:5: YAML aliases (*name) expand this document past the limit of "
+            "100,000 nodes (an alias bomb?); it was not expanded"
+        ]
+        # a one-line text longer than a file name may be is YAML, not an OSError
+        with pytest.raises(PlaybookInvalid):
+            client.submit("{" + "a: 1, " * 100 + "}")
+        assert client.executions() == []

@@ -205,7 +205,7 @@ def test_unreadable_file_is_one_problem(tmp_path: Path) -> None:
     report = validate_file(missing)
     assert len(report.problems) == 1
     problem = report.problems[0]
-    assert str(missing) in problem.message
+    assert str(problem) == f"{missing}: cannot read the playbook file: No such file or directory"
     assert problem.file == str(missing)
     assert not report.ok
 
@@ -215,7 +215,9 @@ def test_non_utf8_file_is_one_problem(tmp_path: Path) -> None:
     path.write_bytes(b"name: caf\xe9\n")
     report = validate_file(path)
     assert len(report.errors) == 1
-    assert "cannot read playbook file" in report.errors[0].message
+    assert str(report.errors[0]) == (
+        f"{path}: not UTF-8 text (byte 0xe9 at offset 9); save the playbook as UTF-8"
+    )
 
 
 # --- yaml_positions -----------------------------------------------------------------------

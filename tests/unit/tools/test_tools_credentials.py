@@ -123,6 +123,17 @@ def test_missing_file_names_it(tmp_path: Path) -> None:
         ("list.yaml", "- db_password: Leaky-Pw-7733\n", "needs a `name`"),
         ("scalar.yaml", "just a string Leaky-Pw-7733\n", "expected a mapping or a list"),
         ("entry.yaml", "pg: Leaky-Pw-7733\n", "credential 'pg' must be a mapping"),
+        (
+            "bomb.yaml",
+            "pg: {db_password: Leaky-Pw-7733}\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+                for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+            ),
+            "(line 6): YAML aliases (*name) expand this document past the limit of 100,000",
+        ),
+        ("deep.yaml", "pg: " + "[" * 200 + "]" * 200, "YAML nested deeper than the limit"),
+        ("deep.json", '{"pg": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deep"),
     ],
 )
 def test_malformed_file_names_it_without_secrets(

@@ -93,7 +93,7 @@ def test_exception_becomes_python_error(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": code})
     assert not out.ok and out.error is not None
     assert out.error["kind"] == "python_error"
-    assert out.error["message"] == "KeyError: 'nope'"
+    assert out.error["message"] == "KeyError: 'nope' (line 3: return values['nope'])"
     assert out.error["retryable"] is False
     py = out.detail["py"]
     assert py["exception"] == "KeyError"
@@ -104,28 +104,78 @@ def test_exception_becomes_python_error(run_tool: RunTool) -> None:
 def test_assert_without_message_names_the_line(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "x = 1\nassert x == 2\n"})
     assert out.error is not None and out.error["kind"] == "python_error"
-    assert out.error["message"] == "AssertionError: raised at line 2"
+    assert out.error["message"] == "AssertionError (line 2: assert x == 2)"
     out = run_tool("python", {"code": "assert False, 'rows missing'"})
-    assert out.error is not None and out.error["message"] == "AssertionError: rows missing"
+    assert out.error is not None
+    assert (
+        out.error["message"]
+        == "AssertionError: rows missing (line 1: assert False, 'rows missing')"
+    )
 
 
 @pytest.mark.parametrize(
-    ("code", "needle"),
+    ("code", "message"),
     [
-        ("x = 1\nreturn x\n", "'return' outside function (line 2)"),
-        ("def main(:\n  pass\n", "(line 1)"),
+        ("x = 1\nreturn x\n", "SyntaxError: 'return' outside function (line 2: return x)"),
+        ("def main(:\n  pass\n", "SyntaxError: invalid syntax (line 1: def main(:)"),
     ],
 )
-def test_syntax_error(run_tool: RunTool, code: str, needle: str) -> None:
+def test_syntax_error(run_tool: RunTool, code: str, message: str) -> None:
     out = run_tool("python", {"code": code})
     assert out.error is not None and out.error["kind"] == "syntax_error"
-    assert out.error["message"].startswith("SyntaxError: ") and needle in out.error["message"]
+    assert out.error["message"] == message
     assert out.detail["py"]["exception"] == "SyntaxError"
+
+
+LONG = "values = [" + ", ".join(str(i) for i in range(60)) + "]; 1 / 0"
+
+# (code, input, the step's error message): the line is the deepest one of the user's code
+FAILING_LINES = {
+    "main": (
+        "def main(x):\n    y = 2\n    return 1 / x\n",
+        {"x": 0},
+        "ZeroDivisionError: division by zero (line 3: return 1 / x)",
+    ),
+    "helper below main": (
+        "def check(v):\n    if v < 0:\n        raise ValueError(f'negative: {v}')\n"
+        "def main(v):\n    check(v)\n",
+        {"v": -1},
+        "ValueError: negative: -1 (line 3: raise ValueError(f'negative: {v}'))",
+    ),
+    "inside a library": (
+        "import json\nrows = 1\ndata = json.loads('{')\n",
+        {},
+        "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1) (line 3: data = json.loads('{'))",
+    ),
+    "module level, indented block": (
+        "total = 0\nfor i in range(3):\n    total += {}['k']\n",
+        {},
+        "KeyError: 'k' (line 3: total += {}['k'])",
+    ),
+    "long line is cut": (LONG, {}, f"ZeroDivisionError: division by zero (line 1: {LONG[:119]}…)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_LINES))
+def test_python_error_names_the_failing_line(run_tool: RunTool, name: str) -> None:
+    code, input_, message = FAILING_LINES[name]
+    out = run_tool("python", {"code": code}, input=input_)
+    assert out.error is not None and out.error["kind"] == "python_error"
+    assert out.error["message"] == message
+
+
+def test_the_quoted_line_is_redacted(run_tool: RunTool, unit_secret: str) -> None:
+    out = run_tool("python", {"code": f"password = '{unit_secret}'; 1 / 0\n"})
+    assert out.error is not None
+    assert out.error["message"] == (
+        "ZeroDivisionError: division by zero (line 1: password = ***; 1 / 0)"
+    )
 
 
 def test_sys_exit_does_not_end_the_worker(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "import sys\nsys.exit(3)"})
-    assert out.error is not None and out.error["message"] == "SystemExit: 3"
+    assert out.error is not None and out.error["message"] == "SystemExit: 3 (line 2: sys.exit(3))"
 
 
 def test_secrets_are_redacted_from_message_and_traceback(
