@@ -19,7 +19,7 @@ from tests.support.workers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
-RUN_KEYS = {"execution_id", "status", "result", "error", "duration_seconds", "steps"}
+RUN_KEYS = {"execution_id", "status", "result", "error", "errors", "duration_seconds", "steps"}
 pytestmark = pytest.mark.acceptance
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: bad, path: tests/bad}\n"
@@ -269,7 +269,9 @@ def test_bad_playbook_files_are_refused_by_catalog_register_and_schedule_add(
     (entry,) = one_json_line(proc.stdout)
     assert entry["skipped"] is True and [p["message"] for p in entry["problems"]] == [reason]
     plain = run_cli(["catalog", "register", str(path)], embedded_env)
-    assert plain.returncode == 2 and plain.stderr.splitlines()[-1].strip() == message
+    lines = [line.strip() for line in plain.stderr.splitlines()]
+    assert plain.returncode == 2 and message in lines
+    assert lines[-1] == "0 registered, 0 unchanged, 1 skipped"
 
     args = ["schedule", "add", str(path), "--cron", "0 6 * * *"]
     proc = run_cli([*args, "--json"], embedded_env)
@@ -313,7 +315,11 @@ def test_unreadable_playbook_paths_are_one_line(
     path = tmp_path / "flows"
     if kind == "directory":
         path.mkdir()
-    reason = "No such file or directory" if kind == "missing" else "Is a directory"
-    message = f"{path}: cannot read the playbook file: {reason}"
+    # `run PATH` takes a path that is no file for a catalog path (cli.targets)
+    message = (
+        f"{path} is not a playbook file, and no playbook is registered at catalog path '{path}'"
+        if kind == "missing"
+        else f"{path} is a directory; give a playbook file or a catalog path"
+    )
     assert_refused_by_run([str(path)], embedded_env, message)
     assert_nothing_written(embedded_env)

@@ -31,7 +31,7 @@ def test_one_failed_item_of_twenty_fails_the_run(distributed: dict[str, Any]) ->
     assert out["result"] is None  # not the last step that happened to succeed
     assert out["error"] == (
         "step 'each' failed: 1 of 20 items failed "
-        "(first: item 7: ZeroDivisionError: division by zero)"
+        "(first: item 7: ZeroDivisionError: division by zero (line 2: return 1 / (x - bad)))"
     )
     assert out["errors"] == [
         {

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from noetl_celery.cli.inputs import parse_payload, parse_sets, read_run_inputs
+from noetl_celery.cli.inputs import parse_payload, parse_sets
+from noetl_celery.cli.targets import read_target
 from noetl_celery.errors import InputInvalid, PayloadInvalid
 
 BOMB = (
@@ -90,14 +91,14 @@ def test_set_integer_past_the_digit_limit_stays_text() -> None:
     assert parse_sets((f"n={digits}",)) == {"n": digits}
 
 
-def test_read_run_inputs_set_wins_and_file_errors_name_the_file(tmp_path: Path) -> None:
+def test_run_target_reads_files_within_bounds_and_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text("a: 1\n")
-    text, data = read_run_inputs(path, '{"x": 1, "y": 1}', ("y=2",), 1 << 20)
-    assert text == "a: 1\n" and data == {"x": 1, "y": 2}
+    assert read_target(str(path)).text == "a: 1\n"
+    assert {**parse_payload('{"x": 1, "y": 1}'), **parse_sets(("y=2",))} == {"x": 1, "y": 2}
     path.write_bytes(b"a: \xff\n")
     with pytest.raises(InputInvalid) as info:
-        read_run_inputs(path, None, (), 1 << 20)
+        read_target(str(path))
     assert str(info.value) == (
         f"{path}: not UTF-8 text (byte 0xff at offset 3); save the playbook as UTF-8"
     )

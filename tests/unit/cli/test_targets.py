@@ -8,6 +8,7 @@ import pytest
 
 from noetl_celery.cli.targets import TargetError, read_target, split_ref
 from noetl_celery.engine.catalog import suggest
+from noetl_celery.errors import InputInvalid
 
 KNOWN = ["examples/hello_world", "examples/api_to_postgres", "flows/daily_pull"]
 
@@ -40,7 +41,7 @@ def test_an_existing_file_is_read_and_anything_else_is_a_reference(tmp_path: Pat
     with pytest.raises(TargetError, match="is a directory"):
         read_target(str(tmp_path))
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe")
-    with pytest.raises(TargetError, match="not UTF-8"):
+    with pytest.raises(InputInvalid, match="not UTF-8"):
         read_target(str(tmp_path / "binary.yaml"))
 
 
