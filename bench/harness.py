@@ -110,6 +110,7 @@ def engine_and_worker(
     in this process publishing to it."""
     from noetl_celery.engine.service import Engine
     from noetl_celery.settings import Settings
+    from noetl_celery.store.database import SchemaMode
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
@@ -134,8 +135,9 @@ def engine_and_worker(
         "INFO",
         "--without-heartbeat",
     ]
-    engine = Engine(settings)
-    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
+    # migrated here, before the worker starts: workers never migrate
+    engine = Engine(settings, schema=SchemaMode.MIGRATE)
+    engine.use_dispatcher(CeleryDispatcher(make_app(settings), database_id=engine.database_id))
     try:
         with worker(cmd, env, log) as proc:
             yield engine, proc

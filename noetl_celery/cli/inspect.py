@@ -14,7 +14,7 @@ from noetl_celery.errors import ExecutionNotFound
 
 
 def _engine_call(method: str, execution_id: str) -> Any:
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         return getattr(engine, method)(execution_id)
     except ExecutionNotFound as exc:
@@ -44,7 +44,7 @@ def executions(status_: str | None, playbook: str | None, limit: int, as_json: b
     """Recent executions, newest first."""
     if status_ is not None and status_.upper() not in (RUNNING, *TERMINAL_STATUSES):
         raise click.BadParameter(f"unknown status {status_!r}", param_hint="--status")
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         rows = engine.executions(status=status_, path=playbook, limit=limit)
     finally:

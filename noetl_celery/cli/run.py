@@ -6,8 +6,9 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import yaml
@@ -22,6 +23,7 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
+from noetl_celery.cli.fleet import worker_check
 from noetl_celery.cli.views import progress_renderable
 from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
@@ -56,7 +58,12 @@ def parse_payload(text: str | None) -> dict[str, Any]:
 POLL_SECONDS = 1.0
 
 
-def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
+def watch(
+    engine: Engine,
+    execution_id: str,
+    timeout: float | None,
+    on_poll: Callable[[], None] | None = None,
+) -> None:
     """Wait with a live display on the terminal (stderr): running steps and a progress
     bar per running loop, from `status` once a second (a status read scans the
     execution's command rows: at 100k iterations a faster poll would cost Postgres more
@@ -71,14 +78,16 @@ def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
+            if on_poll is not None:
+                on_poll()
             time.sleep(POLL_SECONDS)
 
 
-def _invalid(message: str, as_json: bool, stdout: Any) -> None:
+def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None = None) -> NoReturn:
     if as_json:
         dump_json(
             {
-                "execution_id": None,
+                "execution_id": execution_id,
                 "status": "FAILED",
                 "result": None,
                 "error": message,
@@ -117,7 +126,11 @@ def run(
             f"{file}: {exc}" if isinstance(exc, OSError) else exc.format_message(), as_json, stdout
         )
     started = time.monotonic()
-    engine = build_engine(load_settings(), dispatch=True)
+    try:
+        settings = load_settings()
+        engine = build_engine(settings, dispatch=True)
+    except NoetlError as exc:  # misconfiguration, a database that cannot be used
+        _invalid(str(exc), as_json, stdout)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
@@ -133,13 +146,16 @@ def run(
                 _invalid(str(exc), as_json, stdout)
             if not as_json:
                 click.echo(f"execution {execution_id} started", err=True)
+            check = worker_check(engine, settings, execution_id)
             try:
                 if not as_json and sys.stderr.isatty():
-                    watch(engine, execution_id, timeout)
+                    watch(engine, execution_id, timeout, check)
                 else:
-                    engine.wait(execution_id, timeout)
+                    engine.wait(execution_id, timeout, check)
             except TimeoutError as exc:
                 click.echo(str(exc), err=True)
+            except NoetlError as exc:  # workers on another database; the database lost
+                _invalid(str(exc), as_json, stdout, execution_id)
             summary = engine.summary(execution_id)
     finally:
         engine.close()

@@ -183,4 +183,4 @@ def test_flower_needs_a_broker(embedded_env: dict[str, str]) -> None:
     from tests.support.workers import run_cli
 
     proc = run_cli(["flower"], embedded_env)
-    assert proc.returncode == 1 and "NOETL_BROKER_URL" in proc.stderr
+    assert proc.returncode == 2 and "NOETL_BROKER_URL" in proc.stderr
