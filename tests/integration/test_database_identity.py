@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -59,10 +60,19 @@ def make_side(template: str, redis_url: str, home: Path) -> Side:
 
 @pytest.fixture(scope="module")
 def sides(
-    template_db: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    template_db: str,
+    redis_url: str,
+    distributed: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Side, Side, list[WorkerProcess]]]:
     """Database A (the client's) and B, copies of one template (so they share the id row
-    of engine_info: the database name tells them apart), and two workers on B."""
+    of engine_info: the database name tells them apart), and two workers on B.
+
+    The session's workers (another database, same Redis) are stopped meanwhile: they would
+    take A's messages too, refuse them and put them back, every time after a pause, so
+    what a test waits for would depend on which worker the broker picks."""
+    for worker in distributed["workers"]:
+        worker.stop()
     a = make_side(template_db, redis_url, tmp_path_factory.mktemp("a"))
     b = make_side(template_db, redis_url, tmp_path_factory.mktemp("b"))
     assert a.identity.split("/")[0] == b.identity.split("/")[0] and a.identity != b.identity
@@ -76,6 +86,8 @@ def sides(
             worker.stop()
         services.drop_database(a.name)
         services.drop_database(b.name)
+        for worker in distributed["workers"]:
+            worker.restart()
 
 
 def rows(side: Side, sql: str, *args: object) -> list[tuple[object, ...]]:
@@ -140,7 +152,8 @@ def test_run_against_workers_of_another_database_fails_fast(
     assert eid is not None, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if "another engine database" in ln]
     assert len(errors) == 1
-    assert f"the workers on {redis_url} use another engine database: {b.shown}" in errors[0]
+    assert f"the workers on {redis_url} use another engine database: " in errors[0]
+    assert f"{b.shown} (identity {b.identity}): h1b1@" in errors[0]
     assert f"this client uses {a.shown} (identity {a.identity})" in errors[0]
     assert a.password not in proc.stderr + proc.stdout
     # its own execution cancelled: nothing left RUNNING; nothing claimed in either database
