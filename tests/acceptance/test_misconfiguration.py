@@ -150,6 +150,17 @@ def test_nothing_but_db_upgrade_creates_tables_in_postgres(empty_db: str, redis_
     assert "executions" in public_tables(empty_db)
 
 
+def test_the_python_client_refuses_a_database_without_engine_tables(empty_db: str) -> None:
+    import noetl_celery
+    from noetl_celery.errors import SchemaOutdated
+
+    url, password = secret_url(empty_db)
+    with pytest.raises(SchemaOutdated) as info:
+        noetl_celery.Client(Settings(database_url=url))
+    assert str(info.value).startswith(f"the engine database {masked(url, password)} has no ")
+    assert public_tables(empty_db) == []
+
+
 def test_a_database_at_an_older_revision_is_refused_until_upgraded(
     empty_db: str, redis_url: str, tmp_path: Path
 ) -> None:

@@ -165,6 +165,46 @@ def test_run_against_workers_of_another_database_fails_fast(
     assert rows(b, "SELECT count(*) FROM executions") == [(0,)]
 
 
+def test_a_message_without_a_database_identity_is_accepted(
+    sides: tuple[Side, Side, list[WorkerProcess]], redis_url: str, tmp_path: Path
+) -> None:
+    """Messages queued by an older version carry no `db`: workers run them."""
+    from noetl_celery.engine.service import Engine
+    from noetl_celery.tasks.app import make_app
+    from noetl_celery.tasks.dispatcher import CeleryDispatcher
+
+    _, b, _ = sides
+    settings = Settings(home=tmp_path, database_url=b.url, broker_url=redis_url)
+    engine = Engine(settings, schema=SchemaMode.REQUIRE)
+    try:
+        engine.use_dispatcher(CeleryDispatcher(make_app(settings), database_id=None))
+        eid = engine.start_text(HELLO.read_text())
+        assert engine.wait(eid, timeout=60).status == COMPLETED
+    finally:
+        engine.close()
+
+
+def test_run_warns_when_no_worker_answers(pg_url: str, tmp_path: Path) -> None:
+    """A broker of its own (no worker anywhere): `run` says so once, and keeps waiting."""
+    from tests.support.private_services import PrivateRedis
+
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        env = _env(NOETL_DATABASE_URL=pg_url, NOETL_BROKER_URL=redis.url, NOETL_HOME=str(tmp_path))
+        proc = run_cli(["run", str(HELLO), "--timeout", "12"], env, timeout=60)
+    finally:
+        redis.stop()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr  # still RUNNING
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
+    assert warnings[0] == (
+        f"warning: waiting for a worker: no noetl-celery worker answers on {redis.url}; "
+        "start one with the same NOETL_DATABASE_URL"
+    )
+    assert warnings[1].startswith("warning: no worker has claimed a command of execution ")
+    assert len(warnings) == 2
+
+
 def test_a_foreign_message_is_refused_and_left_for_a_worker_of_its_database(
     sides: tuple[Side, Side, list[WorkerProcess]], redis_url: str, tmp_path: Path
 ) -> None:
