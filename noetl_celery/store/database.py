@@ -4,6 +4,12 @@ SQLite has no row locks, so every write transaction starts with `BEGIN IMMEDIATE
 database-wide write lock is what serialises orchestration passes there (design §2.5
 asks for serialisation in the database, never in process memory). Reads use a second
 engine with plain deferred transactions so polling does not take the write lock.
+
+`open_database` is how the engine gets one: it checks (or, where the composition root's
+`SchemaMode` allows, migrates) the tables with a plain SELECT of `alembic_version`, and
+reads the database's identity once. A driver error that means the database cannot be
+used at all (no connection, or a lost one) becomes a StoreError of one line naming the
+URL (password masked) and what to do, so no command shows a driver traceback.
 """
 
 from __future__ import annotations
@@ -91,13 +97,11 @@ class Database:
     def _build(self, synchronous_commit: str) -> None:
         if self.url.startswith("sqlite"):
             self.dialect = "sqlite"
-            if self.in_memory:
-                # one shared connection: every new connection to :memory: is another database
-                self.engine = self._sqlite_engine(write=True)
-                self.read_engine = self.engine
-            else:
-                self.engine = self._sqlite_engine(write=True)
-                self.read_engine = self._sqlite_engine(write=False)
+            self.engine = self._sqlite_engine(write=True)
+            # in memory, one shared connection: each new one would be another database
+            self.read_engine = self.engine if self.in_memory else self._sqlite_engine(write=False)
+            if self.read_engine is not self.engine:
+                event.listen(self.read_engine, "handle_error", self._unusable)
         elif self.url.startswith("postgresql"):
             self.dialect = "postgresql"
             connect_args: dict[str, Any] = {
