@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-# Bump together with a new alembic revision; `Database.check_schema` compares it.
+# Bump together with a new alembic revision; `Database.prepare` compares it.
 SCHEMA_REVISION = "0006"
 
 metadata = MetaData()

@@ -161,8 +161,8 @@ def test_run_against_workers_of_another_database_fails_fast(
         ("CANCELLED",)
     ]
     assert rows(a, "SELECT count(*) FROM commands WHERE started_at IS NOT NULL") == [(0,)]
-    assert rows(b, "SELECT count(*) FROM commands") == [(0,)]
-    assert rows(b, "SELECT count(*) FROM executions") == [(0,)]
+    assert rows(b, "SELECT count(*) FROM commands WHERE execution_id = %s", eid[1]) == [(0,)]
+    assert rows(b, "SELECT count(*) FROM executions WHERE execution_id = %s", eid[1]) == [(0,)]
 
 
 def test_a_message_without_a_database_identity_is_accepted(
@@ -228,7 +228,7 @@ def test_a_foreign_message_is_refused_and_left_for_a_worker_of_its_database(
         assert rows(a, "SELECT status, started_at FROM commands WHERE command_id = %s", first) == [
             ("issued", None)
         ]
-        assert rows(b, "SELECT count(*) FROM commands") == [(0,)]
+        assert rows(b, "SELECT count(*) FROM commands WHERE execution_id = %s", eid) == [(0,)]
         for worker in workers:  # the B workers go; the message is still in the broker
             worker.stop()
         right = WorkerProcess("h1a", a.env)
