@@ -1,7 +1,17 @@
+# Stage 1: build a wheel of this tree. The alembic migrations are package data inside it,
+# so the image needs no source tree for `noetl-celery db upgrade`.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY noetl_celery ./noetl_celery
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# Stage 2: the runtime image has the installed wheel (not an editable install of a tree).
 FROM python:3.11-slim
+COPY --from=build /dist/ /tmp/dist/
+RUN pip install --no-cache-dir /tmp/dist/*.whl && rm -rf /tmp/dist
 WORKDIR /app
-COPY . /app
-# editable install: `noetl-celery db upgrade` runs the alembic migrations of this tree
-RUN pip install --no-cache-dir -e .
+# the example playbooks, for `docker compose run --rm cli run playbooks/examples/...`
+COPY playbooks ./playbooks
 ENV NOETL_HOME=/data
 ENTRYPOINT ["noetl-celery"]

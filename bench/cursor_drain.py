@@ -30,8 +30,6 @@ import psycopg
 
 from bench import harness
 from bench.loop_fanout import run_chord
-from noetl_celery.engine.service import Engine
-from noetl_celery.settings import Settings
 
 CLAIM = """
 WITH c AS (SELECT id FROM public.bench_queue WHERE run = %(run)s AND status = 'pending'
@@ -113,7 +111,6 @@ def main() -> None:
     args = parser.parse_args()
     url = harness.fresh_database("noetl_bench_cursor")
     dsn = url.replace("postgresql+psycopg", "postgresql")
-    Engine(Settings(database_url=url)).close()
     logdir = Path(tempfile.mkdtemp(prefix="bench-cursor-"))
     creds = logdir / "creds.json"
     creds.write_text(json.dumps({"bench": {"dsn": dsn}}))

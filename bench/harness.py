@@ -29,12 +29,18 @@ WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 
 
 def fresh_database(name: str) -> str:
+    """A new engine database with its tables (as `noetl-celery db upgrade` makes them:
+    workers never create tables)."""
+    from noetl_celery.store.database import SchemaMode, open_database
+
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     host = PG_ADMIN.split("@", 1)[1].rsplit("/", 1)[0]
     user = PG_ADMIN.split("://", 1)[1].split("@", 1)[0]
-    return f"postgresql+psycopg://{user}@{host}/{name}"
+    url = f"postgresql+psycopg://{user}@{host}/{name}"
+    open_database(url, SchemaMode.MIGRATE).dispose()
+    return url
 
 
 def flush_redis() -> redis.Redis:
@@ -110,6 +116,7 @@ def engine_and_worker(
     in this process publishing to it."""
     from noetl_celery.engine.service import Engine
     from noetl_celery.settings import Settings
+    from noetl_celery.store.database import SchemaMode
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
@@ -134,8 +141,9 @@ def engine_and_worker(
         "INFO",
         "--without-heartbeat",
     ]
-    engine = Engine(settings)
-    engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
+    # migrated here, before the worker starts: workers never migrate
+    engine = Engine(settings, schema=SchemaMode.MIGRATE)
+    engine.use_dispatcher(CeleryDispatcher(make_app(settings), database_id=engine.database_id))
     try:
         with worker(cmd, env, log) as proc:
             yield engine, proc

@@ -22,8 +22,6 @@ from celery import chord
 from sqlalchemy import func, select
 
 from bench import harness
-from noetl_celery.engine.service import Engine
-from noetl_celery.settings import Settings
 from noetl_celery.store.schema import events
 
 PLAYBOOK = """apiVersion: noetl.io/v2
@@ -92,7 +90,6 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     url = harness.fresh_database("noetl_bench_fanout")
-    Engine(Settings(database_url=url)).close()  # migrate once
     logdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
     print(f"logs in {logdir}")
     results: dict[int, dict[str, list[float]]] = {

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 
 from bench import harness
-from noetl_celery.engine.service import Engine
-from noetl_celery.settings import Settings
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -57,7 +55,6 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     url = harness.fresh_database("noetl_bench_growth")
-    Engine(Settings(database_url=url)).close()
     logdir = Path(tempfile.mkdtemp(prefix="bench-growth-"))
     per_it: dict[int, list[float]] = {n: [] for n in sizes}
     rss: dict[int, list[float]] = {n: [] for n in sizes}

@@ -10,7 +10,10 @@
 
 Settings come from the environment (`NOETL_DATABASE_URL`, `NOETL_BROKER_URL`, ...) unless
 given. Without a broker the client runs commands on in-process threads, so an embedded
-execution only progresses while the client is open.
+execution only progresses while the client is open. A broker needs a Postgres database
+the workers share (ConfigurationError otherwise), at this version's revision
+(SchemaOutdated: run `noetl-celery db upgrade`); only the embedded default database is
+created and migrated on the way.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from noetl_celery.engine.service import Engine
+from noetl_celery.engine.service import Engine, schema_mode
 from noetl_celery.models.validation import read_playbook
 from noetl_celery.settings import Settings
 
@@ -48,14 +51,18 @@ def _is_file(text: str) -> bool:
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.from_env()
-        self.engine = Engine(self.settings)
+        self.settings.require_shared_database()
+        self.engine = Engine(self.settings, schema=schema_mode(self.settings, writes=True))
         if self.settings.embedded:
             self.engine.use_in_process_workers()
         else:
             from noetl_celery.tasks.app import make_app
             from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
-            self.engine.use_dispatcher(CeleryDispatcher(make_app(self.settings)))
+            dispatcher = CeleryDispatcher(
+                make_app(self.settings), database_id=self.engine.database_id
+            )
+            self.engine.use_dispatcher(dispatcher)
 
     def register(self, playbook: PlaybookSource) -> dict[str, Any]:
         """Register a playbook in the catalog; returns {path, version, catalog_id}.

@@ -2,6 +2,7 @@
 
     NoetlError
     ├── ConfigurationError        bad settings / environment (NOETL_* variables)
+    │   └── WorkersElsewhere      the workers on the broker use another engine database
     ├── PlaybookError             the playbook itself is wrong
     │   ├── PlaybookInvalid       rejected by validation (carries every Problem)
     │   └── CatalogNotFound       a catalog path / version that is not registered
@@ -14,10 +15,13 @@
     │   │                         (a file, `payload.a[3]`, `--set k`) and the limit it broke
     │   └── PayloadInvalid        a payload too deep or too large, or holding text or values
     │                             Postgres cannot store (NUL, lone surrogates, NaN)
-    ├── StoreError                the engine's own database failed us
-    │   └── SchemaOutdated        the database schema needs `noetl-celery db upgrade`
+    ├── StoreError                the engine's own database cannot be used (unreachable,
+    │   │                         refused, missing, wrong password, connection lost)
+    │   └── SchemaOutdated        no engine tables, or another revision than this engine's
     ├── ExecutionNotFound         an execution id that does not exist
     └── ScheduleNotFound          a schedule id that does not exist
+
+The CLI prints any of these as one line and exits 2; none is shown with a traceback.
 
 Errors that happen *inside* a step (HTTP 500, SQL error, python exception) are not
 raised across the engine: they become the step's `error` object and drive policies and
@@ -35,6 +39,11 @@ class NoetlError(Exception):
 
 class ConfigurationError(NoetlError):
     """A setting is missing or malformed."""
+
+
+class WorkersElsewhere(ConfigurationError):
+    """Workers answer on the broker, but none of them uses this engine database: the
+    client's commands would never be claimed."""
 
 
 class PlaybookError(NoetlError):
@@ -132,7 +141,8 @@ class StoreError(NoetlError):
 
 
 class SchemaOutdated(StoreError):
-    """The database schema is older than this engine."""
+    """The database has no engine tables, or they are at another revision than the one
+    this engine needs (`noetl-celery db upgrade` creates / migrates them)."""
 
 
 class ExecutionNotFound(NoetlError):

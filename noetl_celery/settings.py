@@ -7,12 +7,35 @@ can build any configuration without touching the process environment.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
 
 from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from noetl_celery.errors import ConfigurationError
+
+_USERINFO = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<user>[^:@/?#]*):(?P<password>[^/?#]*)@")
+_SECRET_PARAMS = {"password", "passwd", "sslpassword"}
+
+
+def mask_url(url: str) -> str:
+    """`url` safe to print: a password in it (`user:pw@` or a `password=` parameter)
+    becomes `***`. Error messages, banners and diagnostics all name databases and brokers
+    through this, so a secret never reaches a terminal or a log. Never raises: a
+    malformed URL is what an error message most needs to show."""
+    masked = _USERINFO.sub(
+        lambda m: f"{m['scheme']}{m['user']}:{'***' if m['password'] else ''}@", url, count=1
+    )
+    base, sep, query = masked.partition("?")
+    if not sep:
+        return masked
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(k.lower() in _SECRET_PARAMS for k, _ in pairs):
+        return masked
+    safe = [(k, "***" if k.lower() in _SECRET_PARAMS else v) for k, v in pairs]
+    return f"{base}?{urlencode(safe, safe='*')}"
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
@@ -117,6 +140,27 @@ class Settings:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.home / 'noetl.sqlite3'}"
+
+    @property
+    def shown_database_url(self) -> str:
+        """The engine database's URL as messages show it (password masked)."""
+        return mask_url(self.effective_database_url)
+
+    @property
+    def shown_broker_url(self) -> str:
+        return mask_url(self.broker_url) if self.broker_url else "none (in-process workers)"
+
+    def require_shared_database(self) -> None:
+        """Workers on a broker run in other processes, often on other machines: they can
+        only share a Postgres database, never the embedded SQLite file (each would write
+        a file of its own, or fight over one)."""
+        if not self.broker_url or not self.effective_database_url.startswith("sqlite"):
+            return
+        what = "is a SQLite URL" if self.database_url else "is not"
+        raise ConfigurationError(
+            f"NOETL_BROKER_URL is set but NOETL_DATABASE_URL {what}: workers cannot share "
+            "the embedded SQLite file; set NOETL_DATABASE_URL=postgresql://..."
+        )
 
     @property
     def effective_duckdb_dir(self) -> Path:

@@ -1,4 +1,9 @@
-"""`worker` and `db upgrade`."""
+"""`worker`, `beat` and `db upgrade`.
+
+Workers and beat never create or migrate tables: they refuse a database that is not at
+this version's revision (one line, exit 2), and print at start which database (and its
+identity) and which broker they serve, so a misconfigured fleet is visible in its logs.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,42 @@ import click
 
 from noetl_celery.cli.common import dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
-from noetl_celery.store.database import Database
+from noetl_celery.engine.service import schema_mode
+from noetl_celery.errors import ConfigurationError
+from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode, open_database
+
+
+def _fleet_settings() -> tuple[Settings, str | None]:
+    """Settings of a worker or beat, checked; and the engine database's identity."""
+    settings = load_settings()
+    if settings.embedded:
+        raise ConfigurationError("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    settings.require_shared_database()
+    database = open_database(settings.effective_database_url, schema_mode(settings, writes=True))
+    try:
+        return settings, database.database_id
+    finally:
+        database.dispose()
+
+
+def banner(role: str, settings: Settings, database_id: str | None) -> str:
+    return (
+        f"noetl-celery {role}: engine database {settings.shown_database_url} "
+        f"(identity {database_id or 'unknown'}), broker {settings.shown_broker_url}"
+    )
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(celery_args: tuple[str, ...]) -> None:
     """Start a Celery worker on the engine's queues (extra options go to Celery)."""
-    settings = load_settings()
-    if settings.embedded:
-        raise click.ClickException("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
-    Database(settings.effective_database_url).ensure_schema(upgrade=True)
+    settings, database_id = _fleet_settings()
+    click.echo(banner("worker", settings, database_id), err=True)
+    from noetl_celery.tasks import fleet
     from noetl_celery.tasks.app import app
 
+    fleet.set_identity(database_id, settings.shown_database_url)
     argv = [
         "worker",
         "-Q",
@@ -38,12 +66,14 @@ def beat(celery_args: tuple[str, ...]) -> None:
     """Start celery beat with the engine's schedule: the reaper every
     NOETL_REAPER_INTERVAL_SECONDS (extra options go to Celery). Run one or more; the
     reaper sweeps one at a time by a lease in Postgres."""
-    settings = load_settings()
-    if settings.embedded:
-        raise click.ClickException("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
-    Database(settings.effective_database_url).ensure_schema(upgrade=True)
+    settings, database_id = _fleet_settings()
+    click.echo(banner("beat", settings, database_id), err=True)
     from noetl_celery.tasks.app import app
 
+    if database_id is not None:
+        # a worker on another database refuses beat's messages too (tasks.tasks)
+        for entry in app.conf.beat_schedule.values():
+            entry["kwargs"] = {"db": database_id}
     # the schedule lives in the app: the in-memory scheduler keeps no state file
     argv = ["beat", "-l", "INFO", "--scheduler", "celery.beat:Scheduler", *celery_args]
     app.start(argv=argv)
@@ -57,10 +87,10 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--json", "as_json", is_flag=True, help='Print {"revision": ...}.')
 def upgrade(as_json: bool) -> None:
-    """Create or migrate the engine's tables to this version."""
-    database = Database(load_settings().effective_database_url)
+    """Create or migrate the engine's tables to this version (the only command that
+    changes a configured database's tables; the embedded default migrates itself)."""
+    database = open_database(load_settings().effective_database_url, SchemaMode.MIGRATE)
     try:
-        database.upgrade()
         revision = database.current_revision()
     finally:
         database.dispose()

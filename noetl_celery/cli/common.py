@@ -12,14 +12,15 @@ from typing import Any, TextIO
 
 import click
 
-from noetl_celery.engine.service import Engine
-from noetl_celery.errors import NoetlError
+from noetl_celery.engine.service import Engine, schema_mode
 from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
 from noetl_celery.templating.environment import json_default
 
 # `run` / `watch` exit codes (README "Command line"): COMPLETED, FAILED or CANCELLED,
-# invalid input or configuration, still running when `--timeout` ran out
+# invalid input or configuration, still running when `--timeout` ran out. 2 is also
+# every misconfiguration: a bad NOETL_* value, a database that cannot be used (cli.main
+# prints any NoetlError that reaches it as one line)
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_RUNNING = 0, 1, 2, 3
 
 
@@ -78,16 +79,17 @@ def setup_logging(verbose: int, log_format: str | None = None) -> None:
 
 
 def load_settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except NoetlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    """Settings from the environment (a bad value raises ConfigurationError: exit 2)."""
+    return Settings.from_env()
 
 
-def build_engine(settings: Settings, *, dispatch: bool) -> Engine:
+def build_engine(settings: Settings, *, dispatch: bool, read_only: bool = False) -> Engine:
     """An engine; with `dispatch`, commands go to in-process threads (embedded) or to
-    Celery workers (NOETL_BROKER_URL set)."""
-    engine = Engine(settings)
+    Celery workers (NOETL_BROKER_URL set). A `read_only` command creates nothing, not even
+    the embedded database file; the others refuse a broker with the embedded database."""
+    if not read_only:
+        settings.require_shared_database()
+    engine = Engine(settings, schema=schema_mode(settings, writes=not read_only))
     if dispatch:
         if settings.embedded:
             engine.use_in_process_workers()
@@ -95,7 +97,8 @@ def build_engine(settings: Settings, *, dispatch: bool) -> Engine:
             from noetl_celery.tasks.app import make_app
             from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
-            engine.use_dispatcher(CeleryDispatcher(make_app(settings)))
+            dispatcher = CeleryDispatcher(make_app(settings), database_id=engine.database_id)
+            engine.use_dispatcher(dispatcher)
     return engine
 
 

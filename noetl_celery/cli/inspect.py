@@ -14,7 +14,7 @@ from noetl_celery.errors import ExecutionNotFound
 
 
 def _engine_call(method: str, execution_id: str) -> Any:
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         return getattr(engine, method)(execution_id)
     except ExecutionNotFound as exc:
@@ -57,7 +57,7 @@ def executions(
         raise click.BadParameter(
             f"unknown trigger {trigger!r} (use {known})", param_hint="--trigger"
         )
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         rows = engine.executions(status=status_, path=playbook, trigger=trigger, limit=limit)
     finally:

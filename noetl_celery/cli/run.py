@@ -1,4 +1,4 @@
-"""`noetl-celery run FILE`: start an execution and wait for its terminal state."""
+"""`noetl-celery run PATH`: start an execution and wait for its terminal state."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import contextlib
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -21,18 +22,24 @@ from noetl_celery.cli.common import (
     dump_json,
     load_settings,
 )
+from noetl_celery.cli.fleet import worker_check
 from noetl_celery.cli.inputs import parse_payload, parse_sets
 from noetl_celery.cli.targets import TargetError, read_target, start_target
 from noetl_celery.cli.views import progress_renderable
 from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
-from noetl_celery.errors import InputInvalid, NoetlError, PlaybookInvalid
+from noetl_celery.errors import NoetlError, PlaybookInvalid
 from noetl_celery.models.validation import validate_text
 
 POLL_SECONDS = 1.0
 
 
-def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
+def watch(
+    engine: Engine,
+    execution_id: str,
+    timeout: float | None,
+    on_poll: Callable[[], None] | None = None,
+) -> None:
     """Wait with a live display on the terminal (stderr): running steps and a progress
     bar per running loop, from `status` once a second (a status read scans the
     execution's command rows: at 100k iterations a faster poll would cost Postgres more
@@ -47,14 +54,16 @@ def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
+            if on_poll is not None:
+                on_poll()
             time.sleep(POLL_SECONDS)
 
 
-def _invalid(message: str, as_json: bool, stdout: Any) -> None:
+def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None = None) -> NoReturn:
     if as_json:
         dump_json(
             {
-                "execution_id": None,
+                "execution_id": execution_id,
                 "status": "FAILED",
                 "result": None,
                 "error": message,
@@ -88,17 +97,20 @@ def run(
     file or, when no such file exists, a registered catalog path (`examples/hello_world`,
     `examples/hello_world@2` for version 2)."""
     stdout = sys.stdout
-    settings = load_settings()
     try:  # one line naming the input and the limit, before anything is written
+        settings = load_settings()
         data = {**parse_payload(payload, settings.max_payload_bytes), **parse_sets(sets)}
         playbook = read_target(target)
-    except (InputInvalid, TargetError) as exc:
+    except (NoetlError, TargetError) as exc:  # bad input, a bad NOETL_* value
         _invalid(str(exc), as_json, stdout)
     started = time.monotonic()
     if playbook.text is not None:  # a registered playbook was validated when registered
         for warning in validate_text(playbook.text, target).warnings:
             click.echo(str(warning), err=True)
-    engine = build_engine(settings, dispatch=True)
+    try:
+        engine = build_engine(settings, dispatch=True)
+    except NoetlError as exc:  # misconfiguration, a database that cannot be used
+        _invalid(str(exc), as_json, stdout)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
@@ -114,13 +126,16 @@ def run(
                 _invalid(str(exc), as_json, stdout)
             if not as_json:
                 click.echo(f"execution {execution_id} started", err=True)
+            check = worker_check(engine, settings, execution_id)
             try:
                 if not as_json and sys.stderr.isatty():
-                    watch(engine, execution_id, timeout)
+                    watch(engine, execution_id, timeout, check)
                 else:
-                    engine.wait(execution_id, timeout)
+                    engine.wait(execution_id, timeout, check)
             except TimeoutError as exc:
                 click.echo(str(exc), err=True)
+            except NoetlError as exc:  # workers on another database; the database lost
+                _invalid(str(exc), as_json, stdout, execution_id)
             summary = engine.summary(execution_id)
     finally:
         engine.close()

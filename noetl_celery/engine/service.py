@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation import load_playbook, read_playbook
 from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
-from noetl_celery.store.database import Database
+from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
@@ -45,13 +45,23 @@ class _LateDispatcher:
         self.target.wake(execution_id)
 
 
+def schema_mode(settings: Settings, *, writes: bool) -> SchemaMode:
+    """What a command may do to the engine tables. Only the embedded default database (a
+    file nobody else shares) is created and migrated on the way; a configured database is
+    shared by workers and other clients, so changing its tables is `noetl-celery db
+    upgrade`'s job alone. A read never creates anything, not even the embedded file."""
+    if settings.database_url:
+        return SchemaMode.REQUIRE
+    return SchemaMode.MIGRATE if writes else SchemaMode.READ
+
+
 class Engine:
-    def __init__(self, settings: Settings, *, upgrade_schema: bool = True) -> None:
+    def __init__(self, settings: Settings, *, schema: SchemaMode) -> None:
         self.settings = settings
-        self.database = Database(
-            settings.effective_database_url, synchronous_commit=settings.synchronous_commit
+        # the schema is checked (or migrated) and the database's identity read, once
+        self.database = open_database(
+            settings.effective_database_url, schema, synchronous_commit=settings.synchronous_commit
         )
-        self.database.ensure_schema(upgrade=upgrade_schema)
         self.store = Store(self.database)
         self.services = ToolServices(settings)  # reads the credentials file when needed
         self.playbooks = PlaybookCache(self.store)
@@ -90,6 +100,11 @@ class Engine:
         self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
+
+    @property
+    def database_id(self) -> str | None:
+        """The engine database's identity; Celery messages carry it (tasks.dispatcher)."""
+        return self.database.database_id
 
     # ---- wiring -----------------------------------------------------------------------------
     def use_dispatcher(self, dispatcher: Dispatcher) -> None:
@@ -197,8 +212,14 @@ class Engine:
         self.check_payload(payload)
         return self._start_checked(self.store.resolve_catalog(catalog_path, version), payload)
 
-    def wait(self, execution_id: str, timeout: float | None = None) -> ExecutionRow:
-        """Poll until terminal; raises TimeoutError with the execution still running."""
+    def wait(
+        self,
+        execution_id: str,
+        timeout: float | None = None,
+        on_poll: Callable[[], None] | None = None,
+    ) -> ExecutionRow:
+        """Poll until terminal; raises TimeoutError with the execution still running.
+        `on_poll` runs on every poll (the CLI's worker check) and may raise to stop."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = self.settings.wait_poll_seconds
         while True:
@@ -206,6 +227,8 @@ class Engine:
                 return self.store.execution(execution_id)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
+            if on_poll is not None:
+                on_poll()
             time.sleep(interval)
 
     def cancel(self, execution_id: str, reason: str = "cancelled") -> bool:

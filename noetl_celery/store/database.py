@@ -4,24 +4,50 @@ SQLite has no row locks, so every write transaction starts with `BEGIN IMMEDIATE
 database-wide write lock is what serialises orchestration passes there (design §2.5
 asks for serialisation in the database, never in process memory). Reads use a second
 engine with plain deferred transactions so polling does not take the write lock.
+
+`open_database` is how the engine gets one: it checks (or, where the composition root's
+`SchemaMode` allows, migrates) the tables with a plain SELECT of `alembic_version`, and
+reads the database's identity once. A driver error that means the database cannot be
+used at all (no connection, or a lost one) becomes a StoreError of one line naming the
+URL (password masked) and what to do, so no command shows a driver traceback.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError, ProgrammingError
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine, create_engine, event, make_url, select, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.pool import NullPool, StaticPool
 
 from noetl_celery.errors import ConfigurationError, SchemaOutdated, StoreError
-from noetl_celery.store.schema import SCHEMA_REVISION, metadata
+from noetl_celery.settings import mask_url
+from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, metadata
 from noetl_celery.templating.environment import json_default
 
 _dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
+
+# seconds to wait for Postgres to answer a new connection (libpq's default is to wait
+# for the OS, minutes for a host that drops packets); a URL's `connect_timeout` wins
+CONNECT_TIMEOUT_SECONDS = 10
+_UPGRADE = "run `noetl-celery db upgrade`"
+
+
+class SchemaMode(enum.Enum):
+    """What opening the engine database may do to its tables. Composition roots choose:
+    only `noetl-celery db upgrade` and the embedded default database migrate; everything
+    else requires tables at this engine's revision, and reads never create anything."""
+
+    MIGRATE = "migrate"  # create or upgrade the tables
+    REQUIRE = "require"  # refuse (SchemaOutdated) unless they are at SCHEMA_REVISION
+    # as REQUIRE, but a database with no engine tables at all (the embedded default before
+    # anything ran) reads as an empty one, and nothing is created
+    READ = "read"
 
 
 def normalise_url(url: str) -> str:
@@ -34,23 +60,61 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def open_database(url: str, mode: SchemaMode, *, synchronous_commit: str = "off") -> Database:
+    """The engine database at `url`, its tables checked (or migrated) as `mode` allows and
+    its identity read. Raises ConfigurationError / StoreError / SchemaOutdated with one
+    line that names the URL (password masked) and what to do."""
+    database = Database(url, synchronous_commit=synchronous_commit)
+    try:
+        if mode is SchemaMode.READ and database.current_revision() is None:
+            database.dispose()
+            return Database.empty(shown=database.shown)
+        database.prepare(mode)
+        database.database_id = database.read_identity()
+    except BaseException:
+        database.dispose()
+        raise
+    return database
+
+
 class Database:
     """Engines for one database URL, plus schema checks."""
 
     def __init__(self, url: str, *, synchronous_commit: str = "off") -> None:
+        # what messages show: the URL as configured, password masked
+        self.shown = mask_url(url)
         self.url = normalise_url(url)
+        # "<database_id>/<database name>" (see read_identity); None until read
+        self.database_id: str | None = None
+        try:
+            self._build(synchronous_commit)
+        except (ArgumentError, ValueError) as exc:
+            raise ConfigurationError(
+                f"NOETL_DATABASE_URL {self.shown} is not a valid database URL ({_short(exc)}): "
+                "expected postgresql://user:password@host:5432/dbname or sqlite:///path"
+            ) from exc
+
+    def _build(self, synchronous_commit: str) -> None:
         if self.url.startswith("sqlite"):
             self.dialect = "sqlite"
             self.engine = self._sqlite_engine(write=True)
-            self.read_engine = self._sqlite_engine(write=False)
+            # in memory, one shared connection: each new one would be another database
+            self.read_engine = self.engine if self.in_memory else self._sqlite_engine(write=False)
+            if self.read_engine is not self.engine:
+                event.listen(self.read_engine, "handle_error", self._unusable)
         elif self.url.startswith("postgresql"):
             self.dialect = "postgresql"
+            connect_args: dict[str, Any] = {
+                "options": f"-c synchronous_commit={synchronous_commit}"
+            }
+            if "connect_timeout" not in make_url(self.url).query:
+                connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
             self.engine = create_engine(
                 self.url,
                 json_serializer=_dumps,
                 pool_size=5,
                 max_overflow=20,
-                connect_args={"options": f"-c synchronous_commit={synchronous_commit}"},
+                connect_args=connect_args,
                 # no pre-ping (a round trip per checkout on the hot path): a connection
                 # that died is invalidated by the error it raises, and callers retry
                 pool_recycle=1800,
@@ -60,8 +124,36 @@ class Database:
             self.read_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         else:
             raise ConfigurationError(
-                f"NOETL_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {url!r}"
+                f"NOETL_DATABASE_URL must be a postgresql:// or sqlite:// URL, got {self.shown!r}"
             )
+        event.listen(self.engine, "handle_error", self._unusable)
+
+    def _unusable(self, context: ExceptionContext) -> None:
+        """Driver errors that mean the database cannot be reached at all (no connection
+        could be made, or it was lost) become one StoreError naming the URL and what to
+        do; errors of a statement on a working connection stay as they are."""
+        if context.connection is not None and not context.is_disconnect:
+            return
+        raise StoreError(unusable_message(self.shown, self.url, context.original_exception))
+
+    @classmethod
+    def empty(cls, *, shown: str) -> Database:
+        """An empty engine database in memory: what reads see when nothing has run yet
+        (no file is created for them)."""
+        database = cls("sqlite://")
+        database.shown = shown
+        metadata.create_all(database.engine)
+        return database
+
+    @property
+    def in_memory(self) -> bool:
+        return self.url in ("sqlite://", "sqlite:///:memory:")
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        if self.dialect != "sqlite" or self.in_memory:
+            return None
+        return Path(self.url.split("///", 1)[-1])
 
     @property
     def is_sqlite(self) -> bool:
@@ -75,13 +167,11 @@ class Database:
         return self.read_engine.connect()
 
     def _sqlite_engine(self, *, write: bool) -> Engine:
-        path = self.url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # no directory is made here: only a migration creates the file (see upgrade)
         engine = create_engine(
             self.url,
             json_serializer=_dumps,
-            poolclass=NullPool,
+            poolclass=StaticPool if self.in_memory else NullPool,
             connect_args={"timeout": 60, "check_same_thread": False},
         )
 
@@ -102,34 +192,58 @@ class Database:
 
     # ---- schema -----------------------------------------------------------------------------
     def current_revision(self) -> str | None:
+        """The alembic revision of the engine tables; None when there are none. A plain
+        SELECT: alembic itself is imported only to migrate. A SQLite file that does not
+        exist is not created by asking."""
+        path = self.sqlite_path
+        if path is not None and not path.exists():
+            return None
         try:
             with self.read_engine.connect() as conn:
                 row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
         except (OperationalError, ProgrammingError) as exc:
             if "alembic_version" in str(exc):
                 return None
-            raise StoreError(f"cannot reach the engine database: {_short(exc)}") from exc
+            raise StoreError(
+                f"the engine database {self.shown} cannot be read: {_short(exc)}"
+            ) from exc
         return row[0] if row else None
 
-    def ensure_schema(self, *, upgrade: bool) -> None:
-        """Create / upgrade the schema, or raise `SchemaOutdated` when not allowed to."""
+    def prepare(self, mode: SchemaMode) -> None:
+        """Migrate (MIGRATE) or check (REQUIRE, READ) the engine tables."""
         revision = self.current_revision()
         if revision == SCHEMA_REVISION:
             return
-        if not upgrade:
-            raise SchemaOutdated(
-                f"database schema is at {revision or 'nothing'}, this engine needs "
-                f"{SCHEMA_REVISION}: run `noetl-celery db upgrade`"
-            )
-        self.upgrade()
+        if mode is SchemaMode.MIGRATE and (revision is None or revision in known_revisions()):
+            self.upgrade()
+            return
+        raise SchemaOutdated(outdated_message(self.shown, revision))
 
     def upgrade(self) -> None:
         from noetl_celery.store.migrate import upgrade_to_head
 
+        path = self.sqlite_path
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(unusable_message(self.shown, self.url, exc)) from exc
         upgrade_to_head(self)
 
-    def create_all_for_tests(self) -> None:
-        metadata.create_all(self.engine)
+    def read_identity(self) -> str | None:
+        """`<engine_info.database_id>/<database name>` on Postgres: a copy made with
+        CREATE DATABASE ... TEMPLATE shares the id row, so the name tells them apart.
+        None for tables that never had the row (made without the migrations)."""
+        with self.read_engine.connect() as conn:
+            row = conn.execute(
+                select(engine_info.c.value).where(engine_info.c.key == "database_id")
+            ).first()
+            if row is None:
+                return None
+            if self.dialect != "postgresql":
+                return str(row[0])
+            name = conn.execute(text("SELECT current_database()")).scalar_one()
+        return f"{row[0]}/{name}"
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -137,5 +251,64 @@ class Database:
             self.read_engine.dispose()
 
 
-def _short(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0][:300]
+def known_revisions() -> frozenset[str]:
+    from noetl_celery.store.migrate import revisions
+
+    return revisions()
+
+
+def outdated_message(shown: str, revision: str | None) -> str:
+    if revision is None:
+        return (
+            f"the engine database {shown} has no engine tables, this noetl-celery needs "
+            f"{SCHEMA_REVISION}: {_UPGRADE}"
+        )
+    if revision not in known_revisions():
+        return (
+            f"the engine database {shown} is at revision {revision}, which this "
+            f"noetl-celery (revision {SCHEMA_REVISION}) does not know: a newer noetl-celery "
+            "migrated it; upgrade noetl-celery"
+        )
+    return (
+        f"the engine database {shown} is at revision {revision}, this noetl-celery needs "
+        f"{SCHEMA_REVISION}: {_UPGRADE}"
+    )
+
+
+def unusable_message(shown: str, url: str, exc: BaseException) -> str:
+    """One line: which database, why the driver gave up, what to do."""
+    reason = _reason(exc)
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        password = None
+    if password:
+        reason = reason.replace(str(password), "***")
+    low = reason.lower()
+    if url.startswith("sqlite"):
+        hint = "check the path in NOETL_DATABASE_URL (or NOETL_HOME) and its permissions"
+    elif "database" in low and "does not exist" in low:
+        hint = f"create the database, then {_UPGRADE}"
+    elif "password" in low or "authentication" in low or "role" in low:
+        hint = "check the user and password in NOETL_DATABASE_URL"
+    else:
+        hint = "check NOETL_DATABASE_URL (host, port, options) and that Postgres runs there"
+    return f"the engine database {shown} cannot be used: {reason}; {hint}"
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's own words, without libpq's preambles: the last `...failed: ` clause
+    of the most specific line (psycopg lists every address it tried)."""
+    lines = [ln.strip(" \t-") for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    failed = [ln for ln in lines if "failed: " in ln]
+    line = failed[-1] if failed else lines[0]
+    reason = line.rsplit("failed: ", 1)[-1] if "failed: " in line else line
+    for prefix in ("FATAL:", "ERROR:"):
+        reason = reason.removeprefix(prefix)
+    return " ".join(reason.split())[:300]
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).strip().splitlines()[0].split())[:300]

@@ -1,7 +1,15 @@
-"""Run the alembic migrations of the source tree against a `Database`."""
+"""Run the alembic migrations shipped inside the package against a `Database`.
+
+The migrations are package data (`noetl_celery/store/migrations`), so an installed wheel
+can create and upgrade its tables without the source tree. Only `noetl-celery db upgrade` and
+the embedded default database reach this module: alembic is imported nowhere else.
+"""
 
 from __future__ import annotations
 
+import re
+from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,14 +25,30 @@ _MIGRATION_LOCK = 7_316_525_001
 
 
 def script_location() -> Path:
-    root = Path(__file__).resolve().parents[2]
-    location = root / "alembic"
+    # installed packages (wheels, editable installs) are plain directories, never zipped:
+    # alembic needs a real path to read env.py and versions/ from
+    location = Path(str(files("noetl_celery.store") / "migrations"))
     if not (location / "env.py").is_file():
         raise StoreError(
-            f"alembic migrations not found at {location}: install noetl-celery from its "
-            "source tree (pip install -e .)"
+            f"the migrations of this noetl-celery are missing ({location / 'env.py'}): "
+            "reinstall the package"
         )
     return location
+
+
+_REVISION = re.compile(r"^revision\s*=\s*[\"'](\w+)[\"']", re.MULTILINE)
+
+
+@cache
+def revisions() -> frozenset[str]:
+    """Every revision this package ships, read from the files (alembic is not imported):
+    a database at a revision outside this set was migrated by a newer noetl-celery."""
+    found: set[str] = set()
+    for path in (script_location() / "versions").glob("*.py"):
+        match = _REVISION.search(path.read_text(encoding="utf-8"))
+        if match:
+            found.add(match.group(1))
+    return frozenset(found)
 
 
 def upgrade_to_head(database: Database) -> None:

@@ -360,6 +360,17 @@ class Store:
             ).first()
         return row is not None
 
+    def any_claimed(self, execution_id: str) -> bool:
+        """True once a worker has claimed any command of the execution (a client uses it
+        to tell "workers are busy" from "no worker of this database is there")."""
+        with self.db.read_engine.connect() as conn:
+            row = conn.execute(
+                select(commands.c.command_id)
+                .where(commands.c.execution_id == execution_id, commands.c.started_at.is_not(None))
+                .limit(1)
+            ).first()
+        return row is not None
+
     def command_status(self, command_id: str) -> str | None:
         with self.db.read_engine.connect() as conn:
             value = conn.execute(

@@ -1,5 +1,6 @@
 """The engine's tables (SQLAlchemy Core). Postgres is the target; SQLite serves the
-embedded default. The alembic migrations in `alembic/versions` create exactly this.
+embedded default. The alembic migrations in `noetl_celery/store/migrations/versions`
+create exactly this.
 
 Invariants enforced here rather than in process memory (design §2):
 - one terminal event per command          -> ux_events_command_terminal
@@ -31,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-# Bump together with a new alembic revision; `Database.check_schema` compares it.
+# Bump together with a new alembic revision; `Database.prepare` compares it.
 SCHEMA_REVISION = "0006"
 
 metadata = MetaData()

@@ -5,6 +5,11 @@ can publish without importing the task functions, and through the anonymous exch
 publishing does not depend on routing state kept in the broker. Each thread keeps one producer on a
 connection of its own: a worker publishes after most completions, and acquiring a pooled
 producer per publish cost more than the publish itself (see also tasks.kombu_redis).
+
+Every message carries `db`, the identity of the engine database it was minted against: a
+worker on another database refuses it and puts it back (tasks.tasks), instead of claiming
+nothing and dropping it, which would lose the command until the reaper of the right
+database republishes it, and would hide the misconfiguration.
 """
 
 from __future__ import annotations
@@ -40,12 +45,15 @@ def readable(task: str, arg: str) -> str:
 
 
 class CeleryDispatcher:
-    def __init__(self, app: Celery | None = None) -> None:
+    def __init__(self, app: Celery | None = None, *, database_id: str | None = None) -> None:
         if app is None:
             from noetl_celery.tasks.app import app as default_app
 
             app = default_app
         self.app = app
+        # None (tables made without the migrations' identity row): messages go without
+        # `db`, and workers accept them as they accept those of older versions
+        self._kwargs = {} if database_id is None else {"db": database_id}
         self._local = threading.local()
         kombu_redis.install()
 
@@ -72,6 +80,7 @@ class CeleryDispatcher:
         self.app.send_task(
             name,
             args=(arg,),
+            kwargs=self._kwargs,
             exchange="",
             routing_key=queue,
             producer=self._producer(),

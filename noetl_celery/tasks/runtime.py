@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.tasks.app import settings
 from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
@@ -18,10 +19,21 @@ def engine() -> Engine:
     if _engine is None:
         with _lock:
             if _engine is None:
-                built = Engine(settings, upgrade_schema=True)
-                built.use_dispatcher(CeleryDispatcher())
+                # workers never create or migrate tables: that is `noetl-celery db upgrade`
+                built = Engine(settings, schema=SchemaMode.REQUIRE)
+                built.use_dispatcher(CeleryDispatcher(database_id=built.database_id))
                 _engine = built
     return _engine
+
+
+def read_identity() -> str | None:
+    """The engine database's identity, on a connection closed right after (the caller
+    may be a prefork parent, which must not keep a pool)."""
+    database = open_database(settings.effective_database_url, SchemaMode.REQUIRE)
+    try:
+        return database.database_id
+    finally:
+        database.dispose()
 
 
 def reset_after_fork() -> None:

@@ -1,7 +1,19 @@
-"""The two Celery tasks; thin adapters over the engine (design §3)."""
+"""The Celery tasks; thin adapters over the engine (design §3).
+
+Each message names the engine database it was minted against (`db`, tasks.dispatcher).
+A worker on another database must not claim anything: in its own database the command
+does not exist, so the claim would find nothing and the message would be dropped as a
+duplicate delivery, the work lost for the client and the misconfiguration silent. The
+task refuses it instead, loudly, and puts the message back for a worker of the right
+database. A message without `db` (published by an older version) is accepted.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+
+from celery.exceptions import Reject
 from celery.signals import worker_init, worker_process_init
 
 from noetl_celery.constants import (
@@ -11,9 +23,15 @@ from noetl_celery.constants import (
     TASK_REAP,
 )
 from noetl_celery.logcontext import about
-from noetl_celery.tasks import kombu_redis
-from noetl_celery.tasks.app import app
-from noetl_celery.tasks.runtime import engine, reset_after_fork
+from noetl_celery.tasks import fleet, kombu_redis
+from noetl_celery.tasks.app import app, settings
+from noetl_celery.tasks.runtime import engine, read_identity, reset_after_fork
+
+log = logging.getLogger("noetl_celery.tasks")
+
+# a refused message is put back after this pause, so a lone misconfigured worker does not
+# spin on it (it gets the message again, and says so again, every few seconds)
+REFUSE_PAUSE_SECONDS = 2.0
 
 
 @worker_process_init.connect
@@ -22,32 +40,58 @@ def _fresh_engine_per_child(**_: object) -> None:
 
 
 @worker_init.connect
-def _worker_tuning(**_: object) -> None:
+def _worker_start(**_: object) -> None:
     kombu_redis.install()
+    if not fleet.identity_known():  # started by `celery worker`, not `noetl-celery worker`
+        fleet.set_identity(read_identity(), settings.shown_database_url)
+
+
+def refuse_foreign(minted: str | None, what: str) -> None:
+    """Raise Reject(requeue) when the message was minted against another database."""
+    if minted is None:
+        return
+    mine = engine().database_id
+    if minted == mine:
+        return
+    log.error(
+        "refusing %s: it was published for the engine database %s, but this worker uses %s "
+        "(%s); the message goes back to the queue for a worker on that database: give "
+        "the workers and their clients the same NOETL_DATABASE_URL",
+        what,
+        minted,
+        mine,
+        settings.shown_database_url,
+    )
+    time.sleep(REFUSE_PAUSE_SECONDS)
+    raise Reject(f"minted for engine database {minted}, this worker uses {mine}", requeue=True)
 
 
 @app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True)
-def execute_command(command_id: str) -> None:
+def execute_command(command_id: str, db: str | None = None) -> None:
     """Claim and run one command, record its outcome, then orchestrate in place."""
+    refuse_foreign(db, f"command {command_id}")
     engine().executor.execute(command_id)
 
 
 @app.task(name=TASK_ORCHESTRATE, acks_late=True, ignore_result=True)
-def orchestrate(execution_id: str) -> None:
+def orchestrate(execution_id: str, db: str | None = None) -> None:
     """Fold the execution's waiting completions and issue what follows."""
+    refuse_foreign(db, f"the orchestration of execution {execution_id}")
     with about(execution_id=execution_id):
         engine().orchestrator.drive(execution_id, wait=True)
 
 
 @app.task(name=TASK_REAP, acks_late=True, ignore_result=True)
-def reap() -> None:
+def reap(db: str | None = None) -> None:
     """Put back lost work: republish, re-issue or fail lost commands, wake executions,
     end executions past their timeout (engine.reaper; one sweep at a time by lease)."""
+    refuse_foreign(db, "a reaper sweep")
     engine().reaper.sweep()
 
 
 @app.task(name=TASK_FIRE_SCHEDULES, acks_late=True, ignore_result=True)
-def fire_schedules() -> None:
+def fire_schedules(db: str | None = None) -> None:
     """Start the runs of due cron schedules (exactly once per schedule and fire time,
     however many beats send this)."""
+    refuse_foreign(db, "a schedule tick")
     engine().schedules.fire_due()

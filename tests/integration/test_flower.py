@@ -159,9 +159,11 @@ def test_flower_lists_the_engines_tasks_readably(
             names = {t["name"] for t in mine}
             assert "noetl.execute_command" in names and names <= ENGINE_TASKS
             assert any("step=each" in t["args"] for t in mine), [t["args"] for t in mine]
-            for task in mine:  # ids spelled out, nothing else: a few dozen characters
+            # ids spelled out, and the engine database's identity: nothing else
+            database = {"db": engine.database_id}
+            for task in mine:
                 assert task["args"].split()[0] == f"execution={execution_id}"
-                assert task["kwargs"] == "{}" and len(task["args"]) < 200
+                assert task["kwargs"] == str(database) and len(task["args"]) < 200
             shown = json.dumps([get(f"{base}/api/{what}")[1] for what in ("tasks", "workers")])
             assert canary not in shown and TOKEN not in shown
             assert canary not in log.read_text()
@@ -183,4 +185,4 @@ def test_flower_needs_a_broker(embedded_env: dict[str, str]) -> None:
     from tests.support.workers import run_cli
 
     proc = run_cli(["flower"], embedded_env)
-    assert proc.returncode == 1 and "NOETL_BROKER_URL" in proc.stderr
+    assert proc.returncode == 2 and "NOETL_BROKER_URL" in proc.stderr

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 
 def embedded_engine(database_url: str, home: Path, credentials: Path | None = None) -> Engine:
     settings = Settings(
         home=home, database_url=database_url, credentials_file=str(credentials or "")
     )
-    engine = Engine(settings)
+    engine = Engine(settings, schema=SchemaMode.MIGRATE)
     engine.use_in_process_workers()
     return engine
 
@@ -49,7 +50,8 @@ def celery_engine(
         broker_url=broker_url,
         credentials_file=str(credentials or ""),
     )
-    engine = Engine(settings)
-    dispatcher = CeleryDispatcher(make_app(settings))
+    # the workers' database: migrated before they started (they never migrate)
+    engine = Engine(settings, schema=SchemaMode.REQUIRE)
+    dispatcher = CeleryDispatcher(make_app(settings), database_id=engine.database_id)
     engine.use_dispatcher(Duplicating(dispatcher) if duplicate else dispatcher)
     return engine

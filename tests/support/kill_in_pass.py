@@ -9,12 +9,13 @@ import time
 from noetl_celery.engine import orchestrate
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.schema import events, utcnow
 
 
 def main() -> None:
     execution_id, url = sys.argv[1], sys.argv[2]
-    engine = Engine(Settings(database_url=url))
+    engine = Engine(Settings(database_url=url), schema=SchemaMode.MIGRATE)
     orchestrate.may_defer_all = lambda *args: False  # fold now: we want a real pass
     while not engine.store.has_unhandled(execution_id):
         time.sleep(0.01)

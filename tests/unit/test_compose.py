@@ -44,6 +44,39 @@ def test_the_image_runs_noetl_celery() -> None:
     assert entrypoint.split(None, 1)[1].strip() == '["noetl-celery"]'
 
 
+def dockerfile_stages() -> list[tuple[str, list[str]]]:
+    """(stage name, instructions) per `FROM`, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            words = line.split()
+            name = words[3] if len(words) >= 4 and words[2].upper() == "AS" else ""
+            stages.append((name, []))
+        else:
+            stages[-1][1].append(line)
+    return stages
+
+
+def test_the_image_installs_a_wheel_built_in_its_own_stage() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2, "a build stage and a runtime stage"
+    (build_name, build), (_, final) = stages[0], stages[-1]
+    assert build_name, "the build stage is named, for COPY --from"
+    assert any(i.startswith("RUN ") and "pip wheel" in i for i in build)
+    copied = [i for i in final if i.startswith(f"COPY --from={build_name} ")]
+    assert copied, "the runtime stage takes the wheel from the build stage"
+    installs = [i for i in final if i.startswith("RUN ") and "pip install" in i]
+    assert installs and all(".whl" in i for i in installs)
+    everything = " ".join(i for _, stage in stages for i in stage).split()
+    assert "-e" not in everything and "--editable" not in everything
+    # the package's source is not in the runtime image: only the wheel's installed copy
+    assert not any(i.startswith("COPY") and "noetl_celery" in i for i in final)
+
+
 def test_every_engine_service_runs_a_noetl_celery_command() -> None:
     svc = services()
     assert {"postgres", "redis", *ENGINE_SERVICES} <= set(svc)

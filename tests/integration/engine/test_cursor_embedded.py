@@ -8,6 +8,7 @@ from pathlib import Path
 from noetl_celery.engine.service import Engine
 from noetl_celery.models.validation import validate_text
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -47,7 +48,7 @@ def test_sqlite_cursor_drains_the_queue(tmp_path: Path) -> None:
         conn.executemany(
             "INSERT INTO queue (id, status) VALUES (?, 'pending')", [(i,) for i in range(1, 51)]
         )
-    engine = Engine(Settings(home=tmp_path / "home"))
+    engine = Engine(Settings(home=tmp_path / "home"), schema=SchemaMode.MIGRATE)
     engine.use_in_process_workers()
     try:
         eid = engine.start_text(PLAYBOOK, {"db": str(db)})

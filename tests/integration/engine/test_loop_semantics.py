@@ -9,13 +9,17 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t}\n"
 
 
 @pytest.fixture
 def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
-    built = Engine(Settings(home=tmp_path, database_url=store_url, loop_results_cap=3))
+    built = Engine(
+        Settings(home=tmp_path, database_url=store_url, loop_results_cap=3),
+        schema=SchemaMode.MIGRATE,
+    )
     built.use_in_process_workers()
     yield built
     built.close()

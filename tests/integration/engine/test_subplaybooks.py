@@ -11,13 +11,17 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 @pytest.fixture
 def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
-    built = Engine(Settings(home=tmp_path, database_url=store_url, embedded_workers=2))
+    built = Engine(
+        Settings(home=tmp_path, database_url=store_url, embedded_workers=2),
+        schema=SchemaMode.MIGRATE,
+    )
     built.use_in_process_workers()
     built.register_file(PLAYBOOKS / "child_double.yaml")
     yield built

@@ -11,6 +11,7 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/t}\n"
 SLEEPER = (
@@ -30,7 +31,8 @@ def engine_for(store_url: str, home: Path, **settings: float) -> Engine:
             embedded_workers=4,
             reaper_interval_seconds=0.2,
             **settings,  # type: ignore[arg-type]
-        )
+        ),
+        schema=SchemaMode.MIGRATE,
     )
     built.use_in_process_workers()
     return built

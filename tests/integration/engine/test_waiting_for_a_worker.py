@@ -6,6 +6,7 @@ from pathlib import Path
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -18,7 +19,7 @@ workflow:
 
 def test_issued_but_unclaimed_is_waiting(store_url: str, tmp_path: Path) -> None:
     # no dispatcher: the command is issued and nobody will ever claim it
-    engine = Engine(Settings(home=tmp_path, database_url=store_url))
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
     try:
         eid = engine.start_text(PLAYBOOK)
         view = engine.status(eid)

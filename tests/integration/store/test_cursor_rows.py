@@ -8,6 +8,7 @@ from pathlib import Path
 from noetl_celery.engine.service import Engine
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -31,7 +32,7 @@ def claim(eid: str, frame: int, ids: list[int], epoch: int = 1) -> Completion:
 
 
 def test_rows_claimed_again_in_an_epoch_are_dropped(store_url: str, tmp_path: Path) -> None:
-    engine = Engine(Settings(home=tmp_path, database_url=store_url))
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
     try:
         eid = engine.start_text(PLAYBOOK)
         with engine.store.orchestration(eid, wait=True) as tx:

@@ -8,14 +8,14 @@ import threading
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from noetl_celery.store.database import Database
+from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import SCHEMA_REVISION, metadata
 
 
 def test_migrations_match_the_schema(store_url: str) -> None:
     database = Database(store_url)
-    database.ensure_schema(upgrade=True)
+    database.prepare(SchemaMode.MIGRATE)
     assert database.current_revision() == SCHEMA_REVISION
     with database.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)

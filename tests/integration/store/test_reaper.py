@@ -14,6 +14,7 @@ import pytest
 from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.reaper import release_lease, take_lease
 
 PLAYBOOK = """apiVersion: noetl.io/v2
@@ -48,7 +49,8 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[tuple[Engine, Recorder]]:
             issued_grace_seconds=1.0,
             wake_grace_seconds=0.0,
             max_attempts=2,
-        )
+        ),
+        schema=SchemaMode.MIGRATE,
     )
     recorder = Recorder()
     built.use_dispatcher(recorder)

@@ -14,6 +14,7 @@ from sqlalchemy import update
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.schema import schedules, utcnow
 
 PLAYBOOK = """apiVersion: noetl.io/v2
@@ -27,7 +28,7 @@ workflow:
 
 
 def make_engine(url: str, home: Path) -> Engine:
-    return Engine(Settings(home=home, database_url=url))
+    return Engine(Settings(home=home, database_url=url), schema=SchemaMode.MIGRATE)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from noetl_celery.orchestrator.decisions import (
     ResultWrite,
 )
 from noetl_celery.orchestrator.state import ExecutionState
-from noetl_celery.store.database import Database
+from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import commands, events
 
@@ -33,7 +33,7 @@ workflow:
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     database = Database(store_url)
-    database.ensure_schema(upgrade=True)
+    database.prepare(SchemaMode.MIGRATE)
     yield Store(database)
     database.dispose()
 

@@ -44,7 +44,6 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
     )
 
-
     op.create_table(
         "cursor_rows",
         sa.Column("execution_id", sa.String(length=40), primary_key=True),
