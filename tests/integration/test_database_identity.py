@@ -195,7 +195,7 @@ def test_run_warns_when_no_worker_answers(pg_url: str, tmp_path: Path) -> None:
         proc = run_cli(["run", str(HELLO), "--timeout", "12"], env, timeout=60)
     finally:
         redis.stop()
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr  # still RUNNING
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr  # still RUNNING
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
     assert warnings[0] == (
         f"warning: waiting for a worker: no noetl-celery worker answers on {redis.url}; "

@@ -9,6 +9,7 @@ import pytest
 
 import noetl_celery
 from noetl_celery.settings import Settings
+from noetl_celery.store.database import Database, SchemaMode
 
 HELLO = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "hello_world.yaml"
 
@@ -81,6 +82,8 @@ def test_submit_refuses_bad_payloads_before_writing(
     from noetl_celery.errors import CatalogNotFound, NoetlError, PayloadInvalid
 
     payload, message = BAD_API_PAYLOADS[name]
+    # a configured database is migrated by `db upgrade` only (the sqlite one is new here)
+    Database(store_url).prepare(SchemaMode.MIGRATE)
     with noetl_celery.Client(Settings(home=tmp_path, database_url=store_url)) as client:
         with pytest.raises(PayloadInvalid) as info:
             client.submit(HELLO, payload)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.store.database import Database
+from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
 
 THREADS, CALLS = 8, 5
@@ -25,7 +25,7 @@ def playbook(n: int) -> str:
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     database = Database(store_url)
-    database.ensure_schema(upgrade=True)
+    database.prepare(SchemaMode.MIGRATE)
     yield Store(database)
     database.dispose()
 
