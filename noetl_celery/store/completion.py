@@ -9,6 +9,7 @@ execution in the same transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.history import add_logs
+from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.store.schema import utcnow
 from noetl_celery.store.statements import WAITING_EPOCH
 
@@ -97,6 +99,11 @@ class CompletionTx:
         state = self.store.execution_state(self.conn, cmd.execution_id) or {}
         loop = ((state.get("steps") or {}).get(cmd.step) or {}).get("loop")
         return Closed(True, state.get("status"), loop, int(waiting))
+
+    def add_logs(self, rows: Sequence[LogRow]) -> None:
+        """Store the command's captured output with its close (one commit: whoever sees
+        the execution end also sees every log of it)."""
+        add_logs(self.conn, rows)
 
     def lock(self) -> OrchestrationTx | None:
         """Try the execution's lock in this transaction (None: another pass holds it)."""
