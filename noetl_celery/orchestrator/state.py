@@ -102,6 +102,9 @@ class ExecutionState:
     failures: list[dict[str, Any]] = field(default_factory=list)  # unhandled failures
     last_step: str | None = None  # last step that completed successfully
     status: str = RUNNING
+    # loop steps whose first epoch runs items given at start (a rerun of failed items):
+    # step -> item count; the items are planned command rows already
+    preplanned: dict[str, int] = field(default_factory=dict)
 
     def step(self, name: str) -> StepState:
         state = self.steps.get(name)
@@ -125,6 +128,7 @@ class ExecutionState:
             "failures": self.failures,
             "last_step": self.last_step,
             "status": self.status,
+            **({"preplanned": self.preplanned} if self.preplanned else {}),
         }
 
     @classmethod
@@ -139,4 +143,5 @@ class ExecutionState:
             failures=list(data.get("failures") or []),
             last_step=data.get("last_step"),
             status=data.get("status", RUNNING),
+            preplanned=dict(data.get("preplanned") or {}),
         )
