@@ -102,6 +102,12 @@ class Settings:
     # are redone, commands re-run); a transaction that ends an execution always commits
     # synchronously, so a terminal status anyone saw is durable (and all before it).
     synchronous_commit: str = "off"
+    # what a command prints and logs is kept (redacted) up to this many bytes per command
+    # in `command_logs` (`noetl-celery logs`); 0 keeps nothing
+    log_capture_bytes: int = 64 * 1024
+    # `run` / `watch` off a terminal: one progress line per running loop every this many
+    # seconds on stderr (0: none)
+    progress_seconds: float = 5.0
 
     @property
     def embedded(self) -> bool:
@@ -168,4 +174,6 @@ class Settings:
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
             ),
+            log_capture_bytes=_int(env, "NOETL_LOG_CAPTURE_BYTES", base.log_capture_bytes, 0),
+            progress_seconds=_float(env, "NOETL_PROGRESS_SECONDS", base.progress_seconds),
         )
