@@ -11,20 +11,15 @@ from typing import Any
 
 import click
 import yaml
-from rich.console import Console
-from rich.live import Live
 
 from noetl_celery.cli.common import (
-    EXIT_FAILED,
     EXIT_INVALID,
-    EXIT_OK,
     build_engine,
     dump_json,
+    exit_code,
     load_settings,
 )
-from noetl_celery.cli.views import progress_renderable
-from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
-from noetl_celery.engine.service import Engine
+from noetl_celery.cli.follow import follow, interrupt_policy
 from noetl_celery.errors import NoetlError, PlaybookInvalid
 
 
@@ -51,27 +46,6 @@ def parse_payload(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     return value
-
-
-POLL_SECONDS = 1.0
-
-
-def watch(engine: Engine, execution_id: str, timeout: float | None) -> None:
-    """Wait with a live display on the terminal (stderr): running steps and a progress
-    bar per running loop, from `status` once a second (a status read scans the
-    execution's command rows: at 100k iterations a faster poll would cost Postgres more
-    than it shows)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    console = Console(stderr=True)
-    with Live(console=console, refresh_per_second=4, transient=True) as live:
-        while True:
-            view = engine.status(execution_id)
-            live.update(progress_renderable(view))
-            if view["status"] in TERMINAL_STATUSES:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
-            time.sleep(POLL_SECONDS)
 
 
 def _invalid(message: str, as_json: bool, stdout: Any) -> None:
@@ -104,10 +78,22 @@ def _invalid(message: str, as_json: bool, stdout: Any) -> None:
 @click.option("--payload", metavar="JSON", help="JSON object merged over the workload.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--timeout", type=float, default=None, help="Give up waiting after S seconds.")
+@click.option(
+    "--cancel-on-interrupt",
+    is_flag=True,
+    help="Ctrl-C cancels the execution without asking (default: ask on a terminal, "
+    "otherwise detach and leave it running).",
+)
 def run(
-    file: Path, sets: tuple[str, ...], payload: str | None, as_json: bool, timeout: float | None
+    file: Path,
+    sets: tuple[str, ...],
+    payload: str | None,
+    as_json: bool,
+    timeout: float | None,
+    cancel_on_interrupt: bool,
 ) -> None:
-    """Run the playbook FILE and wait until it is COMPLETED, FAILED or CANCELLED."""
+    """Run the playbook FILE and wait until it is COMPLETED, FAILED or CANCELLED
+    (exit 0, 1; 2: invalid input; 3: still running after --timeout or a detach)."""
     stdout = sys.stdout
     try:
         data = {**parse_payload(payload), **parse_sets(sets)}
@@ -134,10 +120,14 @@ def run(
             if not as_json:
                 click.echo(f"execution {execution_id} started", err=True)
             try:
-                if not as_json and sys.stderr.isatty():
-                    watch(engine, execution_id, timeout)
-                else:
-                    engine.wait(execution_id, timeout)
+                follow(
+                    engine,
+                    execution_id,
+                    timeout=timeout,
+                    live=not as_json and sys.stderr.isatty(),
+                    interrupt=interrupt_policy(cancel_on_interrupt),
+                    owns_workers=engine.settings.embedded,
+                )
             except TimeoutError as exc:
                 click.echo(str(exc), err=True)
             summary = engine.summary(execution_id)
@@ -151,4 +141,4 @@ def run(
         if summary["error"]:
             click.echo(f"error: {summary['error']}")
         click.echo(json.dumps(summary["result"], indent=2, default=str))
-    sys.exit(EXIT_OK if summary["status"] == COMPLETED else EXIT_FAILED)
+    sys.exit(exit_code(summary["status"]))
