@@ -169,6 +169,27 @@ class CaptureHandler(logging.Handler):
         sink.add_record(record, text)
 
 
+class RedactFilter(logging.Filter):
+    """On a handler that shows records (stderr): a record logged while a command runs is
+    redacted with that command's redactor before anything formats it (a step may log a
+    secret it was given). Records outside commands are the engine's own, built from
+    redacted text already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        capture = current_capture()
+        if capture is None or getattr(record, "_noetl_redacted", False):
+            return True
+        record.msg = capture.redact(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = capture.redact(_FORMATTER.formatException(record.exc_info))
+        record._noetl_redacted = True
+        return True
+
+
+_FORMATTER = logging.Formatter()
+
+
 def install() -> CaptureHandler:
     """Put one CaptureHandler on the root logger (idempotent)."""
     root = logging.getLogger()

@@ -73,7 +73,8 @@ class JsonFormatter(logging.Formatter):
             if value:
                 entry[key] = value
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            # a redacted traceback when one was made (logcapture.RedactFilter)
+            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
 
 
@@ -107,16 +108,17 @@ def setup_logging(verbose: int, log_format: str | None = None, *, capture: bool 
         raise click.ClickException(f"NOETL_LOG_FORMAT must be plain or json, not {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ContextFormatter())
-    handler.addFilter(ContextFilter())
     root = logging.getLogger()
-    root.handlers[:] = [handler, logcapture.CaptureHandler()]
     root.setLevel(level)
     if capture and level > logging.INFO:
         root.setLevel(logging.INFO)
-        handler.addFilter(LevelGate(level))
+        handler.addFilter(LevelGate(level))  # first: what is dropped costs nothing more
         # a line per request would make every HTTP command store a log (workers do the
         # same: tasks.app); `-v` shows and keeps them
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    handler.addFilter(ContextFilter())
+    handler.addFilter(logcapture.RedactFilter())
+    root.handlers[:] = [handler, logcapture.CaptureHandler()]
 
 
 def load_settings() -> Settings:

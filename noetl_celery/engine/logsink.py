@@ -35,8 +35,10 @@ class LogSink:
         self.limit = limit  # bytes kept per command; 0 captures nothing
         self._redactor = redactor
 
-    def command(self) -> Capture | None:
-        return Capture(self.limit, _Redact(self._redactor)) if self.limit else None
+    def command(self) -> Capture:
+        """A command's capture; with a limit of 0 it keeps nothing but still redacts
+        what the command echoes."""
+        return Capture(self.limit, _Redact(self._redactor))
 
     def collector(self) -> Collector | None:
         return Collector(self.limit, _Redact(self._redactor)) if self.limit else None

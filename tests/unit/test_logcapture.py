@@ -142,3 +142,37 @@ def test_install_is_idempotent() -> None:
         assert sum(isinstance(h, CaptureHandler) for h in root.handlers) >= 1
     finally:
         root.handlers[:] = before
+
+
+def test_lines_shown_while_a_command_runs_are_redacted() -> None:
+    from noetl_celery.logcapture import RedactFilter
+
+    stream = io.StringIO()
+    shown = logging.StreamHandler(stream)
+    shown.addFilter(RedactFilter())
+    log = logging.getLogger("test.redact_shown")
+    log.handlers[:] = [shown, CaptureHandler()]
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    capture = Capture(1000, Redactor([SECRET]).redact)
+    try:
+        with capturing(capture):
+            log.info("given %s", SECRET)
+            try:
+                raise ValueError(f"bad {SECRET}")
+            except ValueError:
+                log.exception("failed")
+        log.info("outside %s", "as is")
+    finally:
+        log.handlers[:] = []
+    assert SECRET not in stream.getvalue()
+    assert "given ***" in stream.getvalue() and "ValueError: bad ***" in stream.getvalue()
+    assert "outside as is" in stream.getvalue()
+    text, _ = capture.take()  # type: ignore[misc]
+    assert SECRET not in text and "given ***" in text and "ValueError: bad ***" in text
+
+
+def test_a_zero_cap_keeps_nothing_but_still_redacts() -> None:
+    capture = Capture(0, Redactor([SECRET]).redact)
+    assert capture.write(f"x {SECRET}") == "x ***"
+    assert capture.take() is None
