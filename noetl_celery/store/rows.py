@@ -105,6 +105,7 @@ class CommandCounts:
     failed: int = 0
     cancelled: int = 0
     expired: int = 0  # runs lost with their worker (each replaced by a next attempt)
+    waiting: int = 0  # parked until a child execution ends (sub-playbooks)
 
 
 @dataclass(frozen=True)
