@@ -54,6 +54,8 @@ def execution_line(row: ExecutionRow) -> dict[str, Any]:
         "path": row.path,
         "status": row.status,
         "parent_execution_id": row.parent_execution_id,
+        "trigger": row.trigger,  # manual | schedule | rerun | parent
+        "rerun_of": row.rerun_of,
         "created_at": row.created_at.isoformat() + "Z",
         "finished_at": row.finished_at.isoformat() + "Z" if row.finished_at else None,
         "duration_seconds": round(row.duration_seconds, 3),
