@@ -122,3 +122,8 @@ def test_the_parent_column_appears_only_for_child_executions() -> None:
         for row in ([c.strip() for c in line.split("│")[1:-1]] for line in lines[3:-1])
     }
     assert cells == {"101": "100", "100": ""}
+
+
+def test_status_names_the_execution_a_rerun_repeats() -> None:
+    assert "rerun of 377" in text_of(status_renderable(view(rerun_of="377", trigger="rerun")))
+    assert "rerun of" not in text_of(status_renderable(view()))
