@@ -15,6 +15,7 @@ the lines that name an execution (`extra={"execution_id": ...}`).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,21 @@ class Sink(Protocol):
 
 
 _current: ContextVar[Sink | None] = ContextVar("noetl_log_capture", default=None)
+
+
+def storable(text: str) -> str:
+    """`text` as a database can hold it: NUL (which Postgres text refuses) and lone
+    surrogates (which UTF-8 cannot encode) become U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _cut(text: str, size: int) -> str:
@@ -64,7 +80,7 @@ class Capture:
         what the caller should echo."""
         if not text:
             return text
-        text = self.redact(text)
+        text = self.redact(storable(text))
         with self._lock:
             if self._closed:
                 return text

@@ -8,16 +8,20 @@ whole. With `after`, only rows newer than that id are read, oldest first (`--fol
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Table, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from noetl_celery.store.rows import EventRow, LogRow, Page
 from noetl_celery.store.schema import command_logs, events, utcnow
 
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
+
+log = logging.getLogger("noetl_celery.history")
 
 # rows read per query when following (a burst of completions arrives in a few reads)
 FOLLOW_CHUNK = 1000
@@ -46,10 +50,16 @@ def add_logs(conn: Connection, rows: Sequence[LogRow]) -> None:
 
 
 def write_logs(store: Store, rows: Sequence[LogRow]) -> None:
-    """Insert captured logs in a transaction of their own."""
-    if rows:
+    """Insert captured logs in a transaction of their own. Logs are what operators
+    read, not state: a failure to store them is logged, never raised into the work that
+    produced them (a reaper sweep, a parked command)."""
+    if not rows:
+        return
+    try:
         with store.db.engine.begin() as conn:
             add_logs(conn, rows)
+    except SQLAlchemyError:
+        log.warning("could not store %d captured log block(s)", len(rows), exc_info=True)
 
 
 def _page(

@@ -58,6 +58,7 @@ workflow:
       code: |
         import logging, time
         print(f"printed by item {it}: secret {pw}")
+        print("odd:\\x00:\\udcff:end")  # text no database column takes as is
         time.sleep(pause)
         logging.info("logged by item %s with %s", it, pw)
         logging.getLogger("step.own").warning("warned by item %s", it)
@@ -198,6 +199,7 @@ def check_blocks(blocks: list[dict[str, Any]], eid: str, items: int) -> None:
         assert f"printed by item {it}: secret ***\n" in text
         assert re.search(rf" INFO root: logged by item {it} with \*\*\*\n", text), text
         assert f" WARNING step.own: warned by item {it}\n" in text
+        assert "odd:\ufffd:\ufffd:end\n" in text
         others = {int(n) for n in re.findall(r"by item (\d+)", text)}
         assert others == {it}, text  # nothing from the commands running beside it
         assert block["truncated"] is False

@@ -176,3 +176,10 @@ def test_a_zero_cap_keeps_nothing_but_still_redacts() -> None:
     capture = Capture(0, Redactor([SECRET]).redact)
     assert capture.write(f"x {SECRET}") == "x ***"
     assert capture.take() is None
+
+
+def test_text_a_database_refuses_is_made_storable() -> None:
+    capture = Capture(1000)
+    assert capture.write("nul:\x00:surrogate:\udcff:ok?\n") == "nul:\ufffd:surrogate:\ufffd:ok?\n"
+    text, _ = capture.take()  # type: ignore[misc]
+    text.encode("utf-8")  # no error
