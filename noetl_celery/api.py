@@ -1,4 +1,5 @@
-"""The Python API: `run()` for one-shot use, `Client` for submit / status / wait / events.
+"""The Python API: `run()` for one-shot use, `Client` for submit / status / wait / events /
+logs / rerun.
 
     import noetl_celery
     result = noetl_celery.run("playbooks/examples/hello_world.yaml", {"message": "Hi"})
@@ -19,6 +20,7 @@ created and migrated on the way.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -111,8 +113,38 @@ class Client:
     def summary(self, execution_id: str) -> dict[str, Any]:
         return self.engine.summary(execution_id)
 
-    def events(self, execution_id: str) -> list[dict[str, Any]]:
-        return self.engine.events(execution_id)
+    def rerun(
+        self,
+        execution_id: str,
+        *,
+        from_step: str | None = None,
+        failed_items: bool = False,
+        overrides: dict[str, Any] | None = None,
+    ) -> str:
+        """Start a rerun of an ended execution (same catalog version, its payload plus
+        `overrides`): from the first step, from `from_step`, or over the failed items of
+        its loops. Returns the new id; raises RerunError for one that cannot be made."""
+        return self.engine.rerun(
+            execution_id, from_step=from_step, failed_items=failed_items, overrides=overrides
+        )
+
+    def events(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        step: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Events oldest first (of any of `types`, of `step`; the newest `limit`)."""
+        return self.engine.events(execution_id, types=types, step=step, limit=limit)
+
+    def logs(
+        self, execution_id: str, *, step: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """What the execution's commands printed and logged, one entry per command run:
+        `{log_id, command_id, step, iteration, text, truncated, created_at, ...}`."""
+        return self.engine.logs_page(execution_id, step=step, limit=limit)[0]
 
     def close(self) -> None:
         self.engine.close()

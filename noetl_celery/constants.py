@@ -45,6 +45,13 @@ COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAI
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
 )
+EVENT_TYPES: Final = frozenset(
+    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED}
+    | COMMAND_TERMINAL_EVENTS
+    | EXECUTION_TERMINAL_EVENTS
+)
+# what `events --failed` shows
+FAILURE_EVENTS: Final = frozenset({EV_COMMAND_FAILED, EV_STEP_FAILED, EV_EXECUTION_FAILED})
 
 # --- routing event names seen by arc guards as `event.name` ---------------------------------
 CALL_DONE: Final = "call.done"

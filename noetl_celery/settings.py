@@ -129,6 +129,12 @@ class Settings:
     # largest payload `run` / `submit` / `schedule add` accept, as compact JSON bytes;
     # a larger one is refused before anything is written (it is stored in rows)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    # what a command prints and logs is kept (redacted) up to this many bytes per command
+    # in `command_logs` (`noetl-celery logs`); 0 keeps nothing
+    log_capture_bytes: int = 64 * 1024
+    # `run` / `watch` off a terminal: one progress line per running loop every this many
+    # seconds on stderr (0: none)
+    progress_seconds: float = 5.0
 
     @property
     def embedded(self) -> bool:
@@ -217,4 +223,6 @@ class Settings:
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
             ),
             max_payload_bytes=_int(env, "NOETL_MAX_PAYLOAD_BYTES", base.max_payload_bytes, 1),
+            log_capture_bytes=_int(env, "NOETL_LOG_CAPTURE_BYTES", base.log_capture_bytes, 0),
+            progress_seconds=_float(env, "NOETL_PROGRESS_SECONDS", base.progress_seconds),
         )

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 import click
 
+from noetl_celery import logcapture
+from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine, schema_mode
 from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
@@ -22,6 +24,19 @@ from noetl_celery.templating.environment import json_default
 # every misconfiguration: a bad NOETL_* value, a database that cannot be used (cli.main
 # prints any NoetlError that reaches it as one line)
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_RUNNING = 0, 1, 2, 3
+
+
+def exit_code(status: str) -> int:
+    """The exit code for an execution's status as a command leaves it."""
+    if status == COMPLETED:
+        return EXIT_OK
+    return EXIT_FAILED if status in TERMINAL_STATUSES else EXIT_RUNNING
+
+
+class InvalidInput(click.ClickException):
+    """Bad input (an unknown execution or step, an impossible rerun): one line, exit 2."""
+
+    exit_code = EXIT_INVALID
 
 
 _CONTEXT = FIELDS
@@ -59,23 +74,52 @@ class JsonFormatter(logging.Formatter):
             if value:
                 entry[key] = value
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            # a redacted traceback when one was made (logcapture.RedactFilter)
+            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
 
 
-def setup_logging(verbose: int, log_format: str | None = None) -> None:
+class LevelGate(logging.Filter):
+    """Drops what the chosen level would have dropped had the root logger kept it: the
+    root lets INFO through so that commands' INFO lines reach their log capture, while
+    stderr shows what it always showed (loggers with a level of their own keep it)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            return True
+        logger = logging.root.manager.loggerDict.get(record.name)
+        while isinstance(logger, logging.Logger) and logger is not logging.root:
+            if logger.level:
+                return record.levelno >= logger.level
+            logger = logger.parent
+        return False
+
+
+def setup_logging(verbose: int, log_format: str | None = None, *, capture: bool = True) -> None:
     """Log to stderr; `NOETL_LOG_FORMAT=json` for JSON lines (read here: the CLI is a
-    composition root)."""
+    composition root). With `capture` (every command but those whose logging Celery sets
+    up) a command's INFO lines are captured into its logs whatever stderr shows."""
     level = logging.WARNING - 10 * min(verbose, 2)
     fmt = (log_format or os.environ.get("NOETL_LOG_FORMAT") or "plain").strip().lower()
     if fmt not in ("plain", "json"):
         raise click.ClickException(f"NOETL_LOG_FORMAT must be plain or json, not {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ContextFormatter())
-    handler.addFilter(ContextFilter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
     root.setLevel(level)
+    if capture and level > logging.INFO:
+        root.setLevel(logging.INFO)
+        handler.addFilter(LevelGate(level))  # first: what is dropped costs nothing more
+        # a line per request would make every HTTP command store a log (workers do the
+        # same: tasks.app); `-v` shows and keeps them
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    handler.addFilter(ContextFilter())
+    handler.addFilter(logcapture.RedactFilter())
+    root.handlers[:] = [handler, logcapture.CaptureHandler()]
 
 
 def load_settings() -> Settings:

@@ -1,8 +1,7 @@
-"""`status` and `events`: read an execution back from the database."""
+"""`status`, `executions` and `cancel` (`events` and `logs`: cli.history)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -66,25 +65,6 @@ def executions(
         dump_json(rows)
     else:
         stdout_console().print(executions_renderable(rows))
-
-
-@click.command()
-@click.argument("execution_id")
-@click.option("--json", "as_json", is_flag=True, help="One JSON array of event objects.")
-def events(execution_id: str, as_json: bool) -> None:
-    """Every event row of an execution, oldest first."""
-    rows = _engine_call("events", execution_id)
-    if as_json:
-        dump_json(rows)
-        return
-    for e in rows:
-        where = e["step"] or ""
-        if e["iteration"] is not None:
-            where += f"[{e['iteration']}]"
-        payload = json.dumps(e["payload"], default=str)
-        click.echo(
-            f"{e['event_id']:>8} {e['created_at']} {e['type']:<22} {where:<30} {payload[:120]}"
-        )
 
 
 @click.command()

@@ -65,6 +65,8 @@ def status_renderable(view: dict[str, Any]) -> RenderableType:
         _status(view["status"]),
         f"  {view['path']}  {view['duration_seconds']}s",
     )
+    if view.get("rerun_of"):
+        head.append(f"  rerun of {view['rerun_of']}")
     parts: list[RenderableType] = [head]
     steps = Table(title="steps", title_justify="left")
     steps.add_column("step", no_wrap=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from noetl_celery.constants import RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.rerun import start_inputs
 from noetl_celery.errors import PlaybookError
 from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
@@ -82,7 +83,9 @@ class Orchestrator:
             decision.terminal = Terminal("FAILED", None, {"message": str(exc)})
             return PassResult(tx.apply(decision, []), changed=True)
         if row.state is None:
-            decision = start(playbook, row.execution_id, row.payload, tx, self.limits)
+            # a rerun may start elsewhere: its inputs are read from the original it names
+            inputs = start_inputs(self.store, row)
+            decision = start(playbook, row.execution_id, row.payload, tx, self.limits, **inputs)
             return PassResult(tx.apply(decision, []), changed=True)
         state = ExecutionState.from_json(row.state)  # freshly decoded: ours to mutate
         if may_defer_all(state, tx.waiting()):

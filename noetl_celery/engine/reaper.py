@@ -20,9 +20,12 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
+from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.termination import end_tree
+from noetl_celery.store.history import write_logs
 from noetl_celery.store.reaper import (
     LostCommand,
     executions_past,
@@ -68,21 +71,32 @@ class Sweep:
 
 class Reaper:
     def __init__(
-        self, store: Store, orchestrator: Orchestrator, policy: ReaperPolicy, owner: str
+        self,
+        store: Store,
+        orchestrator: Orchestrator,
+        policy: ReaperPolicy,
+        owner: str,
+        logs: LogSink | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = orchestrator
         self.policy = policy
         self.owner = owner
+        self.logs = logs
 
     def sweep(self) -> Sweep:
         if not take_lease(self.store, LEASE_NAME, self.owner, self.policy.lease_ttl_seconds):
             log.debug("reaper: another process holds the sweep")
             return Sweep(held=False)
+        # the sweep's lines about executions (a command re-issued or failed, a timeout)
+        # are kept with those executions' logs, without a command
+        collector = self.logs.collector() if self.logs is not None else None
         try:
-            report = self._sweep()
+            with logcapture.capturing(collector):
+                report = self._sweep()
         finally:
             release_lease(self.store, LEASE_NAME, self.owner)
+        write_logs(self.store, LogSink.collected_rows(collector))
         # a sweep runs every few seconds: a line at INFO only when it did something
         log.log(logging.INFO if report else logging.DEBUG, "reaper: %s", report)
         return report

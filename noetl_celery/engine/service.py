@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from noetl_celery.constants import CANCELLED, COMPLETED, TERMINAL_STATUSES
+from noetl_celery.constants import (
+    CANCELLED,
+    COMPLETED,
+    TERMINAL_STATUSES,
+    TRIGGER_MANUAL,
+    TRIGGER_RERUN,
+)
+from noetl_celery.engine import owner
 from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
+from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
+from noetl_celery.engine.rerun import plan_rerun
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.termination import end_tree
@@ -27,6 +36,7 @@ from noetl_celery.models.validation import load_playbook, read_playbook
 from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode, open_database
+from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
@@ -79,8 +89,15 @@ class Engine:
             limits=limits,
         )
         self.runner = StepRunner(self.store, self.services, settings)
+        # what commands print and log, redacted with the tools' redactor, per command
+        self.logs = LogSink(settings.log_capture_bytes, lambda: self.services.redactor)
         self.executor = CommandExecutor(
-            self.store, self.playbooks, self.runner, self.orchestrator, settings.lease_seconds
+            self.store,
+            self.playbooks,
+            self.runner,
+            self.orchestrator,
+            settings.lease_seconds,
+            logs=self.logs,
         )
         self.reaper = Reaper(
             self.store,
@@ -94,12 +111,15 @@ class Engine:
                 lease_ttl_seconds=max(10.0, 3 * settings.reaper_interval_seconds),
             ),
             owner=worker_identity(),
+            logs=self.logs,
         )
         self.payload_limits = PayloadLimits(max_bytes=settings.max_payload_bytes)
         self.schedules = Schedules(self.store, self.orchestrator, self.payload_limits)
         self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
+        # embedded: this process, whose threads run the executions it starts
+        self.owner: str | None = None
 
     @property
     def database_id(self) -> str | None:
@@ -111,10 +131,15 @@ class Engine:
         self._dispatcher.target = dispatcher
 
     def use_in_process_workers(self) -> None:
+        """Run commands on threads of this process (the embedded mode). Executions started
+        here record this process as their owner; executions an embedded process that is
+        gone left RUNNING are ended first (they cannot progress: engine.owner)."""
         pool = InProcessDispatcher(self.settings.embedded_workers)
         pool.bind(self.executor.execute, lambda eid: self.orchestrator.drive(eid, wait=True))
         self._inprocess = pool
         self.use_dispatcher(pool)
+        self.owner = owner.identity()
+        owner.end_orphans(self.store, self._dispatcher, self.logs)
         # no beat here: step deadlines and the execution timeout are swept on a thread
         self._reaper_thread = ReaperThread(self.reaper, self.settings.reaper_interval_seconds)
         self._reaper_thread.start()
@@ -164,6 +189,9 @@ class Engine:
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
+        trigger: str = TRIGGER_MANUAL,
+        rerun_of: str | None = None,
+        trigger_detail: dict[str, Any] | None = None,
     ) -> str:
         """Start an execution of a registered playbook; `PayloadInvalid` before anything
         is written when the payload is unusable."""
@@ -173,6 +201,9 @@ class Engine:
             payload,
             parent_execution_id=parent_execution_id,
             parent_command_id=parent_command_id,
+            trigger=trigger,
+            rerun_of=rerun_of,
+            trigger_detail=trigger_detail,
         )
 
     def _start_checked(
@@ -182,6 +213,9 @@ class Engine:
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
+        trigger: str = TRIGGER_MANUAL,
+        rerun_of: str | None = None,
+        trigger_detail: dict[str, Any] | None = None,
     ) -> str:
         execution_id = new_execution_id()
         self.store.create_execution(
@@ -190,6 +224,10 @@ class Engine:
             payload,
             parent_execution_id=parent_execution_id,
             parent_command_id=parent_command_id,
+            trigger=trigger,
+            rerun_of=rerun_of,
+            trigger_detail=trigger_detail,
+            owner=self.owner,
         )
         self.orchestrator.drive(execution_id, wait=True)
         return execution_id
@@ -265,6 +303,76 @@ class Engine:
         rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
         return [execution_line(r) for r in rows]
 
-    def events(self, execution_id: str) -> list[dict[str, Any]]:
-        self.store.execution(execution_id)  # raises ExecutionNotFound
-        return [e.to_json() for e in self.store.events(execution_id)]
+    def rerun(
+        self,
+        execution_id: str,
+        *,
+        from_step: str | None = None,
+        failed_items: bool = False,
+        overrides: dict[str, Any] | None = None,
+    ) -> str:
+        """Start a new execution of the catalog version `execution_id` ran, with its
+        payload and `overrides`: from the first step, from `from_step` (with the
+        variables and earlier results that step saw), or over the failed items of the
+        original's loops (then on along the flow). Raises RerunError for a rerun that
+        cannot be made (still running, unknown step, no failed items)."""
+        original = self.store.execution(execution_id)  # raises ExecutionNotFound
+        plan = plan_rerun(
+            self.store,
+            original,
+            self.playbooks.get(original.catalog_id),
+            from_step=from_step,
+            failed_only=failed_items,
+            overrides=overrides,
+        )
+        return self.start_entry(
+            self.store.catalog_entry(original.catalog_id),
+            plan.payload,
+            trigger=TRIGGER_RERUN,
+            rerun_of=execution_id,
+            trigger_detail=plan.detail,
+        )
+
+    def events(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Events oldest first: of any of `types` and of `step` when given, newer than
+        event id `after`, the newest `limit` (all by default)."""
+        return self.events_page(execution_id, types=types, step=step, after=after, limit=limit)[0]
+
+    def events_page(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """`events` plus how many matching events the limit left out."""
+        if after is None:
+            self.store.execution(execution_id)  # raises ExecutionNotFound
+        page = events_page(
+            self.store, execution_id, types=types, step=step, after=after, limit=limit
+        )
+        return [e.to_json() for e in page.rows], page.left_out
+
+    def logs_page(
+        self,
+        execution_id: str,
+        *,
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Captured command output, in the order it was stored (see `events_page`)."""
+        if after is None:
+            self.store.execution(execution_id)  # raises ExecutionNotFound
+        page = logs_page(self.store, execution_id, step=step, after=after, limit=limit)
+        return [r.to_json() for r in page.rows], page.left_out

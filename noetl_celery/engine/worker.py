@@ -14,11 +14,13 @@ import time
 import traceback
 from typing import Any
 
+from noetl_celery import logcapture
 from noetl_celery.constants import CMD_RUNNING, RUNNING
 from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.claims import HeldFrame
 from noetl_celery.engine.heartbeat import Heartbeats
 from noetl_celery.engine.ids import new_execution_id
+from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
@@ -30,7 +32,8 @@ from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
 from noetl_celery.orchestrator.state import LoopProgress
 from noetl_celery.store.children import spawn_detached, suspend_and_spawn
-from noetl_celery.store.completion import Closed
+from noetl_celery.store.completion import Closed, CompletionTx
+from noetl_celery.store.history import write_logs
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 
@@ -52,6 +55,7 @@ class CommandExecutor:
         runner: StepRunner,
         orchestrator: Orchestrator,
         lease_seconds: int,
+        logs: LogSink | None = None,
     ) -> None:
         self.store = store
         self.playbooks = playbooks
@@ -61,13 +65,18 @@ class CommandExecutor:
         self.heartbeats = Heartbeats(
             lambda cid: store.renew_lease(cid, lease_seconds), lease_seconds
         )
+        self.logs = logs
+        if logs is not None:
+            logcapture.install()
 
     def execute(self, command_id: str) -> bool:
-        """Returns False when the delivery was a duplicate (nothing ran)."""
-        with about(**of_command(command_id)):
-            return self._execute(command_id)
+        """Returns False when the delivery was a duplicate (nothing ran). What the command
+        prints and logs meanwhile is captured and stored with its close."""
+        capture = self.logs.command() if self.logs is not None else None
+        with about(**of_command(command_id)), logcapture.capturing(capture):
+            return self._execute(command_id, capture)
 
-    def _execute(self, command_id: str) -> bool:
+    def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> bool:
         command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(
@@ -96,12 +105,14 @@ class CommandExecutor:
         finally:
             self.heartbeats.stop(command_id)
         if isinstance(result, Suspended):
+            # what it printed so far is stored now; the resumed run adds a block of its own
+            write_logs(self.store, LogSink.command_rows(capture, command))
             self._wait_for_child(command, result)
             return True
         if isinstance(result, HeldFrame):
-            self._finish(command, result.outcome, result.claim)
+            self._finish(command, result.outcome, result.claim, capture)
             return True
-        self._finish(command, result)
+        self._finish(command, result, capture=capture)
         return True
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
@@ -144,14 +155,18 @@ class CommandExecutor:
             self.orchestrator.drive(child, wait=True)
 
     def _finish(
-        self, command: ClaimedCommand, outcome: dict[str, Any], held: HeldClaim | None = None
+        self,
+        command: ClaimedCommand,
+        outcome: dict[str, Any],
+        held: HeldClaim | None = None,
+        capture: logcapture.Capture | None = None,
     ) -> None:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
         after the engine's commit: a crash before it rolls the claim back (the rows stay
         pending, never lost); the window in between is one round trip."""
         try:
-            closed, publish, ran_pass = self._record(command, outcome)
+            closed, publish, ran_pass = self._record(command, outcome, capture)
         except BaseException:
             if held is not None:
                 held.rollback()
@@ -171,21 +186,33 @@ class CommandExecutor:
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
 
     def _record(
-        self, command: ClaimedCommand, outcome: dict[str, Any]
+        self,
+        command: ClaimedCommand,
+        outcome: dict[str, Any],
+        capture: logcapture.Capture | None = None,
     ) -> tuple[bool, list[str] | None, bool]:
         """(closed, what to publish or None when nothing more is to be done, a pass ran).
-        Not closed: the command was no longer ours (cancelled or re-issued meanwhile)."""
+        Not closed: the command was no longer ours (cancelled or re-issued meanwhile).
+        The captured output is stored in the same transaction, last, so it holds the
+        lines the pass logged too; nothing is written when nothing was captured."""
         with self.store.completion(command) as completion:
-            closed = completion.close(outcome)
-            if not closed.closed:
-                return False, None, False
-            if self._deferrable(command, closed):
-                return True, None, False  # enough of the window still runs: folded later
-            tx = completion.lock()
-            if tx is None:
-                return True, [], False
-            passed = self.orchestrator.run_pass(tx)
-            return True, None if passed.deferred else passed.publish, True
+            recorded = self._close_and_fold(completion, command, outcome)
+            completion.add_logs(LogSink.command_rows(capture, command))
+            return recorded
+
+    def _close_and_fold(
+        self, completion: CompletionTx, command: ClaimedCommand, outcome: dict[str, Any]
+    ) -> tuple[bool, list[str] | None, bool]:
+        closed = completion.close(outcome)
+        if not closed.closed:
+            return False, None, False
+        if self._deferrable(command, closed):
+            return True, None, False  # enough of the window still runs: folded later
+        tx = completion.lock()
+        if tx is None:
+            return True, [], False
+        passed = self.orchestrator.run_pass(tx)
+        return True, None if passed.deferred else passed.publish, True
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:

@@ -42,6 +42,7 @@ from noetl_celery.orchestrator.decisions import (
     Decision,
     Facts,
     Limits,
+    LoopPlan,
     NewCommand,
     ResultWrite,
     Terminal,
@@ -286,13 +287,19 @@ class Pass:
 def initial_variables(playbook: Playbook, payload: dict[str, Any] | None) -> dict[str, Any]:
     """Workload defaults with the execute payload merged on top (a dict payload key `ctx`
     is merged flat, as NoETL does)."""
-    variables: dict[str, Any] = copy.deepcopy(playbook.workload)
+    return merge_payload(playbook.workload, payload)
+
+
+def merge_payload(variables: dict[str, Any], payload: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `variables` with `payload` merged on top, as a payload is merged over the
+    workload (a rerun's `--set` over the variables it starts from)."""
+    merged: dict[str, Any] = copy.deepcopy(variables)
     for key, value in (payload or {}).items():
         if key == "ctx" and isinstance(value, dict):
-            variables.update(copy.deepcopy(value))
+            merged.update(copy.deepcopy(value))
         else:
-            variables[key] = copy.deepcopy(value)
-    return variables
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def start(
@@ -301,13 +308,61 @@ def start(
     payload: dict[str, Any] | None,
     facts: Facts,
     limits: Limits | None = None,
+    *,
+    entry: str | None = None,
+    variables: dict[str, Any] | None = None,
+    results: dict[str, Any] | None = None,
+    loop_items: dict[str, list[Any]] | None = None,
 ) -> Decision:
-    """The first pass: initial variables and the entry step."""
-    state = ExecutionState(execution_id=execution_id, vars=initial_variables(playbook, payload))
+    """The first pass: initial variables and the entry step.
+
+    A rerun (engine.rerun) starts elsewhere: at `entry` instead of the first step, with
+    `variables` instead of workload + payload, with the `results` of steps that ran
+    before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
+    them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs
+    these items instead of rendering `loop.in` (planned now, stored once). Plain data in,
+    a decision out: the same inputs give the same decision."""
+    if variables is None:
+        variables = initial_variables(playbook, payload)
+    state = ExecutionState(execution_id=execution_id, vars=copy.deepcopy(variables))
     run = Pass(playbook, state, facts, limits or Limits())
-    run.enter(playbook.entry_step)
+    name = entry or playbook.entry_step
+    for step, data in (results or {}).items():
+        run.record_result(step, 0, "ok", data)
+        state.step(step).status = "completed"
+    problem = _start_problem(playbook, name, loop_items or {})
+    if problem is not None:
+        run.fail(name, 0, problem)
+        return run.finish()
+    for step, items in (loop_items or {}).items():
+        loop = playbook.step(step).loop
+        assert loop is not None
+        if items:
+            run.decision.plans.append(
+                LoopPlan(
+                    step=step,
+                    epoch=1,
+                    items=list(items),
+                    ctx_version=run.ctx_version(),
+                    meta={"iterator": loop.iterator, "total": len(items)},
+                )
+            )
+        state.preplanned[step] = len(items)
+    run.enter(name)
     run._drain_entries()
     return run.finish()
+
+
+def _start_problem(playbook: Playbook, entry: str, loop_items: dict[str, list[Any]]) -> str | None:
+    """Why `start` cannot begin as asked (the engine checks first; this keeps the core
+    from issuing a command of a step that does not exist)."""
+    if not playbook.has_step(entry):
+        return f"cannot start at step '{entry}': the playbook has no such step"
+    for step in loop_items:
+        loop = playbook.step(step).loop if playbook.has_step(step) else None
+        if loop is None or loop.is_cursor:
+            return f"loop items given for step '{step}', which is not a `loop.in` loop"
+    return None
 
 
 def decide(

@@ -123,6 +123,10 @@ def enter_loop(run: Pass, step: Step) -> None:
             return
         cursor.enter_cursor(run, step, window, max_rows, row_concurrency)
         return
+    preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
+    if preplanned is not None:
+        enter_preplanned(run, step, preplanned)
+        return
     try:
         items = as_collection(
             run.renderer.value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
@@ -147,6 +151,26 @@ def enter_loop(run: Pass, step: Step) -> None:
         )
     )
     refill(run, step.step, st)
+
+
+def enter_preplanned(run: Pass, step: Step, total: int) -> None:
+    """The first epoch of a loop whose items were given at start (decide.start's
+    `loop_items`, a rerun of failed items): they are planned rows already, `loop.in` is
+    not rendered; later epochs render it as usual."""
+    assert step.loop is not None
+    st = run.state.step(step.step)
+    try:
+        window = window_of(run, step)
+    except NoetlError as exc:
+        run.fail(step.step, st.epoch, str(exc))
+        return
+    st.status = "running"
+    st.loop = LoopProgress(epoch=st.epoch, total=total, window=window, mode=step.loop.spec.mode)
+    run.touched_loops.add(step.step)
+    if total == 0:
+        finish_loop(run, step, st)
+    else:
+        refill(run, step.step, st)
 
 
 def refill(run: Pass, name: str, st: StepState) -> None:

@@ -108,6 +108,9 @@ class ExecutionState:
     failures_dropped: int = 0  # unhandled failures past the ones kept
     last_step: str | None = None  # last step that completed successfully
     status: str = RUNNING
+    # loop steps whose first epoch runs items given at start (a rerun of failed items):
+    # step -> item count; the items are planned command rows already
+    preplanned: dict[str, int] = field(default_factory=dict)
 
     def step(self, name: str) -> StepState:
         state = self.steps.get(name)
@@ -132,6 +135,7 @@ class ExecutionState:
             "failures_dropped": self.failures_dropped,
             "last_step": self.last_step,
             "status": self.status,
+            **({"preplanned": self.preplanned} if self.preplanned else {}),
         }
 
     @classmethod
@@ -147,4 +151,5 @@ class ExecutionState:
             failures_dropped=data.get("failures_dropped", 0),
             last_step=data.get("last_step"),
             status=data.get("status", RUNNING),
+            preplanned=dict(data.get("preplanned") or {}),
         )

@@ -9,16 +9,22 @@ execution in the same transaction.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import SQLAlchemyError
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.history import add_logs
+from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.store.schema import utcnow
 from noetl_celery.store.statements import WAITING_EPOCH
+
+log = logging.getLogger("noetl_celery.completion")
 
 if TYPE_CHECKING:
     from noetl_celery.store.orchestration import OrchestrationTx
@@ -97,6 +103,23 @@ class CompletionTx:
         state = self.store.execution_state(self.conn, cmd.execution_id) or {}
         loop = ((state.get("steps") or {}).get(cmd.step) or {}).get("loop")
         return Closed(True, state.get("status"), loop, int(waiting))
+
+    def add_logs(self, rows: Sequence[LogRow]) -> None:
+        """Store the command's captured output with its close (one commit: whoever sees
+        the execution end also sees every log of it). Under a savepoint: whatever goes
+        wrong with the logs, the close itself must commit."""
+        if not rows:
+            return
+        try:
+            with self.conn.begin_nested():
+                add_logs(self.conn, rows)
+        except SQLAlchemyError:
+            log.warning(
+                "could not store the output of command %s",
+                self.command.command_id,
+                exc_info=True,
+                extra={"execution_id": self.command.execution_id},
+            )
 
     def lock(self) -> OrchestrationTx | None:
         """Try the execution's lock in this transaction (None: another pass holds it)."""

@@ -175,6 +175,18 @@ class Store:
             raise CatalogNotFound(f"no playbook registered at catalog path '{path}'{suffix}")
         return CatalogEntry(row.catalog_id, path, row.version, row.name)
 
+    def catalog_entry(self, catalog_id: int) -> CatalogEntry:
+        """The catalog row `catalog_id` (a rerun starts the very version its original ran)."""
+        with self.db.read_engine.connect() as conn:
+            row = conn.execute(
+                select(catalog.c.path, catalog.c.version, catalog.c.name).where(
+                    catalog.c.catalog_id == catalog_id
+                )
+            ).first()
+        if row is None:
+            raise CatalogNotFound(f"no catalog entry {catalog_id}")
+        return CatalogEntry(catalog_id, row.path, row.version, row.name)
+
     def catalog_content(self, catalog_id: int) -> str:
         def load() -> str:
             with self.db.read_engine.connect() as conn:
@@ -197,6 +209,7 @@ class Store:
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
+        owner: str | None = None,
         conn: Connection | None = None,
     ) -> None:
         """A RUNNING execution and its `execution.started` event (in `conn`'s transaction
@@ -212,6 +225,7 @@ class Store:
                     trigger=trigger,
                     rerun_of=rerun_of,
                     trigger_detail=trigger_detail,
+                    owner=owner,
                     conn=own,
                 )
             return
@@ -227,6 +241,7 @@ class Store:
                 trigger=trigger,
                 rerun_of=rerun_of,
                 trigger_detail=trigger_detail,
+                owner=owner,
                 payload=payload or {},
                 state=None,
                 passes=0,

@@ -124,6 +124,7 @@ class CommandCounts:
     failed: int = 0
     cancelled: int = 0
     expired: int = 0  # runs lost with their worker (each replaced by a next attempt)
+    waiting: int = 0  # parked until a child execution ends (sub-playbooks)
 
 
 @dataclass(frozen=True)
@@ -140,3 +141,38 @@ class LoopRow:
     @property
     def in_flight(self) -> int:
         return max(0, self.issued - self.succeeded - self.failed)
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """Captured output of one command (command_id None: engine lines about the
+    execution, logged outside any command)."""
+
+    execution_id: str
+    command_id: str | None
+    step: str | None
+    iteration: int | None
+    text: str
+    truncated: bool
+    log_id: int = 0  # assigned by the database
+    created_at: dt.datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_id": self.log_id,
+            "execution_id": self.execution_id,
+            "command_id": self.command_id,
+            "step": self.step,
+            "iteration": self.iteration,
+            "text": self.text,
+            "truncated": self.truncated,
+            "created_at": self.created_at.isoformat() + "Z" if self.created_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class Page:
+    """Rows of a listing (oldest first) and how many matching rows it left out."""
+
+    rows: list[Any]
+    left_out: int = 0

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 metadata = MetaData()
 
@@ -93,6 +93,9 @@ executions = Table(
     Column("rerun_of", String(40), nullable=True),  # the execution a rerun repeats
     # what the trigger needs remembered: schedule id and fire time, rerun options
     Column("trigger_detail", Json, nullable=True),
+    # embedded executions only: the process whose threads run it (`host:pid:boot.start`,
+    # see engine.owner); the next embedded start ends those whose process is gone
+    Column("owner", String(256), nullable=True),
     Index("ix_executions_status_created", "status", "created_at"),
     Index("ix_executions_parent", "parent_execution_id"),
     Index("ux_executions_spawn_key", "spawn_key", unique=True),

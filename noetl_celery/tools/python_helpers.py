@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import io
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from noetl_celery import logcapture
 
 
 def now_utc() -> dt.datetime:
@@ -54,8 +57,20 @@ _MISSING = object()
 
 
 def stderr_print(*args: Any, **kwargs: Any) -> None:
-    """`print` for user code: stdout belongs to the CLI's JSON output, so use stderr."""
-    target = kwargs.get("file")
+    """`print` for user code: stdout belongs to the CLI's JSON output, so use stderr.
+    While a command runs, what goes to stderr is also kept in its log capture, and the
+    echo is the redacted text (a step printing a known secret shows `***`)."""
+    target: Any = kwargs.get("file")
     if target is None or target is sys.stdout or target is sys.__stdout__:
-        kwargs["file"] = sys.stderr
-    builtins.print(*args, **kwargs)
+        target = kwargs["file"] = sys.stderr
+    capture = logcapture.current_capture()
+    to_stderr = target is sys.stderr or target is sys.__stderr__
+    if capture is None or not to_stderr:
+        builtins.print(*args, **kwargs)  # a file of the step's own is not our business
+        return
+    flush = bool(kwargs.pop("flush", False))
+    buffer = io.StringIO()
+    builtins.print(*args, **{**kwargs, "file": buffer})
+    target.write(capture.write(buffer.getvalue()))
+    if flush:
+        target.flush()

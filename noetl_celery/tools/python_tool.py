@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
+import contextvars
 import datetime
 import importlib
 import inspect
@@ -110,7 +111,11 @@ def _with_timeout(run: Callable[[], ToolOutcome], seconds: float) -> ToolOutcome
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     box: list[ToolOutcome] = []
-    thread = threading.Thread(target=lambda: box.append(run()), daemon=True, name="noetl-python")
+    # the code keeps this command's context on its thread: its log capture and log fields
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=lambda: box.append(context.run(run)), daemon=True, name="noetl-python"
+    )
     thread.start()
     thread.join(seconds)
     return box[0] if box else _timeout_outcome(seconds)
@@ -197,8 +202,10 @@ def _resolve_awaitable(value: Any) -> Any:
     except RuntimeError:
         return asyncio.run(wait())
     # A loop already runs in this thread (asyncio.run would refuse): use a fresh thread.
+    # (with this command's context: its log capture and log fields)
+    context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, wait()).result()
+        return pool.submit(context.run, asyncio.run, wait()).result()
 
 
 def _summary(namespace: dict[str, Any], initial: dict[str, Any]) -> dict[str, Any]:

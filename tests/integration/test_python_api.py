@@ -133,3 +133,50 @@ def test_register_and_run_refuse_bad_files_and_text(tmp_path: Path) -> None:
         with pytest.raises(PlaybookInvalid):
             client.submit("{" + "a: 1, " * 100 + "}")
         assert client.executions() == []
+
+
+FLAKY = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: api_flaky, path: tests/api_flaky}
+workload: {items: [1, 2, 3, 4], fail_on: [2]}
+workflow:
+  - step: each
+    loop: {in: "{{ items }}", iterator: it}
+    tool:
+      kind: python
+      input: {it: "{{ iter.it }}", fail_on: "{{ fail_on }}"}
+      code: |
+        print("item", it)
+        assert it not in fail_on, f"item {it} fails"
+        result = it
+"""
+
+
+def test_client_rerun_logs_and_filtered_events(tmp_path: Path) -> None:
+    from noetl_celery.engine.rerun import RerunError
+    from noetl_celery.errors import ExecutionNotFound
+
+    with noetl_celery.Client(Settings(home=tmp_path)) as client:
+        eid = client.submit(FLAKY)
+        client.wait(eid, timeout=60)
+        [failed] = client.events(eid, types=["command.failed"])
+        assert failed["iteration"] == 1
+        assert [e["type"] for e in client.events(eid, limit=1)] == [client.events(eid)[-1]["type"]]
+        logs = client.logs(eid, step="each")
+        assert [(b["iteration"], b["text"]) for b in logs] == [
+            (0, "item 1\n"),
+            (1, "item 2\n"),
+            (2, "item 3\n"),
+            (3, "item 4\n"),
+        ]
+        again = client.rerun(eid, failed_items=True, overrides={"fail_on": []})
+        summary = client.wait(again, timeout=60)
+        assert summary["status"] == "COMPLETED"
+        assert summary["steps"]["each"]["stats"] == {"total": 1, "success": 1, "failed": 0}
+        assert [b["text"] for b in client.logs(again)] == ["item 2\n"]
+        status = client.status(again)
+        assert (status["trigger"], status["rerun_of"]) == ("rerun", eid)
+        with pytest.raises(RerunError, match="no step 'nope'"):
+            client.rerun(eid, from_step="nope")
+        with pytest.raises(ExecutionNotFound):
+            client.rerun("1")

@@ -118,3 +118,41 @@ def test_setup_logging_reads_the_format_from_the_environment(
     logging.getLogger("noetl_celery.reaper").warning("plain", extra=of_command("8:s:1"))
     err = capsys.readouterr().err
     assert "WARNING noetl_celery.reaper: plain [execution_id=8 step=s command_id=8:s:1]" in err
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_commands_capture_info_lines_stderr_does_not_show(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At the default level stderr shows warnings only, yet a command's INFO lines (a
+    python step's `logging.info`) reach its capture; a logger with a level of its own
+    (Celery's) keeps showing what it shows."""
+    from noetl_celery.logcapture import Capture, capturing
+
+    setup_logging(0)
+    own = logging.getLogger("test.own_level")
+    own.setLevel(logging.INFO)
+    capture = Capture(10_000)
+    try:
+        with capturing(capture):
+            logging.info("step says hello")
+            logging.getLogger("noetl_celery.orchestrate").info("engine line")
+            logging.getLogger("noetl_celery.orchestrate").debug("debug stays out")
+        logging.info("outside: neither shown nor kept")
+        own.info("own level shows")
+        logging.getLogger("x").warning("warnings show")
+    finally:
+        own.setLevel(logging.NOTSET)
+    err = capsys.readouterr().err
+    assert "hello" not in err and "engine line" not in err and "outside" not in err
+    assert "INFO test.own_level: own level shows" in err and "warnings show" in err
+    text, _ = capture.take()  # type: ignore[misc]
+    assert "INFO root: step says hello" in text
+    assert "INFO noetl_celery.orchestrate: engine line" in text
+    assert "debug stays out" not in text and "outside" not in text
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_celery_commands_keep_their_root_level() -> None:
+    setup_logging(0, capture=False)
+    assert logging.getLogger().level == logging.WARNING

@@ -158,3 +158,8 @@ def test_the_trigger_column_says_how_each_run_was_started() -> None:
         "100": "manual",
         "105": "parent 9",
     }
+
+
+def test_status_names_the_execution_a_rerun_repeats() -> None:
+    assert "rerun of 377" in text_of(status_renderable(view(rerun_of="377", trigger="rerun")))
+    assert "rerun of" not in text_of(status_renderable(view()))

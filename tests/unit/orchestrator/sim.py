@@ -99,9 +99,14 @@ class Sim:
                 self.queue.append(row)
 
     def run(
-        self, payload: dict[str, Any] | None = None, batch: int = 1, max_passes: int = 10_000
+        self,
+        payload: dict[str, Any] | None = None,
+        batch: int = 1,
+        max_passes: int = 10_000,
+        **start_inputs: Any,
     ) -> ExecutionState:
-        self.apply(start(self.playbook, "e1", payload, self, self.limits))
+        """Run to the end; `start_inputs` go to `start()` (entry, variables, ...)."""
+        self.apply(start(self.playbook, "e1", payload, self, self.limits, **start_inputs))
         passes = 0
         while self.state is not None and self.state.status == "RUNNING":
             passes += 1
