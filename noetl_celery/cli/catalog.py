@@ -64,7 +64,7 @@ def catalog() -> None:
 def list_(as_json: bool) -> None:
     """Every catalog path with its latest version, how many versions it has, its
     `metadata.name` and when the latest version was registered."""
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         rows = engine.catalog.listing()
     finally:
@@ -86,7 +86,7 @@ def show(ref: str, as_json: bool) -> None:
     except TargetError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INVALID)
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         view = engine.catalog.show(path, version)
     except CatalogNotFound as exc:

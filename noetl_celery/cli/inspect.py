@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from noetl_celery.cli.common import build_engine, dump_json, load_settings
+from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
 from noetl_celery.cli.views import executions_renderable, status_renderable, stdout_console
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.errors import ExecutionNotFound
@@ -17,7 +17,7 @@ def _engine_call(method: str, execution_id: str) -> Any:
     try:
         return getattr(engine, method)(execution_id)
     except ExecutionNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise InvalidInput(str(exc)) from exc
     finally:
         engine.close()
 
@@ -78,7 +78,7 @@ def cancel(execution_id: str, as_json: bool) -> None:
         cancelled = engine.cancel(execution_id, "cancelled by `noetl-celery cancel`")
         status_now = engine.store.execution_status(execution_id)
     except ExecutionNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise InvalidInput(str(exc)) from exc
     finally:
         engine.close()
     if as_json:

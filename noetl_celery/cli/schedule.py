@@ -93,7 +93,7 @@ def _refuse(exc: NoetlError, as_json: bool) -> NoReturn:
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of schedules.")
 def list_(as_json: bool) -> None:
     """Every schedule: enabled or paused, its next and its last firing."""
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         rows = engine.schedules.all()
     finally:

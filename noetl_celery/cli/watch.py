@@ -23,7 +23,7 @@ def watch(execution_id: str, timeout: float | None, as_json: bool) -> None:
     CANCELLED, 2 unknown execution, 3 still running after --timeout). Ctrl-C detaches:
     the execution goes on."""
     stdout = sys.stdout
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), dispatch=False, read_only=True)
     try:
         try:
             engine.store.execution_status(execution_id)

@@ -72,7 +72,7 @@ def test_status_and_events_read_the_run_back(embedded_env: dict[str, str]) -> No
     assert all({"event_id", "type", "step", "command_id", "created_at"} <= set(e) for e in events)
     assert [e["event_id"] for e in events] == sorted(e["event_id"] for e in events)
     proc = run_cli(["status", "does-not-exist"], embedded_env)
-    assert proc.returncode != 0 and "no execution with id does-not-exist" in proc.stderr
+    assert proc.returncode == 2 and "no execution with id does-not-exist" in proc.stderr
 
 
 INVALID = {
@@ -170,4 +170,4 @@ def test_cancel_a_distributed_run(distributed: dict[str, Any], tmp_path: Path) -
     rc, out, _ = run_json(["cancel", eid, "--json"], distributed["env"])
     assert rc == 1 and out["cancelled"] is False and out["status"] == "CANCELLED"
     proc = run_cli(["cancel", "no-such-execution"], distributed["env"])
-    assert proc.returncode == 1 and "no execution with id no-such-execution" in proc.stderr
+    assert proc.returncode == 2 and "no execution with id no-such-execution" in proc.stderr

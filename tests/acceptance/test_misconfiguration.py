@@ -200,10 +200,13 @@ def test_reads_never_create_the_embedded_database(tmp_path: Path) -> None:
     env = _env(NOETL_HOME=str(home))
     listed = run_cli(["executions", "--json"], env)
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
-    for args in (["status", "123"], ["events", "123"]):
+    for args in (["status", "123"], ["events", "123"], ["logs", "123"], ["watch", "123"]):
         proc = run_cli(args, env)
-        assert proc.returncode == 1 and "no execution with id 123" in proc.stderr
+        assert proc.returncode == 2 and "no execution with id 123" in proc.stderr
         assert "Traceback" not in proc.stderr
+    for args in (["catalog", "list", "--json"], ["schedule", "list", "--json"]):
+        proc = run_cli(args, env)
+        assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stderr
     assert run_cli(["validate", HELLO], env).returncode == 0
     assert not home.exists()
     # the first write creates and migrates it
