@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from noetl_celery.cli.views import now_text
+
 RATE_WINDOW = 30.0
 
 LoopKey = tuple[str, int]
@@ -80,7 +82,9 @@ def progress_lines(view: dict[str, Any], rates: Rates, elapsed: float) -> list[s
     running = [lp for lp in view["loops"] if not lp["finished"]]
     looping = {lp["step"] for lp in running}
     steps = [name for name in view["current"] if name not in looping]
+    # a command no worker has taken is not running: say so (no worker, or all busy)
+    waiting = [w for w in view.get("waiting") or [] if w["step"] not in looping]
     lines = [f"{head}  {loop_line(lp, rates.rate((lp['step'], lp['epoch'])))}" for lp in running]
-    if steps or not lines:
-        lines.insert(0, f"{head}  running: {', '.join(steps) or '-'}")
+    if steps or waiting or not lines:
+        lines.insert(0, f"{head}  {now_text({'current': steps, 'waiting': waiting})}")
     return lines

@@ -60,3 +60,11 @@ def test_a_quiet_execution_still_gets_a_line_and_finished_loops_none() -> None:
     v = view(5000, finished=True, current=[])
     rates.observe(v, 0.0)
     assert progress_lines(v, rates, 3.0) == ["RUNNING 3.0s  running: -"]
+
+
+def test_a_command_no_worker_took_is_reported_as_waiting() -> None:
+    rates = Rates()
+    v = view(0, finished=True, current=[])
+    v["waiting"] = [{"step": "start", "commands": 1, "seconds": 11.6}]
+    rates.observe(v, 0.0)
+    assert progress_lines(v, rates, 12.0) == ["RUNNING 12.0s  waiting for a worker (12s): start"]
