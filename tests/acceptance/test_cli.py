@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.workers import run_cli
+from tests.support.workers import run_cli, run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
 RUN_KEYS = {"execution_id", "status", "result", "error", "errors", "duration_seconds", "steps"}
 pytestmark = pytest.mark.acceptance
-
-
-def run_json(args: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
-    proc = run_cli(args, env)
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1, f"stdout must be exactly one JSON line: {proc.stdout!r}"
-    return proc.returncode, json.loads(lines[0]), proc.stderr
 
 
 def test_embedded_run_needs_no_services(embedded_env: dict[str, str]) -> None:

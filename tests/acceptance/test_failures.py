@@ -11,18 +11,11 @@ from typing import Any
 import pytest
 
 from tests.support.engines import celery_engine
-from tests.support.workers import run_cli
+from tests.support.workers import run_cli, run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 ITEMS = ROOT / "tests" / "playbooks" / "items_fail.yaml"
 pytestmark = pytest.mark.acceptance
-
-
-def run_json(args: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
-    proc = run_cli(args, env)
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1, f"stdout must be exactly one JSON line: {proc.stdout!r}"
-    return proc.returncode, json.loads(lines[0]), proc.stderr
 
 
 def test_one_failed_item_of_twenty_fails_the_run(distributed: dict[str, Any]) -> None:

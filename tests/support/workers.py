@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class WorkerProcess:
@@ -108,3 +110,11 @@ def run_cli(
         timeout=timeout,
         cwd=cwd,
     )
+
+
+def run_json(args: list[str], env: Mapping[str, str], timeout: float = 120) -> tuple[int, Any, str]:
+    """Run the CLI; its stdout must be exactly one JSON line: (exit code, value, stderr)."""
+    proc = run_cli(args, env, timeout)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"stdout must be exactly one JSON line: {proc.stdout!r} {proc.stderr}"
+    return proc.returncode, json.loads(lines[0]), proc.stderr
