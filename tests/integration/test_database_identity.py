@@ -146,6 +146,7 @@ def test_run_against_workers_of_another_database_fails_fast(
     started = time.monotonic()
     proc = run_cli(["run", str(HELLO)], a.env, timeout=60)
     elapsed = time.monotonic() - started
+    print(f"run against workers of another database: exit 2 after {elapsed:.1f} s")
     assert proc.returncode == 2 and elapsed < 15, (elapsed, proc.stderr)
     assert "Traceback" not in proc.stderr
     eid = re.search(r"execution (\d+) started", proc.stderr)
