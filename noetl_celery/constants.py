@@ -20,6 +20,9 @@ TRIGGERS: Final = frozenset({TRIGGER_MANUAL, TRIGGER_SCHEDULE, TRIGGER_RERUN, TR
 
 # --- command status (commands.status) -------------------------------------------------
 CMD_ISSUED: Final = "issued"  # inserted, message published (or about to be)
+# parked until its due time (`issued_at`), then issued and published by the reaper's
+# sweep: a cursor claim retried after a backoff
+CMD_DELAYED: Final = "delayed"
 CMD_RUNNING: Final = "running"  # claimed by a worker, lease running
 CMD_COMPLETED: Final = "completed"
 CMD_FAILED: Final = "failed"

@@ -8,7 +8,9 @@ One sweep, run by one process at a time (a lease row in Postgres):
    next attempt, up to `max_attempts` runs; then, or when a step's deadline passed, they
    fail with a terminal event like any failed command, and the flow goes on from there;
 3. executions with completions nobody folded (a lost wake-up) get an orchestration pass;
-4. executions running longer than the execution timeout end FAILED.
+4. executions running longer than the execution timeout end FAILED;
+5. `delayed` commands whose due time came (a cursor claim retried after a backoff) are
+   issued and published.
 
 Celery beat sends the sweep task every `reaper_interval_seconds`; the embedded default
 runs it on a thread.
@@ -33,6 +35,7 @@ from noetl_celery.store.reaper import (
     give_up,
     lost_commands,
     reissue,
+    release_delayed,
     release_lease,
     republish_stale,
     take_lease,
@@ -64,9 +67,19 @@ class Sweep:
     failed: int = 0
     woken: int = 0
     timed_out: int = 0
+    released: int = 0  # delayed commands issued at their due time
 
     def __bool__(self) -> bool:
-        return any((self.republished, self.reissued, self.failed, self.woken, self.timed_out))
+        return any(
+            (
+                self.republished,
+                self.reissued,
+                self.failed,
+                self.woken,
+                self.timed_out,
+                self.released,
+            )
+        )
 
 
 class Reaper:
@@ -108,6 +121,10 @@ class Reaper:
         if stale:
             dispatcher.publish(stale)
             report.republished = len(stale)
+        due = release_delayed(self.store)
+        if due:
+            dispatcher.publish(due)
+            report.released = len(due)
         wake: set[str] = set()
         for lost in lost_commands(self.store):
             new_id = self._recover(lost, report)

@@ -17,6 +17,7 @@ from sqlalchemy import delete, select, update
 from noetl_celery.constants import (
     CANCELLED,
     CMD_CANCELLED,
+    CMD_DELAYED,
     EV_EXECUTION_CANCELLED,
     EV_EXECUTION_FAILED,
     RUNNING,
@@ -31,7 +32,7 @@ from noetl_celery.store.statements import EXECUTION_COLUMNS, LOCK_WAIT
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
 
-UNFINISHED = ("planned", "issued", "running", WAITING)
+UNFINISHED = ("planned", CMD_DELAYED, "issued", "running", WAITING)
 
 
 @dataclass
