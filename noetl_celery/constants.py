@@ -20,6 +20,9 @@ TRIGGERS: Final = frozenset({TRIGGER_MANUAL, TRIGGER_SCHEDULE, TRIGGER_RERUN, TR
 
 # --- command status (commands.status) -------------------------------------------------
 CMD_ISSUED: Final = "issued"  # inserted, message published (or about to be)
+# parked until its due time (`issued_at`), then issued and published by the reaper's
+# sweep: a cursor claim retried after a backoff
+CMD_DELAYED: Final = "delayed"
 CMD_RUNNING: Final = "running"  # claimed by a worker, lease running
 CMD_COMPLETED: Final = "completed"
 CMD_FAILED: Final = "failed"
@@ -41,17 +44,22 @@ EV_STEP_FAILED: Final = "step.failed"  # an unhandled step failure, recorded onc
 EV_EXECUTION_COMPLETED: Final = "execution.completed"
 EV_EXECUTION_FAILED: Final = "execution.failed"
 EV_EXECUTION_CANCELLED: Final = "execution.cancelled"
+# an orchestration pass of the execution crashed (not the database being away): recorded
+# so that repeated crashes end the execution FAILED instead of leaving it RUNNING
+EV_PASS_FAILED: Final = "pass.failed"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
 )
 EVENT_TYPES: Final = frozenset(
-    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED}
+    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED, EV_PASS_FAILED}
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS
 )
 # what `events --failed` shows
-FAILURE_EVENTS: Final = frozenset({EV_COMMAND_FAILED, EV_STEP_FAILED, EV_EXECUTION_FAILED})
+FAILURE_EVENTS: Final = frozenset(
+    {EV_COMMAND_FAILED, EV_STEP_FAILED, EV_PASS_FAILED, EV_EXECUTION_FAILED}
+)
 
 # --- routing event names seen by arc guards as `event.name` ---------------------------------
 CALL_DONE: Final = "call.done"

@@ -18,6 +18,8 @@
     ├── StoreError                the engine's own database cannot be used (unreachable,
     │   │                         refused, missing, wrong password, connection lost)
     │   └── SchemaOutdated        no engine tables, or another revision than this engine's
+    ├── ResultNotStorable         a command's outcome holds a value the engine's database
+    │                             refuses (Postgres: NUL in text, a lone surrogate)
     ├── ExecutionNotFound         an execution id that does not exist
     └── ScheduleNotFound          a schedule id that does not exist
 
@@ -143,6 +145,12 @@ class StoreError(NoetlError):
 class SchemaOutdated(StoreError):
     """The database has no engine tables, or they are at another revision than the one
     this engine needs (`noetl-celery db upgrade` creates / migrates them)."""
+
+
+class ResultNotStorable(NoetlError):
+    """The engine's database refused a command's outcome (a `DataError` at its close):
+    deterministic, so storing it again would fail again. Not a StoreError: the database
+    itself is fine."""
 
 
 class ExecutionNotFound(NoetlError):

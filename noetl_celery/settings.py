@@ -93,6 +93,12 @@ class Settings:
     issued_grace_seconds: float = 30.0
     # runs of a command whose worker was lost, before it fails for good
     max_attempts: int = 3
+    # runs of a cursor claim that fails with a retryable error (the queue database
+    # restarting, a deadlock) before its step fails (a loop's `frame.max_attempts` wins),
+    # and the wait before its second run, doubled for each later one (capped by
+    # max_retry_delay_seconds); the reaper's sweep issues it when the wait is over
+    claim_max_attempts: int = 5
+    claim_retry_delay_seconds: float = 1.0
     # an execution with completions waiting this long and nobody folding them is woken
     wake_grace_seconds: float = 5.0
     # an execution running longer than this fails (0: no limit)
@@ -194,6 +200,10 @@ class Settings:
                 env, "NOETL_ISSUED_GRACE_SECONDS", base.issued_grace_seconds
             ),
             max_attempts=_int(env, "NOETL_MAX_ATTEMPTS", base.max_attempts, 1),
+            claim_max_attempts=_int(env, "NOETL_CLAIM_MAX_ATTEMPTS", base.claim_max_attempts, 1),
+            claim_retry_delay_seconds=_float(
+                env, "NOETL_CLAIM_RETRY_DELAY_SECONDS", base.claim_retry_delay_seconds
+            ),
             wake_grace_seconds=_float(env, "NOETL_WAKE_GRACE_SECONDS", base.wake_grace_seconds),
             execution_timeout_seconds=_float(
                 env, "NOETL_EXECUTION_TIMEOUT_SECONDS", base.execution_timeout_seconds

@@ -5,26 +5,45 @@ worker; SQLite's write lock), folds the waiting completions, persists the decisi
 commits; the commands it issued are published after commit. Before letting go the driver
 re-checks the inbox: a completion that arrived while the lock was held found the lock
 taken and left the work to us, so we must not exit while one is waiting.
+
+A pass that crashes rolls back and leaves everything as it was. When the database was
+away (`store.database.transient`) the error goes to the caller, who tries again later.
+Any other crash (a bug, a value the database refuses, an input the core cannot handle)
+would crash again, since a pass redone decides the same: it is recorded as a
+`pass.failed` event, and the execution ends FAILED once `PASS_CRASH_LIMIT` passes in a
+row crashed, instead of staying RUNNING with every reaper sweep crashing on it.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from dataclasses import dataclass, field
 
-from noetl_celery.constants import RUNNING
+from noetl_celery.constants import FAILED, RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.rerun import start_inputs
+from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Decision, Limits, Terminal
 from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
+from noetl_celery.store.termination import record_pass_crash
 
 log = logging.getLogger("noetl_celery.orchestrate")
+
+# passes of one execution that may crash in a row (at the same point of its history)
+# before it ends FAILED. A pure pass redone crashes again, so one would do for a true
+# bug; a few more let a crash that depended on where the pass ran (a thread's stack
+# depth, memory pressure in one process) be retried elsewhere, by the next caller
+PASS_CRASH_LIMIT = 3
+# characters of a crash's message kept in its event and the execution's error
+CRASH_MESSAGE_CHARS = 500
 
 
 class Orchestrator:
@@ -53,10 +72,16 @@ class Orchestrator:
         if recheck_first and not self.store.has_unhandled(execution_id):
             return passes
         while True:
-            with self.store.orchestration(execution_id, wait=wait) as tx:
-                if tx is None:
-                    return passes  # the holder re-checks the inbox before it exits
-                result = self.run_pass(tx)
+            try:
+                with self.store.orchestration(execution_id, wait=wait) as tx:
+                    if tx is None:
+                        return passes  # the holder re-checks the inbox before it exits
+                    result = self.run_pass(tx)
+            except Exception as exc:
+                if transient(exc):
+                    raise  # the database is away: the caller (or the reaper) tries later
+                self.crashed(execution_id, exc)
+                return passes
             if result.changed:
                 passes += 1
             if result.publish:
@@ -64,6 +89,34 @@ class Orchestrator:
             if result.deferred or not self.store.has_unhandled(execution_id):
                 return passes
             wait = False
+
+    def crashed(self, execution_id: str, exc: BaseException) -> None:
+        """A pass of `execution_id` crashed for a reason other than the database being
+        away: record it, and end the execution FAILED when too many crashed in a row."""
+        message = crash_message(exc)
+        # the last frames only: a RecursionError's traceback is a thousand of them
+        tail = "".join(traceback.format_exception(exc, limit=-12))
+        log.error(
+            "orchestration pass of execution %s crashed: %s\n%s",
+            execution_id,
+            message,
+            tail,
+            extra={"execution_id": execution_id},
+        )
+        crashes = record_pass_crash(
+            self.store, execution_id, {"kind": "engine_error", "message": message}
+        )
+        if crashes < PASS_CRASH_LIMIT:
+            return
+        end_tree(
+            self.store,
+            self.dispatcher,
+            execution_id,
+            FAILED,
+            f"the engine could not orchestrate this execution: {crashes} passes in a row "
+            f"crashed ({message})",
+            kind="engine_error",
+        )
 
     def run_pass(self, tx: OrchestrationTx) -> PassResult:
         """One pass inside the caller's transaction; publish `result.publish` after the
@@ -112,3 +165,14 @@ class PassResult:
     changed: bool = False
     # every waiting completion may wait for a later pass (orchestrator.batching)
     deferred: bool = False
+
+
+def crash_message(exc: BaseException) -> str:
+    """`Type: first line of the message`, shortened, as text Postgres can store (an
+    exception's message may quote the very value that could not be stored)."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    if len(text) > CRASH_MESSAGE_CHARS:
+        text = text[: CRASH_MESSAGE_CHARS - 1] + "…"
+    text = text.replace("\x00", "\\u0000")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -8,7 +8,13 @@ One sweep, run by one process at a time (a lease row in Postgres):
    next attempt, up to `max_attempts` runs; then, or when a step's deadline passed, they
    fail with a terminal event like any failed command, and the flow goes on from there;
 3. executions with completions nobody folded (a lost wake-up) get an orchestration pass;
-4. executions running longer than the execution timeout end FAILED.
+4. executions running longer than the execution timeout end FAILED;
+5. `delayed` commands whose due time came (a cursor claim retried after a backoff) are
+   issued and published.
+
+Each part, and each execution or command within it, is handled on its own: whatever goes
+wrong with one is logged and the sweep goes on with the next, so one bad execution (a
+pass that crashes on it, engine.orchestrate) cannot take the catch-up away from the rest.
 
 Celery beat sends the sweep task every `reaper_interval_seconds`; the embedded default
 runs it on a thread.
@@ -18,7 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
@@ -33,6 +42,7 @@ from noetl_celery.store.reaper import (
     give_up,
     lost_commands,
     reissue,
+    release_delayed,
     release_lease,
     republish_stale,
     take_lease,
@@ -41,6 +51,8 @@ from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow
 
 log = logging.getLogger("noetl_celery.reaper")
+
+_T = TypeVar("_T")
 
 LEASE_NAME = "reaper"
 
@@ -64,9 +76,21 @@ class Sweep:
     failed: int = 0
     woken: int = 0
     timed_out: int = 0
+    released: int = 0  # delayed commands issued at their due time
+    errors: int = 0  # parts or executions the sweep could not handle (logged)
 
     def __bool__(self) -> bool:
-        return any((self.republished, self.reissued, self.failed, self.woken, self.timed_out))
+        return any(
+            (
+                self.republished,
+                self.reissued,
+                self.failed,
+                self.woken,
+                self.timed_out,
+                self.released,
+                self.errors,
+            )
+        )
 
 
 class Reaper:
@@ -104,30 +128,60 @@ class Reaper:
     def _sweep(self) -> Sweep:
         report = Sweep()
         dispatcher = self.orchestrator.dispatcher
-        stale = republish_stale(self.store, self.policy.issued_grace_seconds)
-        if stale:
-            dispatcher.publish(stale)
-            report.republished = len(stale)
+        with self._guard(report, "republishing issued commands"):
+            stale = republish_stale(self.store, self.policy.issued_grace_seconds)
+            if stale:
+                dispatcher.publish(stale)
+                report.republished = len(stale)
+        with self._guard(report, "issuing delayed commands"):
+            due = release_delayed(self.store)
+            if due:
+                dispatcher.publish(due)
+                report.released = len(due)
         wake: set[str] = set()
-        for lost in lost_commands(self.store):
-            new_id = self._recover(lost, report)
-            if new_id is not None:
-                dispatcher.publish([new_id])
-            else:
-                wake.add(lost.execution_id)
-        if self.policy.execution_timeout_seconds > 0:
-            for execution_id in executions_past(self.store, self.policy.execution_timeout_seconds):
-                message = (
-                    f"execution timed out after {self.policy.execution_timeout_seconds:g}s "
-                    "(NOETL_EXECUTION_TIMEOUT_SECONDS)"
-                )
-                if end_tree(self.store, dispatcher, execution_id, FAILED, message):
-                    report.timed_out += 1
-        wake.update(executions_to_wake(self.store, self.policy.wake_grace_seconds))
+        for lost in self._listed(report, "lost commands", lost_commands):
+            with self._guard(report, f"recovering command {lost.command_id}", lost.execution_id):
+                new_id = self._recover(lost, report)
+                if new_id is not None:
+                    dispatcher.publish([new_id])
+                else:
+                    wake.add(lost.execution_id)
+        timeout = self.policy.execution_timeout_seconds
+        if timeout > 0:
+            message = f"execution timed out after {timeout:g}s (NOETL_EXECUTION_TIMEOUT_SECONDS)"
+            past = self._listed(report, "timed-out executions", executions_past, timeout)
+            for execution_id in past:
+                with self._guard(report, "ending a timed-out execution", execution_id):
+                    if end_tree(self.store, dispatcher, execution_id, FAILED, message):
+                        report.timed_out += 1
+        grace = self.policy.wake_grace_seconds
+        wake.update(self._listed(report, "executions to wake", executions_to_wake, grace))
         for execution_id in sorted(wake):
-            self.orchestrator.drive(execution_id, wait=False)
-        report.woken = len(wake)
+            with self._guard(report, "waking an execution", execution_id):
+                self.orchestrator.drive(execution_id, wait=False)
+                report.woken += 1
         return report
+
+    @contextmanager
+    def _guard(self, report: Sweep, what: str, execution_id: str | None = None) -> Iterator[None]:
+        """Log what went wrong with one part of the sweep and go on with the next (a
+        pass that crashes on one execution was recorded by the orchestrator already;
+        what lands here is mostly the database being away for a moment)."""
+        try:
+            yield
+        except Exception:
+            report.errors += 1
+            about = {"execution_id": execution_id} if execution_id else {}
+            suffix = f" {execution_id}" if execution_id else ""
+            log.warning("reaper: %s%s failed", what, suffix, exc_info=True, extra=about)
+
+    def _listed(
+        self, report: Sweep, what: str, query: Callable[..., list[_T]], *args: object
+    ) -> list[_T]:
+        """`query(store, *args)`, or nothing when it failed (logged)."""
+        with self._guard(report, f"listing {what}"):
+            return query(self.store, *args)
+        return []
 
     def _recover(self, lost: LostCommand, report: Sweep) -> str | None:
         """The next attempt's id to publish, or None when the command failed for good."""

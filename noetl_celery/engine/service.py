@@ -80,6 +80,9 @@ class Engine:
             default_parallel_window=settings.default_parallel_window,
             loop_results_cap=settings.loop_results_cap,
             template_mode=settings.template_mode,
+            claim_attempts=settings.claim_max_attempts,
+            claim_retry_delay_seconds=settings.claim_retry_delay_seconds,
+            max_retry_delay_seconds=settings.max_retry_delay_seconds,
         )
         self.orchestrator = Orchestrator(
             self.store,

@@ -19,11 +19,16 @@ log = logging.getLogger("noetl_celery.termination")
 
 
 def end_tree(
-    store: Store, dispatcher: Dispatcher, execution_id: str, status: str, message: str
+    store: Store,
+    dispatcher: Dispatcher,
+    execution_id: str,
+    status: str,
+    message: str,
+    kind: str | None = None,
 ) -> bool:
-    """End `execution_id` with `status` and its running descendants with CANCELLED.
-    False when it had already ended."""
-    ended = end_execution(store, execution_id, status, message)
+    """End `execution_id` with `status` (its error: `message`, of `kind`) and its
+    running descendants with CANCELLED. False when it had already ended."""
+    ended = end_execution(store, execution_id, status, message, kind)
     if not ended.ended:
         return False
     log.info(

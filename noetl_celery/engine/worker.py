@@ -3,6 +3,13 @@
 Running the orchestration pass in the worker that just finished (when the execution's
 lock is free) saves a broker round trip per completion; if another process holds the
 lock, that process handles our completion before it lets go.
+
+Whatever the command produced, it is closed once: an outcome the database refuses (a
+NUL character in a result, on Postgres) fails the command with kind
+`result_not_storable`, and an in-place pass that crashes is left to the orchestrator
+(engine.orchestrate records the crash) while the close commits without it. Raising out
+of here instead would leave the command `running` until its lease ran out, and the
+reaper would run it again, to the same end, `NOETL_MAX_ATTEMPTS` times.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import socket
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from noetl_celery import logcapture
@@ -21,18 +29,21 @@ from noetl_celery.engine.claims import HeldFrame
 from noetl_celery.engine.heartbeat import Heartbeats
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.orchestrate import Orchestrator, crash_message
 from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
+from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
 from noetl_celery.orchestrator.state import LoopProgress
 from noetl_celery.store.children import spawn_detached, suspend_and_spawn
 from noetl_celery.store.completion import Closed, CompletionTx
+from noetl_celery.store.database import transient
 from noetl_celery.store.history import write_logs
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
@@ -45,6 +56,18 @@ STOP_POLL_SECONDS = 0.2
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _PassCrashed(Exception):
+    """The in-place pass crashed after the close (not the database being away)."""
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    closed: bool  # False: the command was no longer ours (cancelled or re-issued)
+    publish: list[str] | None  # what to publish; None: nothing more is to be done
+    ran_pass: bool
+    as_given: bool  # the outcome recorded is the one the command produced
 
 
 class CommandExecutor:
@@ -166,53 +189,124 @@ class CommandExecutor:
         after the engine's commit: a crash before it rolls the claim back (the rows stay
         pending, never lost); the window in between is one round trip."""
         try:
-            closed, publish, ran_pass = self._record(command, outcome, capture)
+            recorded = self._record(command, outcome, capture)
         except BaseException:
             if held is not None:
                 held.rollback()
             raise
         if held is not None:
-            if closed:
+            # the claimed rows are the engine's only once their outcome is recorded; a
+            # claim closed as failed (its rows not storable) puts them back
+            if recorded.closed and recorded.as_given:
                 held.commit()
             else:
                 held.rollback()
-        if publish is None:
+        if recorded.publish is None:
             return
-        if publish:
-            self.orchestrator.dispatcher.publish(publish)
+        if recorded.publish:
+            self.orchestrator.dispatcher.publish(recorded.publish)
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
-        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=ran_pass)
+        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
 
     def _record(
         self,
         command: ClaimedCommand,
         outcome: dict[str, Any],
         capture: logcapture.Capture | None = None,
+    ) -> _Recorded:
+        """Close the command with `outcome` and fold it in place when the lock is free.
+        Two failures are deterministic, so raising them would only make the reaper run
+        the command again to the same end: an outcome the database refuses is replaced
+        by a failure saying what could not be stored, and a pass that crashes after the
+        close is dropped (the close commits alone; `_finish` then drives the execution,
+        and the orchestrator records the crash)."""
+        given, fold = outcome, True
+        while True:
+            try:
+                closed, publish, ran_pass = self._record_once(command, outcome, capture, fold)
+            except ResultNotStorable as exc:
+                if outcome is not given:
+                    raise  # not even the failure could be stored: a bug, not the data
+                outcome = self._not_storable(command, given, exc)
+                continue
+            except _PassCrashed as exc:
+                # the orchestrator logs the traceback when its own pass crashes too
+                log.warning(
+                    "the orchestration pass after command %s crashed (%s); its close is "
+                    "stored alone",
+                    command.command_id,
+                    crash_message(exc.__cause__ or exc),
+                    extra=of_command(command.command_id),
+                )
+                fold = False
+                continue
+            return _Recorded(closed, publish, ran_pass, as_given=outcome is given)
+
+    def _record_once(
+        self,
+        command: ClaimedCommand,
+        outcome: dict[str, Any],
+        capture: logcapture.Capture | None,
+        fold: bool,
     ) -> tuple[bool, list[str] | None, bool]:
         """(closed, what to publish or None when nothing more is to be done, a pass ran).
         Not closed: the command was no longer ours (cancelled or re-issued meanwhile).
         The captured output is stored in the same transaction, last, so it holds the
         lines the pass logged too; nothing is written when nothing was captured."""
         with self.store.completion(command) as completion:
-            recorded = self._close_and_fold(completion, command, outcome)
+            recorded = self._close_and_fold(completion, command, outcome, fold)
             completion.add_logs(LogSink.command_rows(capture, command))
             return recorded
 
     def _close_and_fold(
-        self, completion: CompletionTx, command: ClaimedCommand, outcome: dict[str, Any]
+        self,
+        completion: CompletionTx,
+        command: ClaimedCommand,
+        outcome: dict[str, Any],
+        fold: bool = True,
     ) -> tuple[bool, list[str] | None, bool]:
         closed = completion.close(outcome)
         if not closed.closed:
             return False, None, False
+        if not fold:
+            return True, [], False
         if self._deferrable(command, closed):
             return True, None, False  # enough of the window still runs: folded later
         tx = completion.lock()
         if tx is None:
             return True, [], False
-        passed = self.orchestrator.run_pass(tx)
+        try:
+            passed = self.orchestrator.run_pass(tx)
+        except Exception as exc:
+            if transient(exc):
+                raise  # the database is away: nothing can be recorded now
+            raise _PassCrashed from exc
         return True, None if passed.deferred else passed.publish, True
+
+    def _not_storable(
+        self, command: ClaimedCommand, outcome: dict[str, Any], exc: ResultNotStorable
+    ) -> dict[str, Any]:
+        """The failure that replaces an outcome the database refused: it names the step,
+        the item, and where in the outcome the value is and what is wrong with it."""
+        where = f"step '{command.step}'"
+        if command.iteration is not None:
+            where += f" item {command.iteration}"
+        found = find_problem(outcome)
+        if found is not None and found[0]:
+            keys, reason = found
+            what = f"{format_path(str(keys[0]), keys[1:])} {reason}"
+        else:  # the walk found nothing: the database's own words
+            what = f"the database refused it ({exc})"
+        message = self.runner.services.redactor.redact(
+            f"{where} returned a value that cannot be stored: {what}"
+        )
+        log.error(
+            "command %s: %s", command.command_id, message, extra=of_command(command.command_id)
+        )
+        error = {"kind": "result_not_storable", "message": message, "retryable": False}
+        return make_outcome("error", None, error, meta=outcome.get("meta"))
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:

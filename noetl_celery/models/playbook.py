@@ -65,8 +65,9 @@ def positive_or_template(value: int | str, what: str) -> int | str:
 
 
 class FrameSpec(BaseModel):
-    """Cursor frame policy. Only `max_rows` and `row_concurrency` steer the engine;
-    the other fields are accepted for NoETL compatibility."""
+    """Cursor frame policy. `max_rows`, `row_concurrency`, `process` and `max_attempts`
+    (runs of a claim that fails with a retryable error) steer the engine; the other
+    fields are accepted for NoETL compatibility."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -78,11 +79,19 @@ class FrameSpec(BaseModel):
     max_seconds: float | None = None
     max_bytes: int | None = None
     process: Literal["row", "frame"] = "row"
+    # NoETL's frame attempts; here: runs of a claim whose queue database failed
+    # retryably (None: NOETL_CLAIM_MAX_ATTEMPTS)
+    max_attempts: int | str | None = None
 
     @field_validator("max_rows", "row_concurrency")
     @classmethod
     def _positive(cls, value: int | str) -> int | str:
         return positive_or_template(value, "frame sizes")
+
+    @field_validator("max_attempts")
+    @classmethod
+    def _positive_attempts(cls, value: int | str | None) -> int | str | None:
+        return None if value is None else positive_or_template(value, "frame.max_attempts")
 
 
 class LoopSpec(BaseModel):

@@ -7,6 +7,14 @@ the frame is finished. No worker slot is held between frames: a frame is just co
 A claim that returns no rows drains its lane; when every lane is drained and nothing is
 in flight, `loop.done` (unique per epoch), then the step's arcs.
 
+A claim that fails with a retryable error (the queue database restarting, a deadlock)
+rolled its transaction back, so no row was taken: the lane claims the same frame again
+as the claim's next attempt (`:a<n>`, a deterministic id like the reaper's re-issues),
+parked for a backoff that doubles per attempt (`delay_seconds`: the engine stores a due
+time and the reaper's sweep publishes it then; no worker waits). After
+`frame.max_attempts` runs (default `Limits.claim_attempts`) the step fails with the
+claim's last error. Any other claim error fails the step at once.
+
 Body commands are planned as loop iterations numbered across the epoch, so a lane's
 frame is a contiguous iteration range; a body's lane is the lane whose range holds it.
 """
@@ -18,15 +26,17 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.constants import KIND_CLAIM
 from noetl_celery.models.outcome import error_message
 from noetl_celery.models.playbook import Step
-from noetl_celery.orchestrator.decisions import Completion, LoopPlan, NewCommand
-from noetl_celery.orchestrator.ids import claim_command_id, parse_claim
+from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
+from noetl_celery.orchestrator.ids import attempt_of, claim_command_id, parse_claim, with_attempt
 from noetl_celery.orchestrator.state import Lane, LoopProgress, StepState
 
 if TYPE_CHECKING:
     from noetl_celery.orchestrator.decide import Pass
 
 
-def enter_cursor(run: Pass, step: Step, window: int, max_rows: int, row_concurrency: int) -> None:
+def enter_cursor(
+    run: Pass, step: Step, window: int, max_rows: int, row_concurrency: int, claim_attempts: int
+) -> None:
     """Start a new epoch: `window` lanes, each claiming its first frame.
 
     With `frame.process: frame` a frame has one body command whose item is the list of
@@ -46,33 +56,48 @@ def enter_cursor(run: Pass, step: Step, window: int, max_rows: int, row_concurre
         max_rows=max_rows,
         row_concurrency=concurrency,
         per_frame=per_frame,
+        claim_attempts=claim_attempts,
     )
     run.touched_loops.add(step.step)
     for lane in range(window):
         _claim(run, step, st, lane)
 
 
-def _claim(run: Pass, step: Step, st: StepState, lane_no: int) -> None:
+def _claim(
+    run: Pass, step: Step, st: StepState, lane_no: int, attempt: int = 1, delay: float = 0.0
+) -> None:
+    """Issue the lane's claim of its next frame, or (`attempt` > 1) of the same frame
+    again after `delay` seconds."""
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
-    lane.frame += 1
+    if attempt == 1:
+        lane.frame += 1
     lane.claiming = True
     progress.in_flight += 1
     run.state.in_flight += 1
+    base = claim_command_id(run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame)
     run.decision.commands.append(
         NewCommand(
-            command_id=claim_command_id(
-                run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame
-            ),
+            command_id=with_attempt(base, attempt),
             step=step.step,
             kind=KIND_CLAIM,
             epoch=progress.epoch,
             ctx_version=run.ctx_version(),
             item={"lane": lane_no, "frame": lane.frame},
             meta={"max_rows": progress.max_rows},
+            attempt=attempt,
+            delay_seconds=delay,
         )
     )
+
+
+def claim_backoff(limits: Limits, attempt: int) -> float:
+    """Seconds to wait before run `attempt` (>= 2) of a claim: the base delay, doubled
+    for every run after the second, capped. Deterministic (no jitter): a pass redone
+    decides the same. The reaper's sweep interval rounds it up in practice."""
+    delay = limits.claim_retry_delay_seconds * 2 ** min(attempt - 2, 30)
+    return float(min(delay, limits.max_retry_delay_seconds))
 
 
 def on_claim(run: Pass, step: Step, completion: Completion) -> None:
@@ -92,14 +117,7 @@ def on_claim(run: Pass, step: Step, completion: Completion) -> None:
     run.state.in_flight -= 1
     rows = _rows(completion.outcome)
     if not completion.ok:
-        lane.drained = True
-        error = completion.outcome.get("error")
-        run.fail(
-            step.step,
-            completion.epoch,
-            f"cursor claim (lane {lane_no}, frame {frame}) failed: {error_message(error)}",
-            error,
-        )
+        _claim_failed(run, step, st, lane_no, frame, completion)
     elif rows:
         _plan_frame(run, step, st, lane_no, rows)
     elif _duplicates(completion.outcome):
@@ -109,6 +127,30 @@ def on_claim(run: Pass, step: Step, completion: Completion) -> None:
     else:
         lane.drained = True
     _after_lane_change(run, step, st)
+
+
+def _claim_failed(
+    run: Pass, step: Step, st: StepState, lane_no: int, frame: int, completion: Completion
+) -> None:
+    """Claim the frame again after a backoff when the error is retryable and attempts
+    are left; otherwise the lane is drained and the step fails with the claim's error."""
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    error = completion.outcome.get("error")
+    attempt = attempt_of(completion.command_id)
+    attempts = progress.claim_attempts or run.limits.claim_attempts
+    retryable = isinstance(error, dict) and error.get("retryable") is True
+    if retryable and attempt < attempts:
+        _claim(run, step, st, lane_no, attempt + 1, claim_backoff(run.limits, attempt + 1))
+        return
+    progress.lanes[lane_no].drained = True
+    runs = f" after {attempt} attempts" if attempt > 1 else ""
+    run.fail(
+        step.step,
+        completion.epoch,
+        f"cursor claim (lane {lane_no}, frame {frame}) failed{runs}: {error_message(error)}",
+        error,
+    )
 
 
 def _duplicates(outcome: dict[str, Any]) -> int:

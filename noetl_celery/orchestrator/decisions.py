@@ -45,6 +45,12 @@ class Limits:
     max_idle_transitions: int = 10_000
     # "strict" or "noetl" (templating.renderer)
     template_mode: str = "strict"
+    # runs of a cursor claim that fails with a retryable error (the queue database
+    # restarting, a deadlock) before the step fails; `frame.max_attempts` overrides it
+    claim_attempts: int = 5
+    # wait before the second run of such a claim, doubled for every later one, capped
+    claim_retry_delay_seconds: float = 1.0
+    max_retry_delay_seconds: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class NewCommand:
     iteration: int | None = None
     item: Any = None
     meta: dict[str, Any] | None = None
+    attempt: int = 1
+    # > 0: the command is parked (`delayed`) this long before it is published (a claim
+    # retry's backoff); the engine turns it into a due time, the reaper publishes it then
+    delay_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,12 @@ def base_command_id(command_id: str) -> str:
     return command_id
 
 
+def attempt_of(command_id: str) -> int:
+    """Which run of its logical command `command_id` is (1 when it has no suffix)."""
+    _, sep, last = command_id.rpartition(":")
+    return int(last[1:]) if sep and last.startswith("a") and last[1:].isdigit() else 1
+
+
 def with_attempt(command_id: str, attempt: int) -> str:
     """The id of run `attempt` of the same logical command (attempt 1 has no suffix)."""
     base = base_command_id(command_id)

@@ -118,10 +118,15 @@ def enter_loop(run: Pass, step: Step) -> None:
             row_concurrency = positive_int(
                 run, step, frame.row_concurrency, "loop.spec.frame.row_concurrency"
             )
+            attempts = (
+                run.limits.claim_attempts
+                if frame.max_attempts is None
+                else positive_int(run, step, frame.max_attempts, "loop.spec.frame.max_attempts")
+            )
         except NoetlError as exc:
             run.fail(step.step, epoch, str(exc))
             return
-        cursor.enter_cursor(run, step, window, max_rows, row_concurrency)
+        cursor.enter_cursor(run, step, window, max_rows, row_concurrency, attempts)
         return
     preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
     if preplanned is not None:

@@ -45,6 +45,7 @@ class LoopProgress:
     max_rows: int = 0
     row_concurrency: int = 0
     per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
+    claim_attempts: int = 0  # runs of a claim that fails retryably (0: the engine default)
     # the first few unhandled item errors `{item, kind, message}`, for the failure the
     # epoch reports (bounded: the snapshot is rewritten every pass)
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -76,7 +77,7 @@ class StepState:
         if self.loop is None:
             data.pop("loop")
         elif self.loop.lanes is None:
-            for key in ("lanes", "max_rows", "row_concurrency", "per_frame"):
+            for key in ("lanes", "max_rows", "row_concurrency", "per_frame", "claim_attempts"):
                 data["loop"].pop(key)
         if self.loop is not None and not self.loop.errors:
             data["loop"].pop("errors")

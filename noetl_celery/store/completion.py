@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
+from noetl_celery.errors import ResultNotStorable
 from noetl_celery.store.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.store.schema import utcnow
@@ -75,6 +76,16 @@ class CompletionTx:
         self.command = command
 
     def close(self, outcome: dict[str, Any]) -> Closed:
+        """Close the command with `outcome`; ResultNotStorable when the database refuses
+        a value in it (Postgres: a NUL character in text, a lone surrogate). The
+        transaction is then aborted: the caller closes again, in a new one."""
+        try:
+            return self._close(outcome)
+        except DataError as exc:
+            reason = str(exc.orig or exc).strip().splitlines()
+            raise ResultNotStorable(reason[0] if reason else type(exc).__name__) from exc
+
+    def _close(self, outcome: dict[str, Any]) -> Closed:
         cmd, now = self.command, utcnow()
         ok = outcome.get("status") != "error"
         if self.conn.dialect.name == "postgresql":

@@ -22,7 +22,14 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url, select, text
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import NullPool, StaticPool
 
 from noetl_celery.errors import ConfigurationError, SchemaOutdated, StoreError
@@ -249,6 +256,16 @@ class Database:
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+
+
+def transient(exc: BaseException) -> bool:
+    """True for an error that says the database is away or busy right now (unreachable,
+    connection lost, pool exhausted, a deadlock, a serialization failure, SQLite's
+    "database is locked"): doing the same again later may work. False for anything else,
+    which doing the same again would repeat (a value the database refuses, a bug)."""
+    return isinstance(
+        exc, StoreError | OperationalError | InterfaceError | DisconnectionError | PoolTimeout
+    )
 
 
 def known_revisions() -> frozenset[str]:

@@ -7,6 +7,7 @@ ones *this* transaction inserted or issued, and only those get published, after 
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, select, text, update
 
 from noetl_celery.constants import (
+    CMD_DELAYED,
     CMD_ISSUED,
     COMMAND_TERMINAL_EVENTS,
     EV_COMMAND_FAILED,
@@ -211,16 +213,20 @@ class OrchestrationTx:
                     "kind": c.kind or KIND_STEP,
                     "epoch": c.epoch,
                     "iteration": c.iteration,
-                    "attempt": 1,
-                    "status": CMD_ISSUED,
+                    "attempt": c.attempt,
+                    # a delayed command is parked with its due time; the reaper's sweep
+                    # issues and publishes it then (no worker sleeps through a backoff)
+                    "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
                     "ctx_version": c.ctx_version,
                     "item": c.item,
                     "meta": c.meta,
-                    "issued_at": now,
+                    "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
                 }
                 for c in decision.commands
             ]
-            publish += [r[0] for r in conn.execute(stmt, rows).all()]
+            delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
+            inserted = [r[0] for r in conn.execute(stmt, rows).all()]
+            publish += [cid for cid in inserted if cid not in delayed]
         for issue in decision.issues:
             params = {
                 "b_eid": eid,

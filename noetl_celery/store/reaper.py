@@ -6,6 +6,8 @@
   next attempt of the same coordinate (`:a<n>`, same item, same context), up to a limit;
   past the limit, or past its step deadline, it fails with a terminal event in the inbox
 - an execution with completions waiting and nobody folding them is woken
+- a `delayed` command (a cursor claim retried after a backoff) whose due time came is
+  issued, and published by the transaction that issued it
 
 Only RUNNING executions are looked at, through their commands' index (there is no index
 on `commands.status`: it would make every claim and close a non-HOT update).
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, and_, or_, select, update
 
 from noetl_celery.constants import (
+    CMD_DELAYED,
     CMD_EXPIRED,
     CMD_FAILED,
     CMD_ISSUED,
@@ -113,6 +116,36 @@ def republish_stale(store: Store, grace: float, limit: int = 1000) -> list[str]:
                 .values(issued_at=now, republished=commands.c.republished + 1)
             )
     return due
+
+
+def release_delayed(store: Store, limit: int = 1000) -> list[str]:
+    """Issue the `delayed` commands whose due time (`issued_at`) has come; returns the
+    ids this call issued, to publish (a concurrent sweep issues none of them twice)."""
+    now = utcnow()
+    with store.db.engine.begin() as conn:
+        due = (
+            conn.execute(
+                select(commands.c.command_id)
+                .select_from(commands.join(executions, _of_execution))
+                .where(
+                    executions.c.status == RUNNING,
+                    commands.c.status == CMD_DELAYED,
+                    commands.c.issued_at <= now,
+                )
+                .limit(limit)
+            )
+            .scalars()
+            .all()
+        )
+        if not due:
+            return []
+        issued = conn.execute(
+            update(commands)
+            .where(commands.c.command_id.in_(due), commands.c.status == CMD_DELAYED)
+            .values(status=CMD_ISSUED, issued_at=now)
+            .returning(commands.c.command_id)
+        ).all()
+    return sorted(str(r[0]) for r in issued)
 
 
 def lost_commands(store: Store, limit: int = 1000) -> list[LostCommand]:

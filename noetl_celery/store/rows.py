@@ -125,6 +125,7 @@ class CommandCounts:
     cancelled: int = 0
     expired: int = 0  # runs lost with their worker (each replaced by a next attempt)
     waiting: int = 0  # parked until a child execution ends (sub-playbooks)
+    delayed: int = 0  # parked until a backoff ends (a cursor claim retried)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ commands = Table(
     Column("iteration", Integer, nullable=True),
     Column("attempt", Integer, nullable=False, default=1),
     # planned -> issued -> running [-> waiting -> issued -> running] -> completed | failed
-    # | cancelled
+    # | cancelled; a claim retried after a backoff is inserted `delayed` -> issued -> ...
     Column("status", String(16), nullable=False),
     Column("ctx_version", Integer, nullable=False),
     Column("item", Json, nullable=True),  # the loop item / claimed row of this command
@@ -128,6 +128,7 @@ commands = Table(
     # times the reaper published an `issued` command again; each wait doubles (a long
     # broker backlog must not turn into a storm of duplicates)
     Column("republished", Integer, nullable=False, server_default="0"),
+    # when it was issued; for a `delayed` command, when it is due (the reaper issues it)
     Column("issued_at", DateTime, nullable=True),
     Column("started_at", DateTime, nullable=True),
     Column("finished_at", DateTime, nullable=True),

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 if TYPE_CHECKING:
     from noetl_celery.tools.services import ToolServices
 
-# Error kinds a tool may report. Policies match on `output.error.kind`.
+# Error kinds a tool may report, and (last) the ones the engine gives a command that
+# could not finish normally. Policies and arcs match on `output.error.kind`.
 ERROR_KINDS = frozenset(
     {
         "connection",  # could not reach the remote end
@@ -38,6 +39,10 @@ ERROR_KINDS = frozenset(
         "config_error",  # the tool is misconfigured (missing field, unknown credential)
         "result_error",  # the tool ran but its result says status error/failed
         "cancelled",
+        # set by the engine
+        "result_not_storable",  # the outcome holds a value Postgres cannot store (NUL)
+        "engine_error",  # the engine crashed running the command, or orchestrating
+        "worker_lost",  # the command's worker died NOETL_MAX_ATTEMPTS times
     }
 )
 

@@ -126,3 +126,55 @@ def test_lost_message_then_lost_worker_then_give_up(
             second,
         ),
     ]
+
+
+def nested(depth: int) -> dict[str, object]:
+    """`{"a": {"a": ... {}}}`, `depth` mappings deep."""
+    root: dict[str, object] = {}
+    node = root
+    for _ in range(depth - 1):
+        child: dict[str, object] = {}
+        node["a"] = child
+        node = child
+    return root
+
+
+def test_an_execution_whose_pass_crashes_does_not_cost_the_others_their_catch_up(
+    engine: tuple[Engine, Recorder],
+) -> None:
+    """Unstarted executions (the process that created them died before their first pass)
+    are started by the sweep. One whose first pass crashes (a payload nested past the
+    bounds `run` enforces, written straight through the store) is sorted first: the others
+    still get their pass on the same sweep, and it ends FAILED with the error instead of
+    staying RUNNING with every sweep crashing on it."""
+    built, sent = engine
+    _, entry = built.register_text(PLAYBOOK)
+    bad, healthy = "100", ["200", "300"]
+    built.store.create_execution(bad, entry, {"deep": nested(600)})
+    for eid in healthy:
+        built.store.create_execution(eid, entry, None)
+
+    first = built.reaper.sweep()
+    for eid in healthy:  # caught up on the very sweep that met the bad one
+        assert built.store.execution(eid).passes == 1
+        assert f"{eid}:only:1" in sent.published
+    assert first.woken == 3
+    assert built.store.execution_status(bad) == "RUNNING"
+    [crash] = built.events(bad, types=["pass.failed"])
+    assert crash["payload"]["error"]["kind"] == "engine_error"
+    assert crash["payload"]["error"]["message"].startswith("RecursionError: maximum recursion")
+
+    for _ in range(2):  # it may crash where it ran; the third crash in a row ends it
+        built.reaper.sweep()
+    summary = built.summary(bad)
+    assert summary["status"] == "FAILED"
+    assert summary["error"].startswith(
+        "the engine could not orchestrate this execution: 3 passes in a row crashed "
+        "(RecursionError: maximum recursion depth exceeded"
+    )
+    assert [e["kind"] for e in summary["errors"]] == ["engine_error"]
+    assert len(built.events(bad, types=["pass.failed"])) == 3
+    assert [e["type"] for e in built.events(bad)][-1] == "execution.failed"
+    assert built.reaper.sweep().woken == 0  # nothing left to catch up
+    for eid in healthy:
+        assert built.store.execution_status(eid) == "RUNNING"  # their commands wait

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import func, select
@@ -18,8 +20,10 @@ from noetl_celery.orchestrator.decisions import (
 )
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.reaper import release_delayed
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import commands, events
+from noetl_celery.store.termination import end_execution
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -188,3 +192,24 @@ def test_bookkeeping_commits_async_but_a_terminal_commits_synchronously(pg_url: 
     apply(store, eid, decision(eid, terminal=Terminal("COMPLETED", None, None)))
     assert sum("SET LOCAL synchronous_commit TO on" in s for s in seen) == 1
     database.dispose()
+
+
+def test_a_delayed_command_waits_in_the_table_until_the_sweep_issues_it(store: Store) -> None:
+    """A claim retried after a backoff: parked (not published, not claimable) until it is
+    due, then issued by exactly one release, which publishes it."""
+    eid = new_execution(store)
+    later = NewCommand(
+        f"{eid}:start:1:c0.1:a2", "start", "claim", 1, 0, attempt=2, delay_seconds=3600.0
+    )
+    soon = replace(later, command_id=f"{eid}:start:1:c1.1:a2", delay_seconds=0.01)
+    assert apply(store, eid, decision(eid, commands=[later, soon])) == []  # none published
+    assert store.claim(soon.command_id, "w1", 60) is None  # an early message runs nothing
+    assert store.command_counts(eid).delayed == 2
+    time.sleep(0.05)
+    assert release_delayed(store) == [soon.command_id]  # due: issued, to publish
+    assert release_delayed(store) == []  # once
+    claimed = store.claim(soon.command_id, "w1", 60)
+    assert claimed is not None and claimed.attempt == 2
+    # cancelling the execution cancels the one still waiting: it can never run
+    assert end_execution(store, eid, "CANCELLED", "cancelled by test").ended
+    assert store.command_status(later.command_id) == "cancelled"

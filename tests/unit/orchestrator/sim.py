@@ -76,6 +76,7 @@ class Sim:
                     "epoch": c.epoch,
                     "iteration": None,
                     "item": c.item,
+                    "delay": c.delay_seconds,
                 }
             )
         eid = self.state.execution_id

@@ -3,10 +3,15 @@ row runs exactly once; loop.done once; lanes and rows in flight stay within boun
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
+from noetl_celery.models.outcome import make_outcome
+from noetl_celery.orchestrator.cursor import claim_backoff
+from noetl_celery.orchestrator.decide import decide, start
+from noetl_celery.orchestrator.decisions import Completion, Limits
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
 
 CURSOR = """apiVersion: noetl.io/v2
@@ -105,11 +110,13 @@ def test_an_empty_queue_finishes_after_one_claim_per_lane() -> None:
 
 
 def test_a_failing_claim_fails_the_step() -> None:
-    sim = Sim(playbook(CURSOR.format(lanes=2, rows=10, conc=2)), Queue(10, 10, fail_claim=True))
+    queue = Queue(10, 10, fail_claim=True)
+    sim = Sim(playbook(CURSOR.format(lanes=2, rows=10, conc=2)), queue)
     state = sim.run()
     assert state.status == "FAILED"
     assert "cursor claim" in state.failures[0]["message"]
     assert "relation does not exist" in state.failures[0]["message"]
+    assert queue.claims == 2  # not retryable (a missing table): no lane claims again
 
 
 def test_reentry_starts_new_frames() -> None:
@@ -181,3 +188,111 @@ def test_a_frame_of_rows_claimed_before_is_not_the_end_of_the_queue() -> None:
     bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)
     assert bodies == list(range(30))  # the lane went on claiming after the empty frame
     assert sim.results[("drain", 1)]["stats"]["total"] == 30
+
+
+def down(message: str = "connection refused") -> dict[str, Any]:
+    """A claim whose queue database was away: the driver marks it retryable."""
+    return make_outcome(
+        "error", None, {"kind": "db_connection", "message": message, "retryable": True}
+    )
+
+
+class Flaky(Queue):
+    """The queue database is away for the claims numbered in `outage` (1-based)."""
+
+    def __init__(self, size: int, max_rows: int, outage: set[int]) -> None:
+        super().__init__(size, max_rows, bad=None)
+        self.outage = outage
+        self.seen = 0
+
+    def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+        if step == "drain" and iteration is None:
+            self.seen += 1
+            if self.seen in self.outage:
+                return down(f"claim {self.seen}: connection refused")
+        return super().__call__(step, item, iteration)
+
+
+def claims_issued(sim: Sim) -> list[tuple[str, float]]:
+    """(command id without the execution, delay) of every claim, in issue order."""
+    return [
+        (c.command_id.split(":", 1)[1], c.delay_seconds)
+        for d in sim.decisions
+        for c in d.commands
+        if c.kind == "claim"
+    ]
+
+
+def test_a_claim_that_meets_a_database_error_is_claimed_again_with_backoff() -> None:
+    # one lane: claims 2, 3 and 4 meet the outage; the frame is claimed again each time
+    queue = Flaky(12, 5, outage={2, 3, 4})
+    sim = Sim(playbook(CURSOR.format(lanes=1, rows=5, conc=2)), queue)
+    state = sim.run()
+    assert state.status == "COMPLETED", state.failures
+    assert claims_issued(sim) == [
+        ("drain:1:c0.1", 0.0),
+        ("drain:1:c0.2", 0.0),
+        ("drain:1:c0.2:a2", 1.0),  # the same frame, the next attempt, after a backoff
+        ("drain:1:c0.2:a3", 2.0),
+        ("drain:1:c0.2:a4", 4.0),
+        ("drain:1:c0.3", 0.0),
+        ("drain:1:c0.4", 0.0),
+    ]
+    bodies = sorted(i for s, i in sim.ran if s == "drain" and i is not None)
+    assert bodies == list(range(12))  # every row ran once
+    assert sim.results[("drain", 1)]["stats"] == {"total": 12, "success": 12, "failed": 0}
+    assert sim.event_types().count("loop.done") == 1
+
+
+def test_a_claim_that_keeps_failing_fails_the_step_with_the_real_error() -> None:
+    queue = Flaky(10, 5, outage=set(range(2, 100)))
+    sim = Sim(playbook(CURSOR.format(lanes=2, rows=5, conc=2)), queue)
+    state = sim.run()
+    assert state.status == "FAILED"
+    # claim 1 (lane 0) got the first frame; every later claim met the outage
+    assert sorted(f["message"].split(" failed")[0] for f in state.failures) == [
+        "cursor claim (lane 0, frame 2)",
+        "cursor claim (lane 1, frame 1)",
+    ]
+    for failure in state.failures:
+        assert " failed after 5 attempts: claim " in failure["message"]
+        assert failure["message"].endswith(": connection refused")  # the last real error
+        assert failure["error"]["kind"] == "db_connection"
+    assert sim.results[("drain", 1)]["stats"] == {"total": 5, "success": 5, "failed": 0}
+    retries = [(cid, delay) for cid, delay in claims_issued(sim) if ":a" in cid]
+    assert sorted({delay for _, delay in retries}) == [1.0, 2.0, 4.0, 8.0]
+    assert max(int(cid.rsplit(":a", 1)[1]) for cid, _ in retries) == 5
+
+
+def test_frame_max_attempts_sets_the_claim_attempts() -> None:
+    text = CURSOR.format(lanes=1, rows=5, conc=2).replace(
+        "frame: {max_rows: 5, row_concurrency: 2}",
+        "frame: {max_rows: 5, row_concurrency: 2, max_attempts: 2}",
+    )
+    sim = Sim(playbook(text), Flaky(10, 5, outage={1, 2}))
+    state = sim.run()
+    assert state.status == "FAILED"
+    assert "(lane 0, frame 1) failed after 2 attempts" in state.failures[0]["message"]
+    assert [cid for cid, _ in claims_issued(sim)] == ["drain:1:c0.1", "drain:1:c0.1:a2"]
+
+
+def test_a_redone_pass_decides_the_same_claim_retry() -> None:
+    sim = Sim(playbook(CURSOR.format(lanes=2, rows=5, conc=2)), Queue(10, 5))
+    sim.apply(start(sim.playbook, "e1", None, sim, sim.limits))
+    assert sim.state is not None
+    failed = Completion(1, "e1:drain:1:c1.1:a2", "drain", 1, None, down())
+    first, again = (
+        decide(sim.playbook, copy.deepcopy(sim.state), [failed], sim, sim.limits) for _ in range(2)
+    )
+    assert first.commands == again.commands
+    [retry] = first.commands
+    assert (retry.command_id, retry.attempt, retry.delay_seconds) == ("e1:drain:1:c1.1:a3", 3, 2.0)
+    assert retry.item == {"lane": 1, "frame": 1}
+
+
+@pytest.mark.parametrize(
+    ("attempt", "delay"), [(2, 0.5), (3, 1.0), (4, 2.0), (5, 4.0), (12, 10.0), (99, 10.0)]
+)
+def test_claim_backoff_doubles_up_to_the_cap(attempt: int, delay: float) -> None:
+    limits = Limits(claim_retry_delay_seconds=0.5, max_retry_delay_seconds=10.0)
+    assert claim_backoff(limits, attempt) == delay
