@@ -130,9 +130,10 @@ def load_settings() -> Settings:
 def build_engine(settings: Settings, *, dispatch: bool, read_only: bool = False) -> Engine:
     """An engine; with `dispatch`, commands go to in-process threads (embedded) or to
     Celery workers (NOETL_BROKER_URL set). A `read_only` command creates nothing, not even
-    the embedded database file; the others refuse a broker with the embedded database."""
-    if not read_only:
-        settings.require_shared_database()
+    the embedded database file; every command refuses a broker with the embedded database."""
+    # a read with a broker but the embedded database would show an empty, unrelated
+    # history as if it were the fleet's: refused like any other command
+    settings.require_shared_database()
     engine = Engine(settings, schema=schema_mode(settings, writes=not read_only))
     if dispatch:
         if settings.embedded:

@@ -46,7 +46,8 @@ EVERY_COMMAND: dict[str, list[str]] = {
     "executions": ["executions"],
     "db upgrade": ["db", "upgrade"],
 }
-# commands that may write: they refuse a broker with the embedded database
+# every command but `db upgrade` (which migrates what it is pointed at) refuses a broker
+# with the embedded database: a read there would show an unrelated, empty history
 WRITERS = [
     "run",
     "run --json",
@@ -55,6 +56,9 @@ WRITERS = [
     "cancel",
     "schedule add",
     "schedule list",
+    "status",
+    "events",
+    "executions",
     "catalog register",
 ]
 
