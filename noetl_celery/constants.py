@@ -41,12 +41,15 @@ EV_STEP_FAILED: Final = "step.failed"  # an unhandled step failure, recorded onc
 EV_EXECUTION_COMPLETED: Final = "execution.completed"
 EV_EXECUTION_FAILED: Final = "execution.failed"
 EV_EXECUTION_CANCELLED: Final = "execution.cancelled"
+# rows a cursor step had claimed from the user's queue and not processed when its
+# execution was ended from outside (cancel, execution timeout): one per step
+EV_CURSOR_UNFINISHED: Final = "cursor.unfinished"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
 )
 EVENT_TYPES: Final = frozenset(
-    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED}
+    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED, EV_CURSOR_UNFINISHED}
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS
 )
