@@ -47,12 +47,15 @@ EV_EXECUTION_CANCELLED: Final = "execution.cancelled"
 # an orchestration pass of the execution crashed (not the database being away): recorded
 # so that repeated crashes end the execution FAILED instead of leaving it RUNNING
 EV_PASS_FAILED: Final = "pass.failed"
+# rows a cursor step had claimed from the user's queue and not processed when its
+# execution was ended from outside (cancel, execution timeout): one per step
+EV_CURSOR_UNFINISHED: Final = "cursor.unfinished"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
 )
 EVENT_TYPES: Final = frozenset(
-    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED, EV_PASS_FAILED}
+    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED, EV_PASS_FAILED, EV_CURSOR_UNFINISHED}
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS
 )

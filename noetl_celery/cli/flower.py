@@ -3,7 +3,8 @@
 Bound to 127.0.0.1 unless told otherwise. Flower 2 serves its REST API (`/api/...`)
 only with authentication configured, or with `FLOWER_UNAUTHENTICATED_API=true`;
 `--basic-auth USER:PASS` (or `NOETL_FLOWER_BASIC_AUTH`) turns on basic auth for the
-pages and the API alike. Workers send task events only while a monitor asks for them:
+pages, the API and `/metrics` alike (Flower itself leaves `/metrics` open: see
+tasks.flower_metrics). Workers send task events only while a monitor asks for them:
 Flower asks every few seconds, and this command asks them to stop when Flower exits
 (see tasks.task_events), so a deployment pays for them only while Flower runs.
 """
@@ -40,7 +41,7 @@ def check_basic_auth(value: str) -> str:
     "basic_auth",
     metavar="USER:PASS",
     default=lambda: os.environ.get("NOETL_FLOWER_BASIC_AUTH") or None,
-    help="HTTP basic auth for pages and API (default: NOETL_FLOWER_BASIC_AUTH).",
+    help="HTTP basic auth for pages, API and /metrics (default: NOETL_FLOWER_BASIC_AUTH).",
 )
 @click.argument("flower_args", nargs=-1, type=click.UNPROCESSED)
 def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[str, ...]) -> None:
@@ -54,7 +55,10 @@ def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[s
         # command line
         argv.append(f"--basic-auth={check_basic_auth(basic_auth)}")
     from noetl_celery.tasks.app import app
+    from noetl_celery.tasks.flower_metrics import protect_metrics
     from noetl_celery.tasks.task_events import disable_task_events
+
+    protect_metrics()
 
     try:
         app.start(argv=[*argv, *flower_args])

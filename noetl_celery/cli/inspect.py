@@ -7,7 +7,12 @@ from typing import Any
 import click
 
 from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
-from noetl_celery.cli.views import executions_renderable, status_renderable, stdout_console
+from noetl_celery.cli.views import (
+    executions_renderable,
+    status_renderable,
+    stdout_console,
+    unfinished_text,
+)
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.errors import ExecutionNotFound
 
@@ -69,23 +74,48 @@ def executions(
 
 @click.command()
 @click.argument("execution_id")
-@click.option("--json", "as_json", is_flag=True, help="Print {execution_id, status, cancelled}.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {execution_id, status, cancelled, unfinished_rows, child_unfinished_rows}.",
+)
 def cancel(execution_id: str, as_json: bool) -> None:
     """Cancel a running execution and its children: nothing more is issued, running
-    pipelines stop at their next task boundary. Exit 1 if it had already ended."""
+    pipelines stop at their next task boundary. Rows cursor steps had claimed and not
+    processed are listed (they stay claimed in your queue). Exit 1 if it had already
+    ended."""
     engine = build_engine(load_settings(), dispatch=True)
     try:
-        cancelled = engine.cancel(execution_id, "cancelled by `noetl-celery cancel`")
+        ended = engine.cancel_tree(execution_id, "cancelled by `noetl-celery cancel`")
         status_now = engine.store.execution_status(execution_id)
     except ExecutionNotFound as exc:
         raise InvalidInput(str(exc)) from exc
     finally:
         engine.close()
+    left = ended.unfinished_rows if ended is not None else {}
+    children = {
+        child.execution_id: child.unfinished_rows
+        for child in (ended.descendants() if ended is not None else ())
+        if child.unfinished_rows
+    }
     if as_json:
-        dump_json({"execution_id": execution_id, "status": status_now, "cancelled": cancelled})
-    elif cancelled:
+        dump_json(
+            {
+                "execution_id": execution_id,
+                "status": status_now,
+                "cancelled": ended is not None,
+                # per cursor step: {epoch, count, rows, interrupted, truncated}
+                "unfinished_rows": left,
+                "child_unfinished_rows": children,
+            }
+        )
+    elif ended is not None:
         click.echo(f"execution {execution_id} CANCELLED")
+        for eid, reports in [(execution_id, left), *children.items()]:
+            for step, report in reports.items():
+                click.echo(unfinished_text(eid, step, report), err=True)
     else:
         click.echo(f"execution {execution_id} had already ended: {status_now}", err=True)
-    if not cancelled:
+    if ended is None:
         raise SystemExit(1)

@@ -87,7 +87,22 @@ def status_renderable(view: dict[str, Any]) -> RenderableType:
         parts.append(Text(f"error in {err.get('step')}: {err.get('message')}", style="red"))
     if view.get("error") and not view["errors"]:
         parts.append(Text(f"error: {view['error']}", style="red"))
+    for step, report in (view.get("unfinished_rows") or {}).items():
+        parts.append(Text(unfinished_text(view["execution_id"], step, report), style="yellow"))
     return Group(*parts)
+
+
+def unfinished_text(execution_id: str, step: str, report: dict[str, Any]) -> str:
+    """One line about the rows a cursor step left claimed in the user's queue."""
+    interrupted = report.get("interrupted") or []
+    note = ""
+    if interrupted and not report.get("truncated"):
+        note = f" ({len(interrupted)} interrupted while running)"
+    return (
+        f"{step}: {report.get('count', 0)} claimed row(s) not processed{note}, still claimed "
+        f"in your queue; list them: noetl-celery events {execution_id} --type "
+        "cursor.unfinished --json"
+    )
 
 
 def _waiting_text(waiting: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.rerun import plan_rerun
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
-from noetl_celery.engine.termination import end_tree
+from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.inputs import PayloadLimits, check_payload
@@ -276,6 +276,11 @@ class Engine:
         """End a running execution CANCELLED, with its children: nothing more is issued or
         claimed, running pipelines stop at their next task boundary. False when it had
         already ended."""
+        return self.cancel_tree(execution_id, reason) is not None
+
+    def cancel_tree(self, execution_id: str, reason: str = "cancelled") -> Termination | None:
+        """`cancel`, telling what it left behind: per execution of the tree, the rows its
+        cursor steps had claimed and will not process. None when it had already ended."""
         self.store.execution(execution_id)  # raises ExecutionNotFound
         return end_tree(self.store, self._dispatcher, execution_id, CANCELLED, reason)
 

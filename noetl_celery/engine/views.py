@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED
+from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import utcnow
+from noetl_celery.store.termination import recorded_unfinished_rows
 
 # errors `run --json` lists for a failed execution, and characters kept of an item
 RUN_ERRORS_LIMIT = 20
@@ -154,4 +155,9 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         "errors": state.get("failures") or [],
         "loops": loop_progress(store, row),
         "commands": store.command_counts(row.execution_id).__dict__,
+        # rows cursor steps had claimed and left unprocessed when the execution was
+        # cancelled or timed out (read only once it has ended: they are written then)
+        "unfinished_rows": {}
+        if row.status == RUNNING
+        else recorded_unfinished_rows(store, row.execution_id),
     }

@@ -296,10 +296,14 @@ def unusable_message(shown: str, url: str, exc: BaseException) -> str:
     """One line: which database, why the driver gave up, what to do."""
     reason = _reason(exc)
     try:
-        password = make_url(url).password
+        parsed = make_url(url)
+        password, names = parsed.password, {parsed.username, parsed.host, parsed.database}
     except (ArgumentError, ValueError):
-        password = None
-    if password:
+        password, names = None, set()
+    # a password that is also the URL's user, host or database name (compose's
+    # noetl:noetl@.../noetl) is not masked as a word: `shown` prints that name anyway, and
+    # masking it would blank `database "noetl" does not exist`, the one useful fact
+    if password and str(password) not in names:
         reason = reason.replace(str(password), "***")
     low = reason.lower()
     if url.startswith("sqlite"):

@@ -111,7 +111,7 @@ class OrchestrationTx:
         the row's key."""
         out = []
         for completion in completions:
-            rows = _claimed_rows(completion)
+            rows = claimed_rows(completion)
             if rows:
                 fresh = self._fresh(completion, rows)
                 if len(fresh) != len(rows):
@@ -317,7 +317,8 @@ def row_key(row: Any) -> str:
     return hashlib.sha256(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _claimed_rows(completion: Completion) -> list[Any]:
+def claimed_rows(completion: Completion) -> list[Any]:
+    """The rows a cursor claim's completion carries (none for anything else)."""
     if parse_claim(completion.command_id) is None or not completion.ok:
         return []
     result = completion.outcome.get("result")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl_celery.errors import ConfigurationError, CredentialError
-from noetl_celery.tools.redaction import collect_secrets
+from noetl_celery.tools.redaction import credential_secrets
 
 _URL_FIELDS = ("dsn", "url", "conninfo", "db_conn_string", "connection_string")
 # (conninfo keyword, accepted field names in order of preference)
@@ -89,9 +89,10 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _parse_entries(raw: Any, source: str) -> dict[str, Credential]:
+def _parse_entries(raw: Any, source: str) -> tuple[dict[str, Credential], list[Any]]:
+    """The credentials by alias, and every entry as written (for its secrets)."""
     if raw is None:
-        return {}
+        return {}, []
     if isinstance(raw, Mapping) and isinstance(raw.get("name"), str) and "data" in raw:
         raw = [raw]  # a single record, as in NoETL's fixture files
     if isinstance(raw, list):
@@ -101,9 +102,12 @@ def _parse_entries(raw: Any, source: str) -> dict[str, Credential]:
             if not isinstance(name, str) or not name:
                 raise ConfigurationError(f"{source}: credential #{index} needs a `name`")
             out[name] = _normalise(name, entry, source)
-        return out
+        return out, list(raw)
     if isinstance(raw, Mapping):
-        return {str(alias): _normalise(str(alias), entry, source) for alias, entry in raw.items()}
+        entries = {
+            str(alias): _normalise(str(alias), entry, source) for alias, entry in raw.items()
+        }
+        return entries, list(raw.values())
     raise ConfigurationError(f"{source}: expected a mapping or a list of credentials")
 
 
@@ -114,8 +118,11 @@ class CredentialStore:
         self, mapping: Mapping[str, Any] | list[Any] | None = None, *, source: str = "<credentials>"
     ) -> None:
         self.source = source
-        self._entries = _parse_entries(mapping, source)
-        self._secrets = frozenset(collect_secrets(mapping)) if mapping else frozenset()
+        self._entries, raw = _parse_entries(mapping, source)
+        # per credential, over its whole entry (fields the engine does not use included):
+        # an alias is a name, not a field (`pg_key`'s host is no secret), and a password
+        # is told apart from its own credential's public names (redaction.credential_secrets)
+        self._secrets = frozenset(secret for entry in raw for secret in credential_secrets(entry))
 
     @classmethod
     def empty(cls) -> CredentialStore:

@@ -109,19 +109,36 @@ class PostgresTool:
         except PoolExhausted as exc:
             return ToolOutcome.failure("db_connection", str(exc), retryable=True)
         except psycopg.Error as exc:  # could not connect, or the link died between statements
-            return _connect_failure(exc, alias, redact)
+            return _connect_failure(exc, alias, conninfo, redact)
 
 
-def _connect_failure(exc: psycopg.Error, alias: str, redact: Redact) -> ToolOutcome:
+def connection_target(conninfo: str) -> str:
+    """`user@host:port/dbname` of a conninfo, never its password: what a connection
+    error must name (libpq's own text omits the database when the server refuses the
+    connection, and the host when it is a socket)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "?"
+    user = f"{params['user']}@" if params.get("user") else ""
+    port = f":{params['port']}" if params.get("port") else ""
+    dbname = f"/{params['dbname']}" if params.get("dbname") else ""
+    return f"{user}{params.get('host') or 'localhost'}{port}{dbname}"
+
+
+def _connect_failure(exc: psycopg.Error, alias: str, conninfo: str, redact: Redact) -> ToolOutcome:
     text = " ".join(str(exc).split())
     kind, retryable = sqlstate_kind(exc.sqlstate)
     if kind == "auth" or "authentication failed" in text:
         kind, retryable = "auth", False  # a wrong password stays wrong on retry
     else:
         kind, retryable = "db_connection", True
+    target = connection_target(conninfo)
     return ToolOutcome.failure(
         kind,
-        redact(f"cannot connect with postgres credential '{alias}': {text}"),
+        redact(f"cannot connect with postgres credential '{alias}' ({target}): {text}"),
         retryable=retryable,
         detail={"pg": {"code": exc.sqlstate, "sqlstate": exc.sqlstate}},
         code=exc.sqlstate,

@@ -25,6 +25,29 @@ MIN_SECRET_LENGTH = 3
 # Field names whose values are secrets wherever they appear in a credential record.
 _SECRET_FIELD = re.compile(r"password|passwd|pwd|secret|token|key", re.IGNORECASE)
 
+# Fields that say where and as whom to connect, never how to prove it. Connection errors
+# name them (`database "x" does not exist`, `connection to server at "h", port 5433`) and
+# are useless without them, so they are never registered as secrets, not even inside a
+# secret-looking mapping (`{"pg_secrets": {"db_host": ...}}`).
+PUBLIC_FIELDS = frozenset(
+    {
+        "host",
+        "hostname",
+        "db_host",
+        "port",
+        "db_port",
+        "user",
+        "username",
+        "db_user",
+        "dbname",
+        "db_name",
+        "database",
+        "sslmode",
+        "db_sslmode",
+    }
+)
+_CONNINFO_NAME = re.compile(r"\b(?:host|hostaddr|port|user|dbname)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+
 # `password=hunter2`, `api_token = 'x y'`, `?access_key=abc&...` (conninfo, query strings, logs)
 _KEY_VALUE = re.compile(
     r"(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token|api_?key|access_?key)[\w.-]*)"
@@ -60,24 +83,25 @@ def conninfo_password(conninfo: str) -> str | None:
     match = re.search(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", conninfo)
     if not match:
         return None
-    raw = match.group(1)
-    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
-        raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
-    return raw
+    return _conninfo_value(match.group(1))
 
 
 def collect_secrets(record: Any) -> set[str]:
     """Every secret value in a (nested) credential record.
 
-    Values of secret-named fields are secrets; so are passwords embedded in DSN/URL
-    strings, whatever field holds them.
+    Values of secret-named fields are secrets (everything under such a field too, but
+    never a `PUBLIC_FIELDS` value); so are passwords embedded in DSN/URL strings,
+    whatever field holds them. Give it one credential's record, not a whole file: an
+    alias is not a field name (`pg_key` names a credential; its host is no secret).
     """
     found: set[str] = set()
 
     def walk(value: Any, secret: bool) -> None:
         if isinstance(value, Mapping):
             for key, item in value.items():
-                walk(item, secret or is_secret_field(str(key)))
+                name = str(key)
+                public = name.lower() in PUBLIC_FIELDS
+                walk(item, not public and (secret or is_secret_field(name)))
         elif isinstance(value, list | tuple):
             for item in value:
                 walk(item, secret)
@@ -95,6 +119,58 @@ def collect_secrets(record: Any) -> set[str]:
 
     walk(record, False)
     return found
+
+
+def public_values(record: Any) -> set[str]:
+    """The host, port, user and database names a (nested) credential record states, in
+    its fields or inside its DSN/URL/conninfo strings."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if str(key).lower() in PUBLIC_FIELDS and isinstance(item, str | int):
+                    if not isinstance(item, bool):
+                        found.add(str(item))
+                else:
+                    walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            found.update(_connection_names(value))
+
+    walk(record)
+    found.discard("")
+    return found
+
+
+def _connection_names(text: str) -> set[str]:
+    """User, host, port and database of a URL or a key/value conninfo string."""
+    if "://" in text:
+        try:
+            url = urlsplit(text)
+            names = [url.username, url.hostname, url.path.lstrip("/"), str(url.port or "")]
+        except ValueError:
+            return set()
+        return {unquote(name) for name in names if name}
+    return {_conninfo_value(raw) for raw in _CONNINFO_NAME.findall(text)}
+
+
+def _conninfo_value(raw: str) -> str:
+    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
+        return re.sub(r"\\(.)", r"\1", raw[1:-1])
+    return raw
+
+
+def credential_secrets(record: Any) -> set[str]:
+    """What to mask for one credential: `collect_secrets`, less a password that equals
+    the credential's own user, host, port or database name (`noetl`/`noetl`). Masking
+    that word would blank the very name a connection error must show, while the name is
+    printed anyway wherever the credential is named (as in `postgresql://noetl:***@h/noetl`):
+    the mask would hide nothing. Such a password is still masked where it stands as a
+    password (`password=...`, `user:...@` in a URL: the patterns below)."""
+    return collect_secrets(record) - public_values(record)
 
 
 class Redactor:

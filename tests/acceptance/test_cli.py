@@ -158,7 +158,13 @@ def test_cancel_a_distributed_run(distributed: dict[str, Any], tmp_path: Path) -
     finally:
         engine.close()
     rc, out, _ = run_json(["cancel", eid, "--json"], distributed["env"])
-    assert rc == 0 and out == {"execution_id": eid, "status": "CANCELLED", "cancelled": True}
+    assert rc == 0 and out == {
+        "execution_id": eid,
+        "status": "CANCELLED",
+        "cancelled": True,
+        "unfinished_rows": {},  # no cursor step: nothing claimed from a queue
+        "child_unfinished_rows": {},
+    }
     rc, out, _ = run_json(["cancel", eid, "--json"], distributed["env"])
     assert rc == 1 and out["cancelled"] is False and out["status"] == "CANCELLED"
     proc = run_cli(["cancel", "no-such-execution"], distributed["env"])

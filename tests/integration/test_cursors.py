@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
+import psycopg
 import pytest
 
 from noetl_celery.engine.service import Engine
 from tests.integration.test_loops import PLAYBOOKS, finish, loop_dones
 from tests.support.http_server import http_api
+from tests.support.workers import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +73,73 @@ def test_body_policy_retry_then_continue_sets_the_row_status(engine: Engine) -> 
     ]
     # every body ended in `continue`, so the loop counts all of them as successes
     assert summary["steps"]["drain"]["stats"]["success"] == 90
+
+
+def queue_statuses(data_db: str, eid: str) -> dict[int, str]:
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, status FROM public.it_cancel_queue WHERE execution_id = %s", (eid,)
+        ).fetchall()
+    return dict(rows)
+
+
+def settled(data_db: str, eid: str) -> dict[int, str]:
+    """The queue once nothing changes it any more (bodies that were running when the
+    execution was cancelled finish their statement on the worker)."""
+    before = queue_statuses(data_db, eid)
+    while True:
+        time.sleep(1.5)
+        now = queue_statuses(data_db, eid)
+        if now == before:
+            return now
+        before = now
+
+
+def test_a_cancelled_drain_lists_exactly_the_rows_it_leaves_claimed(
+    engine: Engine, distributed: dict[str, Any], data_db: str
+) -> None:
+    with psycopg.connect(data_db, autocommit=True) as conn:  # the playbook's, polled first
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.it_cancel_queue ("
+            "execution_id text, id int, status text, PRIMARY KEY (execution_id, id))"
+        )
+    eid = engine.start_text((PLAYBOOKS / "cursor_cancel.yaml").read_text())
+    deadline = time.monotonic() + 120
+    while sum(s == "done" for s in queue_statuses(data_db, eid).values()) < 200:
+        assert time.monotonic() < deadline, engine.status(eid)
+        time.sleep(0.2)
+
+    proc = run_cli(["cancel", eid, "--json"], distributed["env"])
+
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["cancelled"] and out["status"] == "CANCELLED" and out["child_unfinished_rows"] == {}
+    report = out["unfinished_rows"]["drain"]
+    not_started = {row["id"] for row in report["rows"]}
+    interrupted = {row["id"] for row in report["interrupted"]}
+    assert report["count"] == len(not_started) + len(interrupted) and not report["truncated"]
+    queue = settled(data_db, eid)
+    still_claimed = {i for i, status in queue.items() if status == "claimed"}
+    # frames were claimed ahead of the workers: some rows never got to run
+    assert not_started, report
+    # exactly the rows left claimed: those that never ran, plus the ones whose body was
+    # cancelled while running and did not get to its UPDATE
+    assert not_started <= still_claimed
+    assert still_claimed - not_started <= interrupted
+    assert all(queue[i] in ("claimed", "done") for i in interrupted)
+    assert set(queue.values()) <= {"pending", "claimed", "done"}
+    # the same report is kept with the execution
+    assert engine.status(eid)["unfinished_rows"] == out["unfinished_rows"]
+    [event] = engine.events(eid, types=["cursor.unfinished"])
+    assert event["step"] == "drain" and event["payload"] == report
+
+    # the README's reset puts them back for the next run, and only them
+    ids = sorted(not_started | interrupted)
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        reset = conn.execute(
+            "UPDATE public.it_cancel_queue SET status = 'pending' WHERE execution_id = %s "
+            "AND status = 'claimed' AND id = ANY(%s)",
+            (eid, ids),
+        ).rowcount
+    assert reset == len(still_claimed)
+    assert "claimed" not in queue_statuses(data_db, eid).values()

@@ -1,6 +1,7 @@
 """`noetl-celery flower` watching real workers: the engine's tasks are listed with
-readable arguments, the API needs the configured basic auth, no secret or payload reaches
-what Flower shows, and the workers stop sending task events once Flower has exited."""
+readable arguments, the API and `/metrics` need the configured basic auth, no secret or
+payload reaches what Flower shows, and the workers stop sending task events once Flower
+has exited."""
 
 from __future__ import annotations
 
@@ -33,15 +34,20 @@ ENGINE_TASKS = {"noetl.execute_command", "noetl.orchestrate", "noetl.reap"}
 T = TypeVar("T")
 
 
-def get(url: str, auth: str | None = AUTH) -> tuple[int, Any]:
+def fetch(url: str, auth: str | None = AUTH) -> tuple[int, bytes]:
     request = urllib.request.Request(url)
     if auth:
         request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read() or b"null")
+            return response.status, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, None
+        return exc.code, b""
+
+
+def get(url: str, auth: str | None = AUTH) -> tuple[int, Any]:
+    status, body = fetch(url, auth)
+    return status, json.loads(body or b"null")
 
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = 60) -> T:
@@ -141,6 +147,12 @@ def test_flower_lists_the_engines_tasks_readably(
             assert get(f"{base}/api/workers", auth=None)[0] == 401
             assert get(f"{base}/api/tasks", auth=None)[0] == 401
             assert get(f"{base}/api/tasks", auth="admin:wrong")[0] == 401
+            # the Prometheus exporter too (Flower itself serves it to anyone)
+            assert fetch(f"{base}/metrics", auth=None)[0] == 401
+            assert fetch(f"{base}/metrics", auth="admin:wrong")[0] == 401
+            status, metrics = fetch(f"{base}/metrics")
+            assert status == 200 and b"flower_" in metrics, metrics[:200]
+            assert fetch(f"{base}/healthcheck", auth=None) == (200, b"OK")  # probes
 
             def shown_run() -> tuple[str, list[dict[str, Any]]] | None:
                 # workers send task events once Flower's broadcast reached them (it repeats

@@ -57,3 +57,22 @@ def test_flower_reads_basic_auth_from_the_environment_too() -> None:
         env={"NOETL_BROKER_URL": "redis://127.0.0.1:1/0", "NOETL_FLOWER_BASIC_AUTH": "admin"},
     )
     assert result.exit_code == 2 and "NOETL_FLOWER_BASIC_AUTH" in result.output
+
+
+def test_metrics_route_needs_the_login_and_nothing_else_changes() -> None:
+    from flower import urls
+    from flower.views.monitor import Healthcheck, Metrics
+
+    from noetl_celery.tasks.flower_metrics import LoggedInMetrics, protect_metrics
+
+    routes = list(urls.handlers)
+    before = [r for r in routes if not (isinstance(r, tuple) and r[0] == "/metrics")]
+    assert ("/metrics", Metrics) in routes or ("/metrics", LoggedInMetrics) in routes
+    protect_metrics(routes)
+    protect_metrics(routes)  # twice: still one route, still protected
+    assert [r for r in routes if isinstance(r, tuple) and r[0] == "/metrics"] == [
+        ("/metrics", LoggedInMetrics)
+    ]
+    assert [r for r in routes if not (isinstance(r, tuple) and r[0] == "/metrics")] == before
+    assert ("/healthcheck", Healthcheck) in routes  # liveness probes stay open
+    assert issubclass(LoggedInMetrics, Metrics)

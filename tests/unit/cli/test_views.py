@@ -163,3 +163,19 @@ def test_the_trigger_column_says_how_each_run_was_started() -> None:
 def test_status_names_the_execution_a_rerun_repeats() -> None:
     assert "rerun of 377" in text_of(status_renderable(view(rerun_of="377", trigger="rerun")))
     assert "rerun of" not in text_of(status_renderable(view()))
+
+
+def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:
+    report = {
+        "epoch": 1,
+        "count": 3,
+        "rows": [{"id": 7}, {"id": 8}],
+        "interrupted": [{"id": 6}],
+        "truncated": False,
+    }
+    out = text_of(status_renderable(view(status="CANCELLED", unfinished_rows={"drain": report})))
+    assert (
+        "drain: 3 claimed row(s) not processed (1 interrupted while running), still claimed in "
+        "your queue; list them: noetl-celery events 383 --type cursor.unfinished --json"
+    ) in " ".join(out.split())
+    assert "not processed" not in text_of(status_renderable(view()))

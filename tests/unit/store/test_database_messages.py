@@ -59,6 +59,19 @@ def test_a_password_the_driver_repeats_is_masked() -> None:
     assert "s3cret" not in message and "***" in message
 
 
+def test_a_password_that_is_also_a_name_does_not_blank_the_name() -> None:
+    # compose's database: user, password and database are all "noetl"; the URL shown
+    # names the user and the database anyway, the driver's reason must too
+    url, shown = "postgresql://noetl:noetl@db:5432/noetl", "postgresql://noetl:***@db:5432/noetl"
+    driver = 'connection failed: connection to server at "db", port 5432 failed: FATAL:  '
+    missing = unusable_message(shown, url, RuntimeError(driver + 'database "noetl" does not exist'))
+    assert 'cannot be used: database "noetl" does not exist; create the database' in missing
+    refused = unusable_message(
+        shown, url, RuntimeError(driver + 'password authentication failed for user "noetl"')
+    )
+    assert 'password authentication failed for user "noetl"; check the user' in refused
+
+
 def test_outdated_messages() -> None:
     assert outdated_message(SHOWN, None) == (
         f"the engine database {SHOWN} has no engine tables, this noetl-celery needs "

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from noetl_celery.tools.credentials import CredentialStore
 from noetl_celery.tools.redaction import Redactor, collect_secrets, is_secret_field
 
@@ -59,3 +63,74 @@ def test_from_store() -> None:
     redactor = Redactor.from_store(store)
     assert redactor.secret_count >= 1
     assert redactor.redact("x Store-Pw-6161 h") == "x *** h"
+
+
+def test_an_alias_name_is_not_a_field_name() -> None:
+    # "key" in `pg_keycloak` used to make the whole credential secret: host, port,
+    # user and database were then masked in every connection error
+    store = CredentialStore(
+        {
+            "pg_keycloak": {
+                "db_host": "kc-db.internal",
+                "db_port": 5433,
+                "db_user": "keycloak",
+                "db_password": "Kc-Pw-1199",
+                "db_name": "keycloak_prod",
+            }
+        }
+    )
+    assert store.secret_values() == {"Kc-Pw-1199"}
+
+
+def test_connection_names_are_never_secrets_even_under_a_secret_field() -> None:
+    record = {
+        "secrets": {
+            "db_host": "h-7788",
+            "db_name": "d-7788",
+            "db_password": "p-7788",
+            "x": "x-7788",
+        }
+    }
+    assert collect_secrets(record) == {"p-7788", "x-7788"}
+    # a nested secret under a public field is still found by its own name
+    assert collect_secrets({"user": {"name": "u", "token": "t-8899"}}) == {"t-8899"}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"db_host": "h", "db_user": "noetl", "db_password": "noetl", "db_name": "noetl"},
+        {"dsn": "postgresql://noetl:noetl@db:5432/noetl"},
+        {"conninfo": "host=db user=noetl password=noetl dbname=noetl"},
+        {"type": "postgres", "data": {"user": "noetl", "password": "noetl", "host": "db"}},
+    ],
+)
+def test_a_password_equal_to_its_own_user_name_does_not_blank_the_name(
+    entry: dict[str, Any],
+) -> None:
+    store = CredentialStore({"pg": entry, "other": {"db_password": "Other-Pw-3344"}})
+    assert store.secret_values() == {"Other-Pw-3344"}
+    redactor = Redactor.from_store(store)
+    text = 'FATAL: database "noetl" does not exist for user "noetl"'
+    assert redactor.redact(text) == text
+    # where it stands as a password it is still masked
+    assert redactor.redact("password=noetl") == "password=***"
+    assert redactor.redact("postgresql://noetl:noetl@db/noetl") == "postgresql://noetl:***@db/noetl"
+
+
+def test_the_password_is_masked_and_the_names_beside_it_are_not() -> None:
+    store = CredentialStore(
+        {
+            "pg_secret_store": {
+                "db_host": "10.1.2.3",
+                "db_port": "6543",
+                "db_user": "etl",
+                "db_password": "Etl-Pw-5566",
+                "db_name": "warehouse",
+            }
+        }
+    )
+    text = 'etl@10.1.2.3:6543/warehouse: database "warehouse" does not exist (pw Etl-Pw-5566)'
+    assert Redactor.from_store(store).redact(text) == (
+        'etl@10.1.2.3:6543/warehouse: database "warehouse" does not exist (pw ***)'
+    )

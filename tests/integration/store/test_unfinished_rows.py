@@ -1,0 +1,89 @@
+"""Cancelling a cursor drain records the rows its claims took and no body will process
+(both backends): frames planned but not run, bodies cancelled while running, and claims
+committed but not folded yet. Steps are driven by hand: nothing runs unless the test
+says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from noetl_celery.constants import EV_CURSOR_UNFINISHED
+from noetl_celery.engine.service import Engine
+from noetl_celery.models.outcome import make_outcome
+from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
+from noetl_celery.settings import Settings
+from noetl_celery.store.database import SchemaMode
+
+PLAYBOOK = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: drain_by_hand, path: tests/drain_by_hand}
+workflow:
+  - step: drain
+    loop:
+      cursor: {kind: sqlite, auth: unused.sqlite3, claim: "SELECT 1"}
+      iterator: job
+      spec: {mode: cursor, max_in_flight: 2, frame: {max_rows: 3, row_concurrency: 1}}
+    tool: {kind: noop}
+"""
+
+
+def claimed(engine: Engine, command_id: str, rows: list[dict[str, Any]]) -> None:
+    """A worker ran the claim: its rows are recorded (and the claim committed)."""
+    command = engine.store.claim(command_id, "test-worker", 60)
+    assert command is not None
+    result = {"rows": rows, "row_count": len(rows)}
+    assert engine.store.complete(command, make_outcome("ok", result, None))
+
+
+def test_a_cancel_records_every_claimed_row_no_body_will_process(
+    store_url: str, tmp_path: Path
+) -> None:
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
+    try:
+        eid = engine.start_text(PLAYBOOK)  # lanes 0 and 1 each issue their first claim
+        claimed(engine, claim_command_id(eid, "drain", 1, 0, 1), [{"id": 1}, {"id": 2}, {"id": 3}])
+        engine.orchestrator.drive(eid, wait=True)  # frame of lane 0: 1 issued, 2 planned
+        body = engine.store.claim(iteration_command_id(eid, "drain", 1, 0), "test-worker", 60)
+        assert body is not None and body.item == {"id": 1}  # running when cancelled
+        # lane 1's claim committed, not folded yet: row 3 again (a claim recorded before
+        # but never committed put it back) and two new rows
+        claimed(engine, claim_command_id(eid, "drain", 1, 1, 1), [{"id": 3}, {"id": 4}, {"id": 5}])
+
+        ended = engine.cancel_tree(eid, "by the test")
+
+        assert ended is not None
+        report = {
+            "epoch": 1,
+            "count": 5,
+            "rows": [{"id": 2}, {"id": 3}, {"id": 4}, {"id": 5}],
+            "interrupted": [{"id": 1}],
+            "truncated": False,
+        }
+        assert ended.unfinished_rows == {"drain": report}
+        recorded = [e for e in engine.events(eid) if e["type"] == EV_CURSOR_UNFINISHED]
+        assert [(e["step"], e["epoch"], e["payload"]) for e in recorded] == [("drain", 1, report)]
+        assert engine.status(eid)["unfinished_rows"] == {"drain": report}
+        assert engine.cancel_tree(eid, "again") is None  # once only
+    finally:
+        engine.close()
+
+
+def test_a_cancel_without_a_cursor_records_nothing(store_url: str, tmp_path: Path) -> None:
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
+    try:
+        eid = engine.start_text(PLAYBOOK.replace("max_in_flight: 2", "max_in_flight: 1"))
+        claimed(engine, claim_command_id(eid, "drain", 1, 0, 1), [])  # drained at once
+        engine.orchestrator.drive(eid, wait=True)
+        assert engine.summary(eid)["status"] == "COMPLETED"
+        assert engine.cancel_tree(eid, "too late") is None
+        loop_in = engine.start_text(
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: items}\nworkflow:\n"
+            "  - step: each\n    loop: {in: '{{ [1, 2, 3] }}', iterator: n}\n"
+            "    tool: {kind: noop}\n"
+        )
+        ended = engine.cancel_tree(loop_in, "a loop.in: its items are not claimed anywhere")
+        assert ended is not None and ended.unfinished_rows == {}
+        assert engine.status(loop_in)["unfinished_rows"] == {}
+    finally:
+        engine.close()
