@@ -59,7 +59,7 @@ def test_acking_on_a_closed_channel_is_a_connection_error(
 def test_a_live_channel_still_gives_unacked_messages_back(
     unacked: tuple[Connection, object, object], redis_url: str
 ) -> None:
-    conn, channel, message = unacked
+    _, channel, message = unacked
     queue = message.delivery_info["routing_key"]  # type: ignore[attr-defined]
     channel.close()  # type: ignore[attr-defined]
     with Connection(redis_url) as other:
