@@ -150,10 +150,10 @@ def test_orchestrator_killed_between_commit_and_publish(
         lost = {base_command_id(c) for c in info["commands"]}
         assert lost, "the killed pass had commands to publish"
         assert cluster.recovery(eid, lost, at, f"killed after commit #{n + 1}") < 60
-    first = min(json.loads(m.read_text())["at"] for m in deaths)
-    assert (
-        cluster.check_fleet(eid, dt.datetime.fromtimestamp(first, dt.UTC).replace(tzinfo=None)) < 15
-    )
+    first = dt.datetime.fromtimestamp(min(json.loads(m.read_text())["at"] for m in deaths), dt.UTC)
+    # the reaper's republish may die too (it publishes through the same wrapper), and its
+    # grace doubles after each republish: three deaths in a row stall about 3 + 6 + 12 s
+    assert cluster.check_fleet(eid, first.replace(tzinfo=None)) < 40
 
 
 def test_cancel_a_running_loop(cluster_factory: Any) -> None:
