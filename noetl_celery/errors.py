@@ -17,6 +17,9 @@
     │                             Postgres cannot store (NUL, lone surrogates, NaN)
     ├── StoreError                the engine's own database cannot be used (unreachable,
     │   │                         refused, missing, wrong password, connection lost)
+    │   ├── StoreInterrupted      a transaction was cut short (connection lost or ended by
+    │   │                         the server, statement timeout, deadlock): rolled back,
+    │   │                         safe to do again
     │   └── SchemaOutdated        no engine tables, or another revision than this engine's
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
@@ -140,6 +143,14 @@ class PayloadInvalid(InputInvalid):
 
 class StoreError(NoetlError):
     """The engine's database is unusable."""
+
+
+class StoreInterrupted(StoreError):
+    """A transaction on the engine's database was cut short and rolled back: its
+    connection was lost or ended by the server (`idle_in_transaction_session_timeout`
+    after the process stalled), or a statement was cancelled (statement timeout,
+    deadlock, serialization failure). Nothing it wrote is kept, and every engine
+    transaction is safe to do again (conditional updates, `ON CONFLICT DO NOTHING`)."""
 
 
 class SchemaOutdated(StoreError):

@@ -16,6 +16,11 @@ from urllib.parse import parse_qsl, urlencode
 from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from noetl_celery.errors import ConfigurationError
 
+# Bounds on the engine's own Postgres sessions (see Settings). Module constants because
+# store.database uses them as its defaults too.
+DB_IDLE_IN_TRANSACTION_SECONDS = 10.0
+DB_STATEMENT_TIMEOUT_SECONDS = 60.0
+
 _USERINFO = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<user>[^:@/?#]*):(?P<password>[^/?#]*)@")
 _SECRET_PARAMS = {"password", "passwd", "sslpassword"}
 
@@ -132,6 +137,17 @@ class Settings:
     # are redone, commands re-run); a transaction that ends an execution always commits
     # synchronously, so a terminal status anyone saw is durable (and all before it).
     synchronous_commit: str = "off"
+    # Postgres ends an engine session whose transaction sat idle this long (0: never).
+    # An orchestration pass holds its execution's row lock in an open transaction; a
+    # holder that stops (GC pause, VM freeze, SIGSTOP, debugger) would stop the
+    # execution with it. Its transaction is rolled back (a pass is redone whole) and the
+    # reaper's wake-up drives the execution again: a frozen holder stalls it about this
+    # long plus `wake_grace_seconds`. Keep it well above the longest pause a healthy
+    # process makes between two statements of one transaction.
+    db_idle_in_transaction_seconds: float = DB_IDLE_IN_TRANSACTION_SECONDS
+    # Postgres cancels an engine statement running this long (0: never), waits for a
+    # lock included: a backstop against a lock holder stuck inside a statement
+    db_statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS
     # largest payload `run` / `submit` / `schedule add` accept, as compact JSON bytes;
     # a larger one is refused before anything is written (it is stored in rows)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
@@ -231,6 +247,12 @@ class Settings:
             ),
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
+            ),
+            db_idle_in_transaction_seconds=_float(
+                env, "NOETL_DB_IDLE_IN_TRANSACTION_SECONDS", base.db_idle_in_transaction_seconds
+            ),
+            db_statement_timeout_seconds=_float(
+                env, "NOETL_DB_STATEMENT_TIMEOUT_SECONDS", base.db_statement_timeout_seconds
             ),
             max_payload_bytes=_int(env, "NOETL_MAX_PAYLOAD_BYTES", base.max_payload_bytes, 1),
             log_capture_bytes=_int(env, "NOETL_LOG_CAPTURE_BYTES", base.log_capture_bytes, 0),

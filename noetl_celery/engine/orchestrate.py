@@ -6,6 +6,14 @@ commits; the commands it issued are published after commit. Before letting go th
 re-checks the inbox: a completion that arrived while the lock was held found the lock
 taken and left the work to us, so we must not exit while one is waiting.
 
+The lock lives as long as the pass's transaction, so it is bounded by time whatever the
+holder does: Postgres ends a session idle in its transaction past
+`idle_in_transaction_session_timeout` (a frozen holder) and the transaction is rolled
+back whole, inbox deletions included, so nothing it folded is lost. The reaper wakes the
+execution when its completions have waited longer than the wake grace, and the next
+pass does the work again. A pass the database cut short here is tried again
+(engine.retry).
+
 A pass that crashes rolls back and leaves everything as it was. When the database was
 away (`store.database.transient`) the error goes to the caller, who tries again later.
 Any other crash (a bug, a value the database refuses, an input the core cannot handle)
@@ -19,11 +27,13 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass, field
+from functools import partial
 
 from noetl_celery.constants import FAILED, RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.rerun import start_inputs
+from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.orchestrator.batching import may_defer_all
@@ -73,15 +83,18 @@ class Orchestrator:
             return passes
         while True:
             try:
-                with self.store.orchestration(execution_id, wait=wait) as tx:
-                    if tx is None:
-                        return passes  # the holder re-checks the inbox before it exits
-                    result = self.run_pass(tx)
+                result = again_if_interrupted(
+                    f"an orchestration pass of execution {execution_id}",
+                    partial(self._locked_pass, execution_id, wait),
+                    extra={"execution_id": execution_id},
+                )
             except Exception as exc:
                 if transient(exc):
                     raise  # the database is away: the caller (or the reaper) tries later
                 self.crashed(execution_id, exc)
                 return passes
+            if result is None:
+                return passes  # the holder re-checks the inbox before it exits
             if result.changed:
                 passes += 1
             if result.publish:
@@ -117,6 +130,11 @@ class Orchestrator:
             f"crashed ({message})",
             kind="engine_error",
         )
+
+    def _locked_pass(self, execution_id: str, wait: bool) -> PassResult | None:
+        """One pass in a transaction of its own; None when another pass holds the lock."""
+        with self.store.orchestration(execution_id, wait=wait) as tx:
+            return None if tx is None else self.run_pass(tx)
 
     def run_pass(self, tx: OrchestrationTx) -> PassResult:
         """One pass inside the caller's transaction; publish `result.publish` after the

@@ -70,7 +70,11 @@ class Engine:
         self.settings = settings
         # the schema is checked (or migrated) and the database's identity read, once
         self.database = open_database(
-            settings.effective_database_url, schema, synchronous_commit=settings.synchronous_commit
+            settings.effective_database_url,
+            schema,
+            synchronous_commit=settings.synchronous_commit,
+            idle_in_transaction_seconds=settings.db_idle_in_transaction_seconds,
+            statement_timeout_seconds=settings.db_statement_timeout_seconds,
         )
         self.store = Store(self.database)
         self.services = ToolServices(settings)  # reads the credentials file when needed

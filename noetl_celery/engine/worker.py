@@ -32,6 +32,7 @@ from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator, crash_message
 from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
 from noetl_celery.errors import ResultNotStorable
@@ -187,9 +188,19 @@ class CommandExecutor:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
         after the engine's commit: a crash before it rolls the claim back (the rows stay
-        pending, never lost); the window in between is one round trip."""
+        pending, never lost); the window in between is one round trip.
+
+        The close and the pass share a transaction, so a pass the database cuts short
+        (this process stalled while holding the execution's lock and Postgres ended its
+        idle transaction) takes the close with it: it is recorded again on a fresh
+        connection, so the outcome survives. The close is conditional: if the command
+        was re-issued meanwhile (the stall outlasted its lease) this run's outcome is
+        dropped and the next attempt's counts."""
         try:
-            recorded = self._record(command, outcome, capture)
+            recorded = again_if_interrupted(
+                f"recording the outcome of command {command.command_id}",
+                lambda: self._record(command, outcome, capture),
+            )
         except BaseException:
             if held is not None:
                 held.rollback()

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
-from noetl_celery.errors import ResultNotStorable
+from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.store.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.store.schema import utcnow
@@ -124,7 +124,7 @@ class CompletionTx:
         try:
             with self.conn.begin_nested():
                 add_logs(self.conn, rows)
-        except SQLAlchemyError:
+        except (SQLAlchemyError, StoreError):
             log.warning(
                 "could not store the output of command %s",
                 self.command.command_id,

@@ -32,8 +32,12 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import NullPool, StaticPool
 
-from noetl_celery.errors import ConfigurationError, SchemaOutdated, StoreError
-from noetl_celery.settings import mask_url
+from noetl_celery.errors import ConfigurationError, SchemaOutdated, StoreError, StoreInterrupted
+from noetl_celery.settings import (
+    DB_IDLE_IN_TRANSACTION_SECONDS,
+    DB_STATEMENT_TIMEOUT_SECONDS,
+    mask_url,
+)
 from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, metadata
 from noetl_celery.templating.environment import json_default
 
@@ -43,6 +47,9 @@ _dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
 # for the OS, minutes for a host that drops packets); a URL's `connect_timeout` wins
 CONNECT_TIMEOUT_SECONDS = 10
 _UPGRADE = "run `noetl-celery db upgrade`"
+# SQLSTATEs of a statement the server cancelled, its transaction rolled back: a statement
+# or lock timeout, a deadlock, a serialization failure. Doing the work again is safe.
+_CANCELLED = {"57014", "55P03", "40P01", "40001"}
 
 
 class SchemaMode(enum.Enum):
@@ -67,11 +74,23 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def open_database(url: str, mode: SchemaMode, *, synchronous_commit: str = "off") -> Database:
+def open_database(
+    url: str,
+    mode: SchemaMode,
+    *,
+    synchronous_commit: str = "off",
+    idle_in_transaction_seconds: float = DB_IDLE_IN_TRANSACTION_SECONDS,
+    statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS,
+) -> Database:
     """The engine database at `url`, its tables checked (or migrated) as `mode` allows and
     its identity read. Raises ConfigurationError / StoreError / SchemaOutdated with one
     line that names the URL (password masked) and what to do."""
-    database = Database(url, synchronous_commit=synchronous_commit)
+    database = Database(
+        url,
+        synchronous_commit=synchronous_commit,
+        idle_in_transaction_seconds=idle_in_transaction_seconds,
+        statement_timeout_seconds=statement_timeout_seconds,
+    )
     try:
         if mode is SchemaMode.READ and database.current_revision() is None:
             database.dispose()
@@ -87,21 +106,34 @@ def open_database(url: str, mode: SchemaMode, *, synchronous_commit: str = "off"
 class Database:
     """Engines for one database URL, plus schema checks."""
 
-    def __init__(self, url: str, *, synchronous_commit: str = "off") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        synchronous_commit: str = "off",
+        idle_in_transaction_seconds: float = DB_IDLE_IN_TRANSACTION_SECONDS,
+        statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS,
+    ) -> None:
         # what messages show: the URL as configured, password masked
         self.shown = mask_url(url)
         self.url = normalise_url(url)
         # "<database_id>/<database name>" (see read_identity); None until read
         self.database_id: str | None = None
+        # Postgres session settings of every engine connection (see session_options)
+        self.session = {
+            "synchronous_commit": synchronous_commit,
+            "idle_in_transaction_session_timeout": _ms(idle_in_transaction_seconds),
+            "statement_timeout": _ms(statement_timeout_seconds),
+        }
         try:
-            self._build(synchronous_commit)
+            self._build()
         except (ArgumentError, ValueError) as exc:
             raise ConfigurationError(
                 f"NOETL_DATABASE_URL {self.shown} is not a valid database URL ({_short(exc)}): "
                 "expected postgresql://user:password@host:5432/dbname or sqlite:///path"
             ) from exc
 
-    def _build(self, synchronous_commit: str) -> None:
+    def _build(self) -> None:
         if self.url.startswith("sqlite"):
             self.dialect = "sqlite"
             self.engine = self._sqlite_engine(write=True)
@@ -111,9 +143,9 @@ class Database:
                 event.listen(self.read_engine, "handle_error", self._unusable)
         elif self.url.startswith("postgresql"):
             self.dialect = "postgresql"
-            connect_args: dict[str, Any] = {
-                "options": f"-c synchronous_commit={synchronous_commit}"
-            }
+            # session settings travel in the startup packet: no round trip per connection
+            options = " ".join(f"-c {name}={value}" for name, value in self.session.items())
+            connect_args: dict[str, Any] = {"options": options}
             if "connect_timeout" not in make_url(self.url).query:
                 connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
             self.engine = create_engine(
@@ -137,11 +169,21 @@ class Database:
 
     def _unusable(self, context: ExceptionContext) -> None:
         """Driver errors that mean the database cannot be reached at all (no connection
-        could be made, or it was lost) become one StoreError naming the URL and what to
-        do; errors of a statement on a working connection stay as they are."""
-        if context.connection is not None and not context.is_disconnect:
-            return
-        raise StoreError(unusable_message(self.shown, self.url, context.original_exception))
+        could be made) become one StoreError naming the URL and what to do. A connection
+        lost or ended by the server in use (a restart; a transaction idle past
+        `idle_in_transaction_session_timeout`) or a statement the server cancelled
+        (timeout, deadlock) become StoreInterrupted: the transaction is rolled back and
+        callers may do it again. Other errors of a statement stay as they are."""
+        original = context.original_exception
+        if context.connection is None:
+            raise StoreError(unusable_message(self.shown, self.url, original))
+        if context.is_disconnect:
+            raise StoreInterrupted(interrupted_message(self.shown, self.url, original))
+        if getattr(original, "sqlstate", None) in _CANCELLED:
+            raise StoreInterrupted(
+                f"a statement on the engine database {self.shown} was cancelled: "
+                f"{_masked_reason(self.url, original)}"
+            )
 
     @classmethod
     def empty(cls, *, shown: str) -> Database:
@@ -294,6 +336,28 @@ def outdated_message(shown: str, revision: str | None) -> str:
 
 def unusable_message(shown: str, url: str, exc: BaseException) -> str:
     """One line: which database, why the driver gave up, what to do."""
+    reason = _masked_reason(url, exc)
+    low = reason.lower()
+    if url.startswith("sqlite"):
+        hint = "check the path in NOETL_DATABASE_URL (or NOETL_HOME) and its permissions"
+    elif "database" in low and "does not exist" in low:
+        hint = f"create the database, then {_UPGRADE}"
+    elif "password" in low or "authentication" in low or "role" in low:
+        hint = "check the user and password in NOETL_DATABASE_URL"
+    else:
+        hint = "check NOETL_DATABASE_URL (host, port, options) and that Postgres runs there"
+    return f"the engine database {shown} cannot be used: {reason}; {hint}"
+
+
+def interrupted_message(shown: str, url: str, exc: BaseException) -> str:
+    """One line: a connection in use was lost (ended by the server, or broken)."""
+    return (
+        f"the connection to the engine database {shown} was lost (a transaction on it "
+        f"is rolled back): {_masked_reason(url, exc)}"
+    )
+
+
+def _masked_reason(url: str, exc: BaseException) -> str:
     reason = _reason(exc)
     try:
         parsed = make_url(url)
@@ -305,16 +369,7 @@ def unusable_message(shown: str, url: str, exc: BaseException) -> str:
     # masking it would blank `database "noetl" does not exist`, the one useful fact
     if password and str(password) not in names:
         reason = reason.replace(str(password), "***")
-    low = reason.lower()
-    if url.startswith("sqlite"):
-        hint = "check the path in NOETL_DATABASE_URL (or NOETL_HOME) and its permissions"
-    elif "database" in low and "does not exist" in low:
-        hint = f"create the database, then {_UPGRADE}"
-    elif "password" in low or "authentication" in low or "role" in low:
-        hint = "check the user and password in NOETL_DATABASE_URL"
-    else:
-        hint = "check NOETL_DATABASE_URL (host, port, options) and that Postgres runs there"
-    return f"the engine database {shown} cannot be used: {reason}; {hint}"
+    return reason
 
 
 def _reason(exc: BaseException) -> str:
@@ -329,6 +384,11 @@ def _reason(exc: BaseException) -> str:
     for prefix in ("FATAL:", "ERROR:"):
         reason = reason.removeprefix(prefix)
     return " ".join(reason.split())[:300]
+
+
+def _ms(seconds: float) -> int:
+    """A Postgres duration setting in milliseconds (0: no limit)."""
+    return max(0, round(seconds * 1000))
 
 
 def _short(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from noetl_celery.errors import StoreError
 from noetl_celery.store.rows import EventRow, LogRow, Page
 from noetl_celery.store.schema import command_logs, events, utcnow
 
@@ -58,7 +59,7 @@ def write_logs(store: Store, rows: Sequence[LogRow]) -> None:
     try:
         with store.db.engine.begin() as conn:
             add_logs(conn, rows)
-    except SQLAlchemyError:
+    except (SQLAlchemyError, StoreError):
         log.warning("could not store %d captured log block(s)", len(rows), exc_info=True)
 
 

@@ -59,6 +59,11 @@ def upgrade_to_head(database: Database) -> None:
     config.set_main_option("script_location", str(script_location()))
     with database.engine.connect() as conn:
         if database.dialect == "postgresql":
+            # the engine's session bounds are for orchestration, not for a migration: an
+            # index on a big table may take minutes, and so may waiting for another
+            # process's migration (RESET below restores the connection's bounds)
+            conn.execute(text("SET statement_timeout = 0"))
+            conn.execute(text("SET idle_in_transaction_session_timeout = 0"))
             # two processes starting at once must not both create the tables
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
             conn.commit()
@@ -69,4 +74,6 @@ def upgrade_to_head(database: Database) -> None:
         finally:
             if database.dialect == "postgresql":
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
+                conn.execute(text("RESET statement_timeout"))
+                conn.execute(text("RESET idle_in_transaction_session_timeout"))
                 conn.commit()

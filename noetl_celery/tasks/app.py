@@ -25,10 +25,14 @@ from noetl_celery.constants import (
     TASK_REAP,
 )
 from noetl_celery.settings import Settings
+from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.quiet import quiet_periodic_task_logs
 
 
 def make_app(settings: Settings) -> Celery:
+    # every process with an app (workers, beat, clients) gets the Redis transport's
+    # fixes: a broker outage must not kill it (tasks.kombu_redis)
+    kombu_redis.install()
     app = Celery("noetl_celery", broker=settings.broker_url or "memory://", set_as_current=False)
     app.conf.update(
         task_ignore_result=True,

@@ -9,6 +9,11 @@ per-task log level, so a filter on those loggers turns these INFO records into D
 ones: shown under `-l DEBUG`, dropped otherwise. Only INFO records are touched: a tick
 that fails is logged by Celery at ERROR and still shows, and what a tick *does* (a
 schedule fired, a command republished or re-issued) is logged by the engine itself.
+
+While the broker is down, beat logs every tick it cannot send at ERROR with the stack
+and the whole exception chain: about 150 lines a tick, two ticks a second. `BrokerDown`
+keeps each such record, at ERROR, as its one line (beat keeps going and sends at the
+next tick once the broker is back; the reaper then republishes what was lost).
 """
 
 from __future__ import annotations
@@ -45,9 +50,45 @@ class QuietTicks(logging.Filter):
         return True
 
 
+def _broker_unreachable(exc: BaseException | None) -> bool:
+    """True when `exc` or what caused it is a connection error (redis-py's included)."""
+    from kombu.exceptions import OperationalError
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (OperationalError, OSError)) or (
+            type(exc).__name__ == "ConnectionError" and type(exc).__module__.startswith("redis")
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+class BrokerDown(logging.Filter):
+    """Beat's "Message Error" about a broker it cannot reach: one line, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.exc_info:
+            return True
+        if not str(record.msg).startswith("Message Error"):
+            return True
+        exc = record.exc_info[1]
+        if not _broker_unreachable(exc):
+            return True
+        record.msg = "Message Error: %s (the broker is unreachable; sent again at the next tick)"
+        record.args = (exc,)
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def quiet_periodic_task_logs() -> None:
-    """Install the filter (idempotent; a prefork child inherits it)."""
+    """Install the filters (idempotent; a prefork child inherits them)."""
     for name in LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, QuietTicks) for f in logger.filters):
             logger.addFilter(QuietTicks())
+    beat = logging.getLogger("celery.beat")
+    if not any(isinstance(f, BrokerDown) for f in beat.filters):
+        beat.addFilter(BrokerDown())

@@ -1,13 +1,16 @@
 """The chaos suite's cluster: a Postgres and a Redis of its own (so they can be wiped,
 killed and restarted), two real `noetl-celery worker` processes and a `noetl-celery beat`
-sending the reaper every second. Leases and grace periods are a few seconds, so lost
-work comes back within seconds. Each test reports its recovery times (printed at the end
-of the run).
+sending the reaper every second. Leases, grace periods and the bound on an idle
+transaction are a few seconds, so lost work comes back within seconds. After its fault
+each test checks that every worker and beat process is still alive and serving
+(`Cluster.check_fleet`), and reports its recovery times and the longest stall of
+progress (printed at the end of the run).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import time
 import uuid
@@ -25,12 +28,23 @@ from noetl_celery.orchestrator.ids import base_command_id
 from tests.conftest import _env
 from tests.support.engines import celery_engine
 from tests.support.private_services import PrivatePostgres, PrivateRedis
+from tests.support.sockets import process_group
 from tests.support.workers import BeatProcess, WorkerProcess
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 TEMPLATE = "chaos_template"
 DATA = "chaos_data"
-RECOVERY: list[tuple[str, str, float]] = []  # (test, what, seconds)
+RECOVERY: list[tuple[str, str, float, str]] = []  # (test, what, value, unit)
+
+
+def report(test: str, what: str, value: float, unit: str = "s") -> None:
+    """A figure for the end-of-run report (recovery times, stalls, progress)."""
+    RECOVERY.append((test, what, round(value, 2), unit))
+
+
+TERMINAL = "('command.completed', 'command.failed')"
+# a follow-up run after a fault: small, so checking that every process still serves is cheap
+FOLLOW_UP = 20
 
 # short enough that a test sees recovery within seconds
 CHAOS_SETTINGS = {
@@ -39,6 +53,8 @@ CHAOS_SETTINGS = {
     "NOETL_ISSUED_GRACE_SECONDS": "3",
     "NOETL_WAKE_GRACE_SECONDS": "2",
     "NOETL_MAX_ATTEMPTS": "10",
+    # a frozen holder of an execution's lock loses it (its transaction) after this long
+    "NOETL_DB_IDLE_IN_TRANSACTION_SECONDS": "3",
 }
 
 
@@ -141,7 +157,7 @@ class Cluster:
         assert not missing, f"{len(missing)} commands in flight at the fault never finished"
         last = max((first[c] for c in lost), default=fault_at)
         seconds = max(0.0, (last - fault_at).total_seconds())
-        RECOVERY.append((self.test, what, round(seconds, 2)))
+        report(self.test, what, seconds)
         return seconds
 
     def wait(self, eid: str, timeout: float = 300) -> str:
@@ -172,6 +188,91 @@ class Cluster:
     def result(self, eid: str) -> Any:
         raw = self.query("SELECT result FROM executions WHERE execution_id = %s", eid)[0][0]
         return json.loads(raw) if isinstance(raw, str) else raw
+
+    def alive(self) -> None:
+        """Every worker and beat process still runs: a fault may kill a task or a pool
+        process (restarted by its worker), never a whole worker or beat."""
+        for process in (*self.workers, self.beat):
+            code = process.proc.poll()
+            assert code is None, f"{process.name} exited ({code}):\n{process.tail(40)}"
+
+    def longest_stall(self, eid: str, since: dt.datetime) -> float:
+        """The longest time, from `since` to the end of the execution, in which no command
+        of it finished (the first gap starts at `since`): how long the fault stopped
+        progress. Call it once the execution has ended."""
+        rows = self.query(
+            f"SELECT created_at FROM events WHERE execution_id = %s AND type IN {TERMINAL} "
+            "AND created_at >= %s ORDER BY created_at",
+            eid,
+            since,
+        )
+        times = [since, *(r[0] for r in rows)]
+        return max((b - a).total_seconds() for a, b in itertools.pairwise(times))
+
+    def finished_between(self, eid: str, start: dt.datetime, end: dt.datetime) -> int:
+        return int(
+            self.query(
+                f"SELECT count(*) FROM events WHERE execution_id = %s AND type IN {TERMINAL} "
+                "AND created_at >= %s AND created_at < %s",
+                eid,
+                start,
+                end,
+            )[0][0]
+        )
+
+    def serving(self, pids: tuple[int, ...] = (), timeout: float = 90) -> int:
+        """Every worker (each process group) and every pid in `pids` claims commands of
+        small follow-up runs, which complete exactly; and beat still sends the reaper.
+        Runs follow-ups until each has served (with two workers one run nearly always
+        suffices); returns how many it ran."""
+        # the test's own client may hold pooled connections to a Postgres that restarted
+        # (its first call would fail once, as any pooled client's): start from fresh ones,
+        # as a `noetl-celery run` process always does
+        self.engine.database.dispose()
+        want = {w.proc.pid for w in self.workers}
+        served: set[int] = set()
+        groups: set[int] = set()
+        started = utcnow()
+        deadline = time.monotonic() + timeout
+        runs = 0
+        while not (want <= groups and set(pids) <= served):
+            assert time.monotonic() < deadline, (
+                f"not serving after the fault: worker groups {want - groups}, "
+                f"pids {set(pids) - served} claimed nothing in {timeout:g}s"
+            )
+            eid = self.start("chaos_loop.yaml", n=FOLLOW_UP, window=10)
+            runs += 1
+            assert_loop_exact(self, eid, FOLLOW_UP)
+            for (worker,) in self.query(
+                "SELECT DISTINCT worker FROM commands WHERE execution_id = %s", eid
+            ):
+                pid = int(str(worker).rsplit(":", 1)[1])
+                served.add(pid)
+                group = process_group(pid)
+                if group is not None:
+                    groups.add(group)
+        # beat: a reaper sweep began (or ended) after the follow-ups started
+        while True:
+            swept = self.query("SELECT expires_at FROM leases WHERE name = 'reaper'")
+            if swept and swept[0][0] >= started:
+                break
+            assert time.monotonic() < deadline, "beat sent no reaper after the fault"
+            time.sleep(0.2)
+        return runs
+
+    def check_fleet(self, eid: str | None, since: dt.datetime, pids: tuple[int, ...] = ()) -> float:
+        """After a fault: every process alive and serving; the longest stall of `eid`
+        since `since` (recorded for the report, returned)."""
+        self.alive()
+        stall = 0.0
+        if eid is not None:
+            stall = self.longest_stall(eid, since)
+            report(self.test, "longest stall", stall)
+        started = time.monotonic()
+        runs = self.serving(pids)
+        report(self.test, f"all serving after {runs} follow-up run(s)", time.monotonic() - started)
+        self.alive()
+        return stall
 
     def left_running(self, eid: str) -> int:
         return int(
@@ -274,9 +375,9 @@ def assert_drain_exact(cluster: Cluster, eid: str, n: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if RECOVERY:
-        terminalreporter.section("chaos recovery times")
-        for test, what, seconds in RECOVERY:
-            terminalreporter.write_line(f"{test:<55} {what:<40} {seconds:7.2f} s")
+        terminalreporter.section("chaos recovery times and longest stalls")
+        for test, what, value, unit in RECOVERY:
+            terminalreporter.write_line(f"{test:<55} {what:<40} {value:9.2f} {unit}")
 
 
 def utcnow() -> dt.datetime:

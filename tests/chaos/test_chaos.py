@@ -1,31 +1,38 @@
-"""Breaking things on purpose: nothing is lost, nothing is counted twice.
+"""Breaking things on purpose: nothing is lost, nothing is counted twice, nobody dies.
 
 Every test runs a real loop (5,000 items) or cursor drain (3,000 rows) on two worker
 processes and a beat, breaks something in the middle, and then asserts the exact
-result-table counts, the exact loop counts, one `loop.done` and a terminal status. The
+result-table counts, the exact loop counts, one `loop.done` and a terminal status; that
+every worker and beat process is still alive and serving (small follow-up runs are
+claimed by each worker, beat still sends the reaper); and how long the fault stopped
+progress (the longest gap between two finished commands from the fault on). The
 recovery time of each fault (until everything that was in flight at the fault has
-finished) is printed at the end of the run.
+finished) and the longest stall are printed at the end of the run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from noetl_celery.orchestrator.ids import base_command_id
 from tests.chaos.conftest import (
-    RECOVERY,
     Cluster,
     assert_drain_exact,
     assert_loop_exact,
+    report,
     utcnow,
 )
+from tests.support.sockets import owner_of_connection
 
 pytestmark = pytest.mark.chaos
 N = 5000
@@ -65,6 +72,7 @@ def test_worker_sigkill_during_a_parallel_loop(cluster_factory: Any) -> None:
     assert_loop_exact(cluster, eid, N)
     for lost, at, what in faults:
         assert cluster.recovery(eid, lost, at, what) < 60
+    assert cluster.check_fleet(eid, faults[0][1]) < 15  # the other worker goes on
 
 
 def test_worker_sigkill_during_a_cursor_drain(cluster_factory: Any) -> None:
@@ -74,6 +82,7 @@ def test_worker_sigkill_during_a_cursor_drain(cluster_factory: Any) -> None:
     assert_drain_exact(cluster, eid, ROWS)
     for lost, at, what in faults:
         assert cluster.recovery(eid, lost, at, what) < 60
+    assert cluster.check_fleet(eid, faults[0][1]) < 15  # the other worker goes on
 
 
 def test_redis_flushall_in_the_middle(cluster_factory: Any) -> None:
@@ -83,6 +92,7 @@ def test_redis_flushall_in_the_middle(cluster_factory: Any) -> None:
     lost, at, what = fault_at(cluster, eid, 1500, "redis FLUSHALL", cluster.redis.client().flushall)
     assert_loop_exact(cluster, eid, N)
     assert cluster.recovery(eid, lost, at, what) < 60
+    assert cluster.check_fleet(eid, at) < 15
 
 
 def test_redis_restarted_in_the_middle(cluster_factory: Any) -> None:
@@ -91,6 +101,7 @@ def test_redis_restarted_in_the_middle(cluster_factory: Any) -> None:
     lost, at, what = fault_at(cluster, eid, 1500, "redis restart (1 s down)", cluster.redis.restart)
     assert_loop_exact(cluster, eid, N)
     assert cluster.recovery(eid, lost, at, what) < 90
+    assert cluster.check_fleet(eid, at) < 20
 
 
 def test_postgres_restarted_in_the_middle(cluster_factory: Any) -> None:
@@ -101,14 +112,17 @@ def test_postgres_restarted_in_the_middle(cluster_factory: Any) -> None:
     )
     assert_loop_exact(cluster, eid, N)
     assert cluster.recovery(eid, lost, at, what) < 90
+    assert cluster.check_fleet(eid, at) < 30
 
 
 def test_every_message_delivered_twice(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory(
         worker_module="tests.chaos.worker_wrappers duplicate", duplicate=True
     )
+    started = utcnow()
     eid = cluster.start("chaos_loop.yaml", n=N, window=50)
     assert_loop_exact(cluster, eid, N)
+    assert cluster.check_fleet(eid, started) < 15
     # no crash here: every iteration ran exactly once although every message came twice
     assert cluster.result(eid)["rows"][0]["runs"] == N
     dropped = sum(w.log.read_text().count("duplicate delivery dropped") for w in cluster.workers)
@@ -136,6 +150,10 @@ def test_orchestrator_killed_between_commit_and_publish(
         lost = {base_command_id(c) for c in info["commands"]}
         assert lost, "the killed pass had commands to publish"
         assert cluster.recovery(eid, lost, at, f"killed after commit #{n + 1}") < 60
+    first = dt.datetime.fromtimestamp(min(json.loads(m.read_text())["at"] for m in deaths), dt.UTC)
+    # the reaper's republish may die too (it publishes through the same wrapper), and its
+    # grace doubles after each republish: three deaths in a row stall about 3 + 6 + 12 s
+    assert cluster.check_fleet(eid, first.replace(tzinfo=None)) < 40
 
 
 def test_cancel_a_running_loop(cluster_factory: Any) -> None:
@@ -176,4 +194,76 @@ def test_cancel_a_running_loop(cluster_factory: Any) -> None:
     )
     assert cluster.loop_dones(eid) == []
     assert not cluster.engine.cancel(eid)  # already ended
-    RECOVERY.append((cluster.test, "cancel -> CANCELLED", round(seconds, 2)))
+    report(cluster.test, "cancel -> CANCELLED", seconds)
+    cluster.check_fleet(None, cancelled_at)
+
+
+FREEZE_SECONDS = 30.0
+
+# the backend whose transaction holds the execution row's lock (FOR UPDATE), and its port
+_HOLDER = """
+SELECT a.pid, a.client_port
+FROM executions x
+JOIN pgrowlocks('executions') l ON l.locked_row = x.ctid
+JOIN pg_stat_activity a ON a.pid = ANY (l.pids)
+WHERE x.execution_id = %s
+"""
+
+
+def freeze_lock_holder(cluster: Cluster, eid: str, timeout: float = 60) -> tuple[int, dt.datetime]:
+    """SIGSTOP the worker process whose open transaction holds the execution's lock (a
+    GC pause, a VM freeze, a debugger) and return its pid and when it stopped. A pass is
+    short: a process caught just after it let go is resumed at once and another tried."""
+    groups = {w.proc.pid for w in cluster.workers}
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgrowlocks")
+        while time.monotonic() < deadline:
+            holder = conn.execute(_HOLDER, (eid,)).fetchone()
+            if holder is None:
+                continue
+            pid = owner_of_connection(holder[1], cluster.pg.port, groups)
+            if pid is None:
+                continue
+            os.kill(pid, signal.SIGSTOP)
+            at = utcnow()
+            if conn.execute(_HOLDER, (eid,)).fetchone() == holder:
+                return pid, at  # stopped while holding it: it holds it until resumed
+            os.kill(pid, signal.SIGCONT)
+    raise AssertionError(f"no worker process caught holding the lock of {eid} in {timeout}s")
+
+
+def test_lock_holder_frozen_for_30_s(cluster_factory: Any) -> None:
+    """A frozen lock holder does not freeze its execution: Postgres ends its idle
+    transaction, the next pass redoes its work, and the process, resumed, lives on."""
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_loop.yaml", n=N, window=50)
+    cluster.wait_finished(eid, 1500)
+    pid, at = freeze_lock_holder(cluster, eid)
+    try:
+        lost = cluster.in_flight(eid)  # the frozen process's command among them, maybe
+        time.sleep(FREEZE_SECONDS)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # progress while it was frozen, not only at the end (before the fix: 1 in 28 s)
+    during = cluster.finished_between(eid, at, at + dt.timedelta(seconds=FREEZE_SECONDS))
+    report(cluster.test, "finished while the holder was frozen", during, "commands")
+    assert_loop_exact(cluster, eid, N)
+    assert cluster.recovery(eid, lost, at, "lock holder SIGSTOPped 30 s") < FREEZE_SECONDS
+    # the resumed process is alive and claims commands again
+    stall = cluster.check_fleet(eid, at, pids=(pid,))
+    assert during >= 1000
+    assert stall < 15  # about a lease; the freeze lasted 30 s
+
+
+def test_redis_down_for_30_s(cluster_factory: Any) -> None:
+    """Redis SIGKILLed with messages unacked, down 30 s: every worker and beat survive
+    and resume on their own; what Redis lost is republished from Postgres."""
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_loop.yaml", n=N, window=50)
+    lost, at, what = fault_at(
+        cluster, eid, 1500, "redis SIGKILL, 30 s down", lambda: cluster.redis.restart(30)
+    )
+    assert_loop_exact(cluster, eid, N)
+    assert cluster.recovery(eid, lost, at, what) < 30 + 30
+    assert cluster.check_fleet(eid, at) < 30 + 20

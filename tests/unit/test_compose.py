@@ -100,6 +100,16 @@ def test_the_engine_waits_for_its_services_and_tables() -> None:
         assert "healthcheck" in svc[name]
 
 
+def test_long_running_services_restart_and_one_shots_do_not() -> None:
+    svc = services()
+    for name in ("postgres", "redis", "worker", "beat", "flower"):
+        assert svc[name].get("restart") == "unless-stopped", name
+    # `migrate` must complete once (the others wait for it); restarting it would loop,
+    # and `cli` is run on demand
+    for name in ("migrate", "cli"):
+        assert svc[name].get("restart", "no") == "no", name
+
+
 def test_the_engine_services_share_database_and_broker() -> None:
     svc = services()
     for name in ENGINE_SERVICES:
