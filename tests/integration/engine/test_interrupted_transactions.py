@@ -115,7 +115,7 @@ def test_a_close_cut_short_is_recorded_again_not_run_again(
         engine.executor,
         "_close_and_fold",
         monkeypatch,
-        lambda completion, command, outcome: command.step == "work",
+        lambda completion, command, *rest: command.step == "work",
     )
     eid = engine.start_text(ONCE, {"marks": str(marks)})
     row = engine.wait(eid, 30)
