@@ -157,6 +157,13 @@ class Settings:
     # `run` / `watch` off a terminal: one progress line per running loop every this many
     # seconds on stderr (0: none)
     progress_seconds: float = 5.0
+    # `noetl-celery serve`: a bearer token (`Authorization: Bearer T`, also NoETL's CLI
+    # `--session-token T`) and/or HTTP basic `user:password`; either one lets a request
+    # in. Without both, serve binds loopback only.
+    api_token: str = field(default="", repr=False)
+    api_basic_auth: str = field(default="", repr=False)
+    # origins allowed by CORS (comma-separated in NOETL_API_CORS_ORIGINS; empty: none)
+    api_cors_origins: tuple[str, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -257,4 +264,9 @@ class Settings:
             max_payload_bytes=_int(env, "NOETL_MAX_PAYLOAD_BYTES", base.max_payload_bytes, 1),
             log_capture_bytes=_int(env, "NOETL_LOG_CAPTURE_BYTES", base.log_capture_bytes, 0),
             progress_seconds=_float(env, "NOETL_PROGRESS_SECONDS", base.progress_seconds),
+            api_token=env.get("NOETL_API_TOKEN", "").strip(),
+            api_basic_auth=env.get("NOETL_API_BASIC_AUTH", "").strip(),
+            api_cors_origins=tuple(
+                o.strip() for o in env.get("NOETL_API_CORS_ORIGINS", "").split(",") if o.strip()
+            ),
         )

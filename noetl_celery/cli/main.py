@@ -24,6 +24,7 @@ from noetl_celery.cli.inspect import cancel, executions, status
 from noetl_celery.cli.rerun import rerun
 from noetl_celery.cli.run import run
 from noetl_celery.cli.schedule import schedule
+from noetl_celery.cli.serve import serve
 from noetl_celery.cli.watch import watch
 from noetl_celery.errors import NoetlError
 
@@ -65,6 +66,7 @@ for command in (
     worker,
     beat,
     flower,
+    serve,
     db,
     example_api,
 ):

@@ -20,3 +20,12 @@ def engine_on_workers(
     built = celery_engine(distributed["url"], distributed["redis_url"], tmp_path, credentials_file)
     yield built
     built.close()
+
+
+@pytest.fixture(scope="session")
+def served(distributed: dict[str, Any]) -> Iterator[Any]:
+    """`noetl-celery serve` (no auth, loopback) on the session's database and workers."""
+    from tests.support.server import serving
+
+    with serving(distributed["env"]) as server:
+        yield server

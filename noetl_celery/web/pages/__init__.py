@@ -1,0 +1,1 @@
+"""Server-rendered operator pages (Jinja2), served by `serve` and inside Flower."""
