@@ -363,6 +363,36 @@ class Engine:
             self.store, row, step, epoch=epoch, offset=offset, limit=limit
         )
 
+    def events_since(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        failed: bool = False,
+        step: str | None = None,
+        since: int = 0,
+        limit: int = 200,
+    ) -> dict[str, Any]:
+        """`{"events", "next_since", "left_out"}`: events after event id `since`, oldest
+        first, of any of `types` (failures only with `failed`, as `events --failed`) and
+        of `step`. InputInvalid for an unknown type or step."""
+        row = self.store.execution(execution_id)
+        chosen = readmodels.event_types(types, failed)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return readmodels.events_since(
+            self.store, row, types=chosen, step=step, since=since, limit=limit
+        )
+
+    def logs_since(
+        self, execution_id: str, *, step: str | None = None, since: int = 0, limit: int = 200
+    ) -> dict[str, Any]:
+        """`{"logs", "next_since", "left_out"}`: captured output after log id `since`."""
+        row = self.store.execution(execution_id)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
+
     def graph(self, execution_id: str) -> dict[str, Any]:
         """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}`: the
         playbook's `next` arcs with each step's status in this execution."""
