@@ -14,7 +14,7 @@ from noetl_celery.constants import (
     TRIGGER_MANUAL,
     TRIGGER_RERUN,
 )
-from noetl_celery.engine import owner
+from noetl_celery.engine import owner, readmodels
 from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
@@ -314,6 +314,90 @@ class Engine:
         they were started (`constants.TRIGGERS`)."""
         rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
         return [execution_line(r) for r in rows]
+
+    # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
+    def executions_page(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        parent: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
+        `execution_line` plus `items_done` (loop iterations finished, failed included)
+        and `items_failed`, over all its loop epochs (open ones live)."""
+        return readmodels.executions_page(
+            self.store,
+            status=status,
+            path=path,
+            trigger=trigger,
+            parent=parent,
+            limit=limit,
+            offset=offset,
+        )
+
+    def detail(self, execution_id: str) -> dict[str, Any]:
+        """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
+        lists them (the state's raw step failures under `failures`), and per loop
+        `started_at`, `rate_per_second`, `eta_seconds`."""
+        return readmodels.detail(self.store, self.store.execution(execution_id))
+
+    def failed_items(
+        self,
+        execution_id: str,
+        step: str,
+        *,
+        epoch: int | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        """`{"items": [{epoch, iteration, value, kind, message}], "total"}`: a page of the
+        failed iterations of loop step `step`, in iteration order. InputInvalid for a
+        step the playbook does not have."""
+        row = self.store.execution(execution_id)
+        readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return readmodels.failed_items(
+            self.store, row, step, epoch=epoch, offset=offset, limit=limit
+        )
+
+    def events_since(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        failed: bool = False,
+        step: str | None = None,
+        since: int = 0,
+        limit: int = 200,
+    ) -> dict[str, Any]:
+        """`{"events", "next_since", "left_out"}`: events after event id `since`, oldest
+        first, of any of `types` (failures only with `failed`, as `events --failed`) and
+        of `step`. InputInvalid for an unknown type or step."""
+        row = self.store.execution(execution_id)
+        chosen = readmodels.event_types(types, failed)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return readmodels.events_since(
+            self.store, row, types=chosen, step=step, since=since, limit=limit
+        )
+
+    def logs_since(
+        self, execution_id: str, *, step: str | None = None, since: int = 0, limit: int = 200
+    ) -> dict[str, Any]:
+        """`{"logs", "next_since", "left_out"}`: captured output after log id `since`."""
+        row = self.store.execution(execution_id)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
+
+    def graph(self, execution_id: str) -> dict[str, Any]:
+        """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}`: the
+        playbook's `next` arcs with each step's status in this execution."""
+        row = self.store.execution(execution_id)
+        return readmodels.graph(self.playbooks.get(row.catalog_id), row)
 
     def rerun(
         self,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -17,12 +18,12 @@ RUN_ERRORS_LIMIT = 20
 ITEM_PREVIEW_CHARS = 200
 
 
-def _kind(error: Any, default: str = "error") -> str:
+def error_kind(error: Any, default: str = "error") -> str:
     kind = error.get("kind") if isinstance(error, dict) else None
     return str(kind) if kind else default
 
 
-def _preview(item: Any) -> str:
+def preview(item: Any) -> str:
     text = json.dumps(item, default=str, ensure_ascii=False)
     return text if len(text) <= ITEM_PREVIEW_CHARS else text[: ITEM_PREVIEW_CHARS - 1] + "…"
 
@@ -40,7 +41,7 @@ def run_errors(
         if len(out) >= limit:
             break
         error = failure.get("error")
-        if _kind(error) == "items_failed":
+        if error_kind(error) == "items_failed":
             for failed in store.failed_iterations(
                 row.execution_id, failure["step"], failure["epoch"], limit - len(out)
             ):
@@ -48,8 +49,8 @@ def run_errors(
                     {
                         "step": failure["step"],
                         "item": failed.iteration,
-                        "value": _preview(failed.item),
-                        "kind": _kind(failed.error),
+                        "value": preview(failed.item),
+                        "kind": error_kind(failed.error),
                         "message": error_text(failed.error) or "failed",
                     }
                 )
@@ -58,12 +59,12 @@ def run_errors(
             {
                 "step": failure["step"],
                 "item": None,
-                "kind": _kind(error),
+                "kind": error_kind(error),
                 "message": str(failure.get("message") or error_text(error)),
             }
         )
     if not out and row.error is not None:  # ended from outside: cancel, timeout, reaper
-        kind = "cancelled" if row.status == CANCELLED else _kind(row.error, "failed")
+        kind = "cancelled" if row.status == CANCELLED else error_kind(row.error, "failed")
         out.append({"step": None, "item": None, "kind": kind, "message": error_text(row.error)})
     return out[:limit]
 
@@ -76,20 +77,67 @@ def error_text(error: Any) -> str | None:
     return str(error)
 
 
-def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
-    """Every loop epoch: finished ones from the `loops` table, the running one of each
-    step live from the state snapshot (the table is written at epoch start and end)."""
+def loop_pace(
+    done: int,
+    total: int | None,
+    started_at: dt.datetime | None,
+    until: dt.datetime,
+    *,
+    cursor: bool,
+    finished: bool,
+) -> tuple[float | None, float | None]:
+    """(items per second since the epoch started, seconds left at that rate). None when
+    unknown: no start recorded (epochs from before migration 0008), no time elapsed, no
+    item done yet (ETA), or a cursor loop (its total is not known ahead)."""
+    if started_at is None:
+        return None, None
+    seconds = (until - started_at).total_seconds()
+    if seconds <= 0:
+        return None, None
+    rate = done / seconds
+    if cursor or total is None:
+        return round(rate, 3), None
+    remaining = max(0, total - done)
+    if finished or remaining == 0:
+        return round(rate, 3), 0.0
+    if rate <= 0:
+        return round(rate, 3), None
+    return round(rate, 3), round(remaining / rate, 1)
+
+
+def live_loops(steps: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The running loop epoch of each step, from the state snapshot's `steps`: its
+    counters are live there (the `loops` table is written at epoch start and end)."""
     live = {}
-    for name, st in ((row.state or {}).get("steps") or {}).items():
-        lp = st.get("loop")
+    for name, st in steps.items():
+        lp = st.get("loop") if isinstance(st, dict) else None
         if lp and not lp.get("done"):
             live[(name, lp["epoch"])] = lp
+    return live
+
+
+def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
+    """Every loop epoch: finished ones from the `loops` table, the running one of each
+    step live from the state snapshot, with its start, rate and ETA (`loop_pace`)."""
+    live = live_loops((row.state or {}).get("steps") or {})
+    now = utcnow()
     out = []
     for lp in store.loops(row.execution_id):
         current = live.get((lp.step, lp.epoch))
         succeeded = current["succeeded"] if current else lp.succeeded
         failed = current["failed"] if current else lp.failed
         in_flight = current["in_flight"] if current else 0
+        # a finished epoch's row was last written at its end; an open epoch of an ended
+        # execution stopped when the execution did
+        until = (lp.updated_at if lp.done else row.finished_at) or now
+        rate, eta = loop_pace(
+            succeeded + failed,
+            lp.total,
+            lp.started_at,
+            until,
+            cursor=lp.mode == "cursor",
+            finished=lp.done,
+        )
         out.append(
             {
                 "step": lp.step,
@@ -101,9 +149,16 @@ def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
                 "failed": failed,
                 "in_flight": in_flight,
                 "finished": lp.done,
+                "started_at": _iso(lp.started_at),
+                "rate_per_second": rate,
+                "eta_seconds": eta,
             }
         )
     return out
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.isoformat() + "Z"
 
 
 def execution_line(row: ExecutionRow) -> dict[str, Any]:

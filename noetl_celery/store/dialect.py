@@ -34,10 +34,13 @@ def upsert(
     keys: Sequence[str],
     values: dict[str, Any],
     where: Any = None,
+    insert_only: Sequence[str] = (),
 ) -> Any:
-    """INSERT, or UPDATE the existing row (only where `where` holds, if given)."""
+    """INSERT, or UPDATE the existing row (only where `where` holds, if given); the
+    `insert_only` columns keep the value the first insert gave them."""
     stmt = _insert(conn, table).values(**values)
-    updates = {k: stmt.excluded[k] for k in values if k not in keys}
+    kept = set(keys) | set(insert_only)
+    updates = {k: stmt.excluded[k] for k in values if k not in kept}
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates, where=where)
 
 

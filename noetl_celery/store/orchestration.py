@@ -271,7 +271,9 @@ class OrchestrationTx:
                         "failed": mirror.failed,
                         "done": mirror.done,
                         "updated_at": now,
+                        "started_at": now,  # the epoch's first write is its start
                     },
+                    insert_only=["started_at"],
                 )
             )
         self.mark_handled(handled)

@@ -24,6 +24,7 @@ from noetl_celery.constants import (
     TRIGGER_MANUAL,
 )
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
+from noetl_celery.store import overview
 from noetl_celery.store.cache import ImmutableCache
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
@@ -462,26 +463,19 @@ class Store:
         return [EventRow(**r._mapping) for r in rows]
 
     def failed_iterations(
-        self, execution_id: str, step: str, epoch: int, limit: int
+        self, execution_id: str, step: str, epoch: int | None, limit: int, *, offset: int = 0
     ) -> list[FailedItem]:
-        """The first `limit` failed iterations of a loop epoch, in iteration order, with
-        their items (through the iterations' partial index)."""
-        query = (
-            select(events.c.iteration, events.c.payload, commands.c.item)
-            .join(commands, commands.c.command_id == events.c.command_id)
-            .where(
-                events.c.execution_id == execution_id,
-                events.c.step == step,
-                events.c.epoch == epoch,
-                events.c.iteration.is_not(None),
-                events.c.type == EV_COMMAND_FAILED,
-            )
-            .order_by(events.c.iteration)
-            .limit(limit)
+        """`limit` failed iterations of a loop epoch (every epoch when None) from
+        `offset`, in iteration order, with their items (through the failed iterations'
+        partial index); `count_failed_iterations` tells how many there are."""
+        return overview.failed_iterations(
+            self, execution_id, step, epoch=epoch, offset=offset, limit=limit
         )
-        with self.db.read_engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [FailedItem(r.iteration, (r.payload or {}).get("error"), r.item) for r in rows]
+
+    def count_failed_iterations(
+        self, execution_id: str, step: str, epoch: int | None = None
+    ) -> int:
+        return overview.count_failed_iterations(self, execution_id, step, epoch=epoch)
 
     def command_counts(self, execution_id: str) -> CommandCounts:
         with self.db.read_engine.connect() as conn:
@@ -504,6 +498,8 @@ class Store:
                     loops.c.succeeded,
                     loops.c.failed,
                     loops.c.done,
+                    loops.c.started_at,
+                    loops.c.updated_at,
                 )
                 .where(loops.c.execution_id == execution_id)
                 .order_by(loops.c.step, loops.c.epoch)

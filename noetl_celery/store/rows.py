@@ -60,6 +60,7 @@ class FailedItem:
     iteration: int
     error: Any
     item: Any
+    epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ class LoopRow:
     succeeded: int
     failed: int
     done: bool
+    started_at: dt.datetime | None = None  # null: recorded before migration 0008
+    updated_at: dt.datetime | None = None  # a finished epoch's end
 
     @property
     def in_flight(self) -> int:

@@ -98,6 +98,7 @@ executions = Table(
     Column("owner", String(256), nullable=True),
     Index("ix_executions_status_created", "status", "created_at"),
     Index("ix_executions_parent", "parent_execution_id"),
+    Index("ix_executions_created", "created_at"),
     Index("ux_executions_spawn_key", "spawn_key", unique=True),
 )
 
@@ -180,6 +181,15 @@ events = Table(
         "iteration",
         **_partial("iteration IS NOT NULL"),
     ),
+    # failed loop iterations only: paged and counted without touching the successful ones
+    Index(
+        "ix_events_failed_iterations",
+        "execution_id",
+        "step",
+        "epoch",
+        "iteration",
+        **_partial("type = 'command.failed' AND iteration IS NOT NULL"),
+    ),
 )
 
 # The inbox: one row per command completion not yet folded into its execution's state.
@@ -234,6 +244,9 @@ loops = Table(
     Column("failed", Integer, nullable=False, default=0),
     Column("done", Boolean, nullable=False, default=False),
     Column("updated_at", DateTime, nullable=False, default=utcnow),
+    # when the epoch's row was first written (its start); null for epochs recorded before
+    # migration 0008. Never updated: the upsert leaves it out of its SET list.
+    Column("started_at", DateTime, nullable=True),
 )
 
 # Leases of single-instance duties (the reaper): a row per duty, held by `owner` until

@@ -1,0 +1,43 @@
+"""A playbook's flow as a graph (nodes: steps, edges: `next` arcs) with each step's
+status from an execution's state: what the API's `/graph` and the pages draw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_celery.models.playbook import Playbook, Step
+
+# a step the execution has not reached has no entry in the state
+NOT_REACHED = "pending"
+
+
+def tool_kind(step: Step) -> str | None:
+    """`python`, `http`, ... for one tool; `pipeline` for a list of tools; None for a
+    step without a tool (a router)."""
+    if step.tool is None:
+        return None
+    if isinstance(step.tool, list):
+        return "pipeline"
+    return step.tool.kind
+
+
+def _when(value: str | bool | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as YAML wrote it
+    return value
+
+
+def build_graph(playbook: Playbook, steps: dict[str, Any]) -> dict[str, Any]:
+    """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}` in workflow
+    order; `steps` is the state snapshot's `steps` (status per step that ran)."""
+    nodes = []
+    edges = []
+    for step in playbook.workflow:
+        state = steps.get(step.step)
+        status = state.get("status") if isinstance(state, dict) else None
+        nodes.append({"step": step.step, "status": status or NOT_REACHED, "tool": tool_kind(step)})
+        for arc in step.arcs:
+            edges.append({"from": step.step, "to": arc.step, "when": _when(arc.when)})
+    return {"entry": playbook.entry_step, "nodes": nodes, "edges": edges}

@@ -1,0 +1,179 @@
+"""Read models of the HTTP API and the operator pages: the executions listing with loop
+totals, one execution in detail, a loop's failed items, the flow graph. Queries are in
+`store.overview`; this module shapes them (pure folding where a decision is made)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS
+from noetl_celery.engine.graph import build_graph
+from noetl_celery.engine.views import (
+    error_kind,
+    error_text,
+    execution_line,
+    live_loops,
+    preview,
+    run_errors,
+    status_view,
+)
+from noetl_celery.errors import InputInvalid
+from noetl_celery.models.playbook import Playbook
+from noetl_celery.store import history, overview
+from noetl_celery.store.overview import LoopTotals
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ExecutionRow
+
+# child executions a detail lists (a loop of sub-playbooks can start thousands: the
+# listing filtered by `parent` pages through all of them)
+CHILDREN_LIMIT = 100
+
+
+def loop_items(totals: LoopTotals, steps: Mapping[str, Any]) -> tuple[int, int]:
+    """(iterations done, of which failed) of an execution: its finished epochs' totals
+    plus its open epochs' live counters from the state snapshot's `steps`."""
+    done = totals.succeeded + totals.failed
+    failed = totals.failed
+    for lp in live_loops(dict(steps)).values():
+        done += int(lp.get("succeeded") or 0) + int(lp.get("failed") or 0)
+        failed += int(lp.get("failed") or 0)
+    return done, failed
+
+
+def executions_page(
+    store: Store,
+    *,
+    status: str | None = None,
+    path: str | None = None,
+    trigger: str | None = None,
+    parent: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """`{"executions": [line + items_done, items_failed], "total", "limit", "offset"}`,
+    newest first. Three queries whatever the page size: the page (with its count), the
+    loop totals of its ids, and the live counters of those with an open loop epoch."""
+    rows, total = overview.executions_page(
+        store,
+        status=status,
+        path=path,
+        trigger=trigger,
+        parent=parent,
+        limit=limit,
+        offset=offset,
+    )
+    totals = overview.loop_totals(store, [r.execution_id for r in rows])
+    open_ids = [eid for eid, t in totals.items() if t.open_epochs]
+    steps = overview.step_states(store, open_ids)
+    lines = []
+    for row in rows:
+        done, failed = loop_items(
+            totals.get(row.execution_id, LoopTotals()), steps.get(row.execution_id, {})
+        )
+        lines.append({**execution_line(row), "items_done": done, "items_failed": failed})
+    return {"executions": lines, "total": total, "limit": limit, "offset": offset}
+
+
+def detail(store: Store, row: ExecutionRow) -> dict[str, Any]:
+    """`status_view` plus the child executions (first `CHILDREN_LIMIT`, newest first,
+    and how many there are), `errors` as `run --json` lists them, and the state's raw
+    step failures under `failures`. Loops carry start, rate and ETA (views.loop_pace)."""
+    view = status_view(store, row)
+    view["failures"] = view.pop("errors")
+    view["errors"] = run_errors(store, row)
+    children = executions_page(store, parent=row.execution_id, limit=CHILDREN_LIMIT, offset=0)
+    view["children"] = children["executions"]
+    view["children_total"] = children["total"]
+    return view
+
+
+def check_step(playbook: Playbook, row: ExecutionRow, step: str) -> None:
+    if not playbook.has_step(step):
+        names = ", ".join(s.step for s in playbook.workflow)
+        raise InputInvalid("step", f"no step '{step}' in {row.path} (steps: {names})")
+
+
+def failed_items(
+    store: Store,
+    row: ExecutionRow,
+    step: str,
+    *,
+    epoch: int | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """`{"items": [{epoch, iteration, value, kind, message}], "total", "offset",
+    "limit"}`: failed iterations of `step` (of `epoch`, or every epoch) in iteration
+    order, `value` a short preview of the item."""
+    found = store.failed_iterations(row.execution_id, step, epoch, limit, offset=offset)
+    return {
+        "items": [
+            {
+                "epoch": f.epoch,
+                "iteration": f.iteration,
+                "value": preview(f.item),
+                "kind": error_kind(f.error),
+                "message": error_text(f.error) or "failed",
+            }
+            for f in found
+        ],
+        "total": store.count_failed_iterations(row.execution_id, step, epoch),
+        "offset": offset,
+        "limit": limit,
+    }
+
+
+def event_types(types: Collection[str], failed: bool) -> tuple[str, ...] | None:
+    """The types to filter on, as `events` reads its `--type`/`--failed`: () for every
+    type (including ones this version does not know yet), None when the filters exclude
+    each other (`loop.done` and failed-only). InputInvalid names an unknown type."""
+    unknown = sorted(set(types) - EVENT_TYPES)
+    if unknown:
+        known = ", ".join(sorted(EVENT_TYPES))
+        raise InputInvalid("type", f"unknown event type {unknown[0]!r} (one of: {known})")
+    wanted = set(types) or set(EVENT_TYPES)
+    if failed:
+        wanted &= FAILURE_EVENTS
+    if not wanted:
+        return None
+    return () if wanted == set(EVENT_TYPES) else tuple(sorted(wanted))
+
+
+def events_since(
+    store: Store,
+    row: ExecutionRow,
+    *,
+    types: tuple[str, ...] | None,
+    step: str | None,
+    since: int,
+    limit: int,
+) -> dict[str, Any]:
+    """`{"events": [...], "next_since", "left_out"}`: the first `limit` matching events
+    after event id `since`, oldest first; `next_since` continues after the last one
+    (unchanged when there was none), `left_out` counts the matching events past it."""
+    if types is None:
+        return {"events": [], "next_since": since, "left_out": 0}
+    page = history.events_after(
+        store, row.execution_id, types=types, step=step, after=since, limit=limit
+    )
+    rows = [e.to_json() for e in page.rows]
+    next_since = rows[-1]["event_id"] if rows else since
+    return {"events": rows, "next_since": next_since, "left_out": page.left_out}
+
+
+def logs_since(
+    store: Store, row: ExecutionRow, *, step: str | None, since: int, limit: int
+) -> dict[str, Any]:
+    """`{"logs": [...], "next_since", "left_out"}` as `events_since`, over log ids."""
+    page = history.logs_after(store, row.execution_id, step=step, after=since, limit=limit)
+    rows = [r.to_json() for r in page.rows]
+    next_since = rows[-1]["log_id"] if rows else since
+    return {"logs": rows, "next_since": next_since, "left_out": page.left_out}
+
+
+def graph(playbook: Playbook, row: ExecutionRow) -> dict[str, Any]:
+    return {
+        "execution_id": row.execution_id,
+        **build_graph(playbook, (row.state or {}).get("steps") or {}),
+    }
