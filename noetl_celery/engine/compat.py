@@ -9,6 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from noetl_celery.engine.catalog import suggest
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store import compat as sql
 from noetl_celery.store.compat import CatalogRow
@@ -54,11 +55,16 @@ def catalog_entry(
 ) -> CatalogRow:
     """One version; CatalogNotFound names what was asked for."""
     found = sql.catalog_row(engine.store, path=path, version=version, catalog_id=catalog_id)
-    if found is None:
-        asked = path if path is not None else f"catalog_id {catalog_id}"
-        suffix = f" version {version}" if version is not None else ""
-        raise CatalogNotFound(f"Playbook not found in catalog: {asked}{suffix}")
-    return found
+    if found is not None:
+        return found
+    asked = path if path is not None else f"catalog_id {catalog_id}"
+    suffix = f" version {version}" if version is not None else ""
+    hint = ""
+    if path is not None and catalog_id is None and not engine.catalog.versions(path):
+        # `noetl run some/file.yaml -r distributed` sends the file's stem as the path
+        close = suggest(path, [s.path for s in engine.catalog.listing()])
+        hint = "; did you mean " + " or ".join(f"'{p}'" for p in close) + "?" if close else ""
+    raise CatalogNotFound(f"Playbook not found in catalog: {asked}{suffix}{hint}")
 
 
 def version_of(engine: Engine, catalog_id: int) -> int:

@@ -225,3 +225,15 @@ def test_unknown_playbook_and_execution(noetl: Noetl, server: ServeProcess) -> N
     )
     status = noetl(*at, "status", "42")
     assert "Failed to get status: 404 Not Found" in status.stdout + status.stderr
+
+
+def test_session_token_opens_a_protected_server(noetl: Noetl, distributed: dict[str, Any]) -> None:
+    token = "tok-7f3a-noetl-cli"
+    with serving({**distributed["env"], "NOETL_API_TOKEN": token}) as protected:
+        at = ["--server-url", protected.url]
+        refused = noetl(*at, "catalog", "list", "Playbook")
+        assert "401 Unauthorized" in refused.stdout + refused.stderr
+        allowed = noetl(*at, "--session-token", token, "catalog", "list", "Playbook", "--json")
+        assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+        assert isinstance(json.loads(allowed.stdout)["entries"], list)
+        assert token not in allowed.stdout

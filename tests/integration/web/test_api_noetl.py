@@ -190,6 +190,10 @@ def test_execute_unknown_playbook_is_404(served: Any) -> None:
     wrong_version = httpx.post(f"{served.url}/api/execute", json={"path": path, "version": 5})
     assert wrong_version.status_code == 404
     assert wrong_version.json()["detail"] == f"Playbook not found in catalog: {path} version 5"
+    # `noetl run dir/FILE.yaml -r distributed` sends the file's stem as the path
+    stem = httpx.post(f"{served.url}/api/execute", json={"path": path.rsplit("/", 1)[-1]})
+    assert stem.status_code == 404
+    assert stem.json()["detail"].endswith(f"; did you mean '{path}'?")
     bad = httpx.post(f"{served.url}/api/execute", json={"path": path, "workload": [1]})
     assert bad.status_code == 422
     assert httpx.post(f"{served.url}/api/execute", json={}).status_code == 422
