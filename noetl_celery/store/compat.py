@@ -43,8 +43,10 @@ _CATALOG_COLUMNS = (
 
 
 def catalog_rows(store: Store, path: str | None = None) -> list[CatalogRow]:
-    """Every registered version (of `path`), by path then version."""
-    query = select(*_CATALOG_COLUMNS).order_by(catalog.c.path, catalog.c.version)
+    """Every registered version (of `path`), newest first (as NoETL lists them)."""
+    query = select(*_CATALOG_COLUMNS).order_by(
+        catalog.c.created_at.desc(), catalog.c.catalog_id.desc()
+    )
     if path is not None:
         query = query.where(catalog.c.path == path)
     with store.db.read_engine.connect() as conn:

@@ -239,7 +239,11 @@ def catalog_entry(row: CatalogLike) -> dict[str, Any]:
         "content": row.content,
         "layout": None,
         "payload": document if isinstance(document, dict) else {},
-        "meta": {"name": row.name, "content_sha256": row.content_sha256},
+        "meta": {
+            "name": row.name,
+            "content_sha256": row.content_sha256,
+            "registered_at": iso(row.created_at),
+        },
         "created_at": iso(row.created_at),
     }
 

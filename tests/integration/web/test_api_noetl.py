@@ -115,8 +115,9 @@ def test_catalog_list_and_resource(served: Any) -> None:
     listed = httpx.post(
         f"{served.url}/api/catalog/list", json={"resource_type": "Playbook", "path": path}
     ).json()["entries"]
-    assert [(e["path"], e["version"]) for e in listed] == [(path, 1), (path, 2)]
-    entry = listed[1]
+    # every version, newest first (as NoETL lists them)
+    assert [(e["path"], e["version"]) for e in listed] == [(path, 2), (path, 1)]
+    entry = listed[0]
     assert set(entry) >= {
         "catalog_id",
         "path",
