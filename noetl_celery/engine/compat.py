@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from noetl_celery.engine.catalog import suggest
+from noetl_celery.engine.views import run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store import compat as sql
 from noetl_celery.store.compat import CatalogRow
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CatalogRow",
     "ExecutionPageRow",
+    "StatusParts",
     "catalog_entry",
     "catalog_rows",
     "cleanup",
@@ -29,7 +31,7 @@ __all__ = [
     "event_count",
     "events_slice",
     "executions_page",
-    "step_order",
+    "status_parts",
     "version_of",
 ]
 
@@ -90,12 +92,25 @@ def executions_page(
     ]
 
 
-def step_order(engine: Engine, execution_id: str) -> tuple[list[str], str | None]:
-    """(the playbook's steps in declaration order, the last step that completed)."""
-    row = engine.store.execution(execution_id)
+@dataclass(frozen=True)
+class StatusParts:
+    view: dict[str, Any]  # Engine.status
+    errors: list[dict[str, Any]]  # what failed (views.run_errors), empty when COMPLETED
+    order: list[str]  # the playbook's steps in declaration order
+    last_step: str | None  # the last step that completed
+
+
+def status_parts(engine: Engine, execution_id: str) -> StatusParts:
+    """What NoETL's status shows, from one read of the execution (no step results)."""
+    row = engine.store.execution(execution_id)  # ExecutionNotFound
     playbook = engine.playbooks.get(row.catalog_id)
     last = (row.state or {}).get("last_step")
-    return [s.step for s in playbook.workflow], str(last) if last else None
+    return StatusParts(
+        view=status_view(engine.store, row),
+        errors=run_errors(engine.store, row),
+        order=[s.step for s in playbook.workflow],
+        last_step=str(last) if last else None,
+    )
 
 
 def commands_made(engine: Engine, execution_id: str) -> int:

@@ -271,10 +271,8 @@ def execution_events(
 
 @router.get("/executions/{execution_id}/status")
 def execution_status(execution_id: str, engine: EngineDep) -> dict[str, Any]:
-    view = engine.status(execution_id)
-    errors = engine.summary(execution_id)["errors"] if view["status"] != "COMPLETED" else []
-    order, last_step = compat.step_order(engine, execution_id)
-    return shapes.status_body(view, errors, order, last_step)
+    parts = compat.status_parts(engine, execution_id)
+    return shapes.status_body(parts.view, parts.errors, parts.order, parts.last_step)
 
 
 @router.post("/executions/cleanup")
@@ -332,14 +330,12 @@ def ehdb_executions(
 @router.get("/ehdb/executions/{execution_id}")
 def ehdb_execution(execution_id: str, engine: EngineDep) -> dict[str, Any]:
     try:
-        view = engine.status(execution_id)
+        parts = compat.status_parts(engine, execution_id)
+        row = engine.store.execution(execution_id)
     except ExecutionNotFound:
         return {"exists": False, "execution_id": execution_id, "state": None}
-    row = engine.store.execution(execution_id)
-    _, last_step = compat.step_order(engine, execution_id)
-    return shapes.ehdb_state(
-        row, compat.event_count(engine, execution_id), shapes.current_node(view, last_step)
-    )
+    current = shapes.current_node(parts.view, parts.last_step)
+    return shapes.ehdb_state(row, compat.event_count(engine, execution_id), current)
 
 
 @router.get("/ehdb/executions/{execution_id}/events")

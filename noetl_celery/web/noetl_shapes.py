@@ -275,7 +275,7 @@ def error_line(errors: Iterable[Mapping[str, Any]], fallback: str | None = None)
 
 def status_body(
     view: Mapping[str, Any],
-    errors: list[Mapping[str, Any]],
+    errors: Sequence[Mapping[str, Any]],
     order: Sequence[str] = (),
     last_step: str | None = None,
 ) -> dict[str, Any]:
