@@ -22,7 +22,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support.noetl_compat import failing, hello, slow_loop, unique
+from tests.support.noetl_compat import INVALID, failing, hello, slow_loop, unique
 from tests.support.server import ServeProcess, serving
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
@@ -237,3 +237,18 @@ def test_session_token_opens_a_protected_server(noetl: Noetl, distributed: dict[
         assert allowed.returncode == 0, allowed.stdout + allowed.stderr
         assert isinstance(json.loads(allowed.stdout)["entries"], list)
         assert token not in allowed.stdout
+
+
+def test_catalog_load_reports_the_invalid_file(
+    noetl: Noetl, server: ServeProcess, tmp_path: Path
+) -> None:
+    folder = tmp_path / "pb"
+    folder.mkdir()
+    path = unique("tests/noetl_loaded")
+    (folder / "good.yaml").write_text(hello(path))
+    (folder / "bad.yaml").write_text(INVALID)
+    loaded = noetl("--server-url", server.url, "catalog", "load", str(folder))
+    said = loaded.stdout + loaded.stderr
+    assert loaded.returncode == 1, said
+    assert re.search(rf"ok\s+\S*good\.yaml -> {re.escape(path)} v1", said), said
+    assert re.search(r"FAIL\s+\S*bad\.yaml: .*kind: teleport", said), said
