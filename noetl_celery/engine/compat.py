@@ -13,6 +13,7 @@ from noetl_celery.engine.catalog import suggest
 from noetl_celery.engine.views import run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store import compat as sql
+from noetl_celery.store import overview
 from noetl_celery.store.compat import CatalogRow
 from noetl_celery.store.rows import EventRow, ExecutionRow
 from noetl_celery.store.schema import utcnow
@@ -76,7 +77,7 @@ def version_of(engine: Engine, catalog_id: int) -> int:
 def executions_page(
     engine: Engine, *, status: str | None = None, offset: int = 0, limit: int = 100
 ) -> list[ExecutionPageRow]:
-    rows = sql.executions_page(engine.store, status=status, offset=offset, limit=limit)
+    rows, _ = overview.executions_page(engine.store, status=status, offset=offset, limit=limit)
     ids = [r.execution_id for r in rows]
     versions = sql.catalog_versions(engine.store, {r.catalog_id for r in rows})
     progress = sql.command_progress(engine.store, ids)

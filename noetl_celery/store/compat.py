@@ -13,9 +13,8 @@ from sqlalchemy import case, func, select
 
 from noetl_celery.constants import CMD_TERMINAL, RUNNING
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import EventRow, ExecutionRow
+from noetl_celery.store.rows import EventRow
 from noetl_celery.store.schema import catalog, commands, events, executions
-from noetl_celery.store.statements import EXECUTION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -85,24 +84,6 @@ def catalog_versions(store: Store, catalog_ids: Collection[int]) -> dict[int, in
             )
         ).all()
     return {r.catalog_id: r.version for r in rows}
-
-
-def executions_page(
-    store: Store, *, status: str | None = None, offset: int = 0, limit: int = 100
-) -> list[ExecutionRow]:
-    """Executions newest first, `limit` of them after skipping `offset` (no state)."""
-    columns = [c for c in EXECUTION_COLUMNS if c.name != "state"]
-    query = (
-        select(*columns)
-        .order_by(executions.c.created_at.desc(), executions.c.execution_id.desc())
-        .offset(offset)
-        .limit(limit)
-    )
-    if status is not None:
-        query = query.where(executions.c.status == status.upper())
-    with store.db.read_engine.connect() as conn:
-        rows = conn.execute(query).all()
-    return [ExecutionRow(state=None, **r._mapping) for r in rows]
 
 
 def command_progress(store: Store, execution_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
