@@ -248,3 +248,29 @@ def test_reruns(client: httpx.Client, thirds: dict[str, Any]) -> None:
     still = client.post(f"{V1}/executions/{running}/rerun")
     assert still.status_code == 409 and "still RUNNING" in still.json()["detail"]
     ok(client.post(f"{V1}/executions/{running}/cancel"))
+
+
+def test_every_endpoint_is_documented(client: httpx.Client) -> None:
+    paths = ok(client.get("/openapi.json"))["paths"]
+    documented = {(m.upper(), p) for p, ops in paths.items() for m in ops}
+    base = f"{V1}/executions/{{execution_id}}"
+    wanted = {
+        ("GET", f"{V1}/executions"),
+        ("POST", f"{V1}/executions"),
+        ("GET", base),
+        ("GET", f"{base}/graph"),
+        ("GET", f"{base}/failed-items"),
+        ("GET", f"{base}/events"),
+        ("GET", f"{base}/logs"),
+        ("POST", f"{base}/cancel"),
+        ("POST", f"{base}/rerun"),
+        ("GET", f"{V1}/catalog"),
+        ("POST", f"{V1}/catalog"),
+        ("GET", f"{V1}/catalog/{{path}}"),
+        ("GET", f"{V1}/schedules"),
+        ("POST", f"{V1}/schedules"),
+        ("DELETE", f"{V1}/schedules/{{schedule_id}}"),
+        *(("POST", f"{V1}/schedules/{{schedule_id}}/{a}") for a in ("pause", "resume", "trigger")),
+    }
+    assert wanted <= documented, wanted - documented
+    assert all(ops[m].get("summary") for p, ops in paths.items() if p.startswith(V1) for m in ops)
