@@ -4,6 +4,7 @@ paging, detail, graph, failed items, events and logs by cursor, start, cancel, r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from tests.support.api import V1, ok, playbook, start, unique, wait_end, wait_for
 
 pytestmark = pytest.mark.integration
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 # `n` items, every third (0, 3, ...) fails unless `fix` is set; then a final step
 THIRDS = """  - step: start
@@ -248,6 +250,23 @@ def test_reruns(client: httpx.Client, thirds: dict[str, Any]) -> None:
     still = client.post(f"{V1}/executions/{running}/rerun")
     assert still.status_code == 409 and "still RUNNING" in still.json()["detail"]
     ok(client.post(f"{V1}/executions/{running}/cancel"))
+
+
+def test_children_of_a_parent(client: httpx.Client) -> None:
+    child = (PLAYBOOKS / "child_double.yaml").read_text()
+    registered = client.post(f"{V1}/catalog", json={"content": child})
+    assert registered.status_code in (200, 201)  # 200: this session registered it before
+    parent = (PLAYBOOKS / "parent_fanout.yaml").read_text()
+    eid = start(client, parent, {"n": 4, "window": 4})
+    detail = wait_end(client, eid)
+    assert detail["status"] == "COMPLETED", detail
+    assert detail["children_total"] == 4
+    children = {c["execution_id"] for c in detail["children"]}
+    assert all(
+        c["trigger"] == "parent" and c["parent_execution_id"] == eid for c in detail["children"]
+    )
+    listed = ok(client.get(f"{V1}/executions", params={"parent": eid, "trigger": "parent"}))
+    assert listed["total"] == 4 and {e["execution_id"] for e in listed["executions"]} == children
 
 
 def test_every_endpoint_is_documented(client: httpx.Client) -> None:
