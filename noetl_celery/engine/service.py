@@ -316,6 +316,13 @@ class Engine:
         return [execution_line(r) for r in rows]
 
     # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
+    # Each answer goes through the tools' redactor once more: messages are masked where
+    # they are made, but a step's result, a rerun's overrides or a payload echoed in an
+    # error may hold a credential's secret, and these answers leave the machine.
+    def _masked(self, view: dict[str, Any]) -> dict[str, Any]:
+        masked: dict[str, Any] = self.services.redactor.redact_value(view)
+        return masked
+
     def executions_page(
         self,
         *,
@@ -329,21 +336,23 @@ class Engine:
         """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
         `execution_line` plus `items_done` (loop iterations finished, failed included)
         and `items_failed`, over all its loop epochs (open ones live)."""
-        return readmodels.executions_page(
-            self.store,
-            status=status,
-            path=path,
-            trigger=trigger,
-            parent=parent,
-            limit=limit,
-            offset=offset,
+        return self._masked(
+            readmodels.executions_page(
+                self.store,
+                status=status,
+                path=path,
+                trigger=trigger,
+                parent=parent,
+                limit=limit,
+                offset=offset,
+            )
         )
 
     def detail(self, execution_id: str) -> dict[str, Any]:
         """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
         lists them (the state's raw step failures under `failures`), and per loop
         `started_at`, `rate_per_second`, `eta_seconds`."""
-        return readmodels.detail(self.store, self.store.execution(execution_id))
+        return self._masked(readmodels.detail(self.store, self.store.execution(execution_id)))
 
     def failed_items(
         self,
@@ -359,8 +368,8 @@ class Engine:
         step the playbook does not have."""
         row = self.store.execution(execution_id)
         readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
-        return readmodels.failed_items(
-            self.store, row, step, epoch=epoch, offset=offset, limit=limit
+        return self._masked(
+            readmodels.failed_items(self.store, row, step, epoch=epoch, offset=offset, limit=limit)
         )
 
     def events_since(
@@ -380,8 +389,10 @@ class Engine:
         chosen = readmodels.event_types(types, failed)
         if step is not None:
             readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
-        return readmodels.events_since(
-            self.store, row, types=chosen, step=step, since=since, limit=limit
+        return self._masked(
+            readmodels.events_since(
+                self.store, row, types=chosen, step=step, since=since, limit=limit
+            )
         )
 
     def logs_since(
@@ -391,7 +402,9 @@ class Engine:
         row = self.store.execution(execution_id)
         if step is not None:
             readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
-        return readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
+        return self._masked(
+            readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
+        )
 
     def graph(self, execution_id: str) -> dict[str, Any]:
         """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}`: the
