@@ -1,0 +1,256 @@
+"""Pure shaping for the pages: the engine's read models in, template context out.
+
+Durations and ETAs as short text (`cli.progress.duration`, the CLI's own wording),
+progress percentages, a colour per status, paging links, and the step graph laid out as
+SVG: layers by breadth-first distance from the steps nothing points to (loop-backs drawn
+as curves on the side), so no JavaScript graph library is needed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_celery.cli.progress import duration
+
+# status (execution or step, any case) -> CSS class suffix and SVG fill
+STATUS_COLOURS: dict[str, tuple[str, str]] = {
+    "running": ("running", "#0d6efd"),
+    "completed": ("completed", "#198754"),
+    "failed": ("failed", "#dc3545"),
+    "cancelled": ("cancelled", "#fd7e14"),
+    "pending": ("pending", "#adb5bd"),  # not reached (engine.graph)
+    "": ("pending", "#adb5bd"),
+}
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+
+# graph geometry (SVG user units)
+NODE_W, NODE_H = 150, 34
+GAP_X, GAP_Y = 30, 46
+MARGIN = 20
+MAX_LABEL = 20
+
+
+def status_class(status: str | None) -> str:
+    return STATUS_COLOURS.get((status or "").lower(), ("other", "#6c757d"))[0]
+
+
+def status_fill(status: str | None) -> str:
+    return STATUS_COLOURS.get((status or "").lower(), ("other", "#6c757d"))[1]
+
+
+def duration_text(seconds: float | None) -> str:
+    return "" if seconds is None else duration(seconds)
+
+
+def percent(done: int, total: int | None) -> float | None:
+    """Share done, 0-100 (one decimal), None when the total is unknown or zero."""
+    if not total or total <= 0:
+        return None
+    return round(min(100.0, max(0.0, 100.0 * done / total)), 1)
+
+
+def rate_text(rate: float | None) -> str:
+    return "" if rate is None else f"{rate:.1f}/s"
+
+
+def time_text(iso: str | None) -> str:
+    """`2026-11-25T01:02:03.456789Z` -> `2026-11-25 01:02:03` (UTC, as stored)."""
+    if not iso:
+        return ""
+    try:
+        value = dt.datetime.fromisoformat(iso.rstrip("Z"))
+    except ValueError:
+        return iso
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def short(text: str | None, limit: int) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def execution_row(line: Mapping[str, Any]) -> dict[str, Any]:
+    """An executions-list line (engine `executions_page`) as a table row."""
+    return {
+        **line,
+        "status_class": status_class(line.get("status")),
+        "started": time_text(line.get("created_at")),
+        "duration": duration_text(line.get("duration_seconds")),
+        "items_done": line.get("items_done") or 0,
+        "items_failed": line.get("items_failed") or 0,
+    }
+
+
+def loop_row(lp: Mapping[str, Any]) -> dict[str, Any]:
+    """A loop epoch of `detail` with its bar width, rate and ETA as text."""
+    cursor = lp.get("mode") == "cursor"  # a cursor's total grows as it claims
+    total = None if cursor else lp.get("total")
+    pct = percent(int(lp.get("done") or 0), total)
+    eta = lp.get("eta_seconds")
+    return {
+        **lp,
+        "label": lp["step"] if (lp.get("epoch") or 1) <= 1 else f"{lp['step']} #{lp['epoch']}",
+        "percent": pct,
+        "bar": 100.0 if lp.get("finished") and pct is None else (pct or 0.0),
+        "rate": rate_text(lp.get("rate_per_second")),
+        "eta": "" if lp.get("finished") or eta is None else duration(eta),
+        "started": time_text(lp.get("started_at")),
+        "state": "finished" if lp.get("finished") else "running",
+    }
+
+
+@dataclass(frozen=True)
+class Pager:
+    total: int
+    limit: int
+    offset: int
+
+    @property
+    def first(self) -> int:
+        return 0 if self.total == 0 else min(self.offset + 1, self.total)
+
+    @property
+    def last(self) -> int:
+        return min(self.offset + self.limit, self.total)
+
+    @property
+    def prev_offset(self) -> int | None:
+        return None if self.offset <= 0 else max(0, self.offset - self.limit)
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
+
+
+def bounded(value: str | None, default: int, maximum: int, minimum: int = 0) -> int:
+    """A numeric query parameter, clamped; anything unparsable is the default."""
+    try:
+        number = int(value) if value not in (None, "") else default
+    except (TypeError, ValueError):
+        return default
+    return max(minimum, min(maximum, number))
+
+
+# ---- the step graph ---------------------------------------------------------------------------
+
+
+def layers(
+    nodes: Sequence[str], edges: Sequence[tuple[str, str]], entry: str | None = None
+) -> dict[str, int]:
+    """Each step's layer: its breadth-first distance from the roots (the entry step and
+    the steps with no incoming edge, else the first step). Steps no root reaches start
+    new layers below."""
+    known = set(nodes)
+    targets: dict[str, list[str]] = {n: [] for n in nodes}
+    incoming: set[str] = set()
+    for a, b in edges:
+        if a in known and b in known and a != b:
+            targets[a].append(b)
+            incoming.add(b)
+    roots = [n for n in nodes if n not in incoming] or list(nodes[:1])
+    if entry in known and entry not in roots:
+        roots.insert(0, entry)
+    layer: dict[str, int] = {}
+    frontier = list(roots)
+    for r in roots:
+        layer[r] = 0
+    while True:
+        while frontier:
+            nxt: list[str] = []
+            for n in frontier:
+                for t in targets[n]:
+                    if t not in layer:
+                        layer[t] = layer[n] + 1
+                        nxt.append(t)
+            frontier = nxt
+        rest = [n for n in nodes if n not in layer]
+        if not rest:
+            return layer
+        layer[rest[0]] = max(layer.values(), default=-1) + 1
+        frontier = [rest[0]]
+
+
+def graph_layout(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """`engine.graph` (`nodes: [{step, status, tool}]`, `edges: [{from, to, when}]`) as
+    SVG geometry: boxes per layer (rows, top to bottom) and an edge path per arc."""
+    raw_nodes = list(graph.get("nodes") or [])
+    names = [str(n["step"]) for n in raw_nodes]
+    pairs = [(str(e["from"]), str(e["to"])) for e in graph.get("edges") or []]
+    layer_of = layers(names, pairs, graph.get("entry"))
+    rows: dict[int, list[str]] = {}
+    for name in names:
+        rows.setdefault(layer_of[name], []).append(name)
+    widest = max((len(r) for r in rows.values()), default=0)
+    width = 2 * MARGIN + widest * NODE_W + max(0, widest - 1) * GAP_X
+    pos: dict[str, tuple[float, float]] = {}
+    for index, row in rows.items():
+        row_w = len(row) * NODE_W + (len(row) - 1) * GAP_X
+        left = (width - row_w) / 2
+        for i, name in enumerate(row):
+            pos[name] = (left + i * (NODE_W + GAP_X), MARGIN + index * (NODE_H + GAP_Y))
+    nodes = []
+    for n in raw_nodes:
+        x, y = pos[str(n["step"])]
+        nodes.append(
+            {
+                "step": n["step"],
+                "label": short(str(n["step"]), MAX_LABEL),
+                "tool": n.get("tool") or "",
+                "status": n.get("status") or "",
+                "class": status_class(n.get("status")),
+                "fill": status_fill(n.get("status")),
+                "x": x,
+                "y": y,
+                "cx": x + NODE_W / 2,
+                "ty": y + NODE_H / 2 + 4,
+            }
+        )
+    edges = []
+    for e in graph.get("edges") or []:
+        a, b = str(e["from"]), str(e["to"])
+        if a not in pos or b not in pos:
+            continue
+        edges.append({"from": a, "to": b, "when": e.get("when") or "", "d": _edge_path(pos, a, b)})
+    height = 2 * MARGIN + len(rows) * NODE_H + max(0, len(rows) - 1) * GAP_Y
+    if any(pos[e["to"]][1] <= pos[e["from"]][1] for e in edges):
+        width += 2 * GAP_X + height // 4  # room for the loop-backs' curves
+    return {
+        "width": width,
+        "height": height,
+        "nodes": nodes,
+        "edges": edges,
+        "node_w": NODE_W,
+        "node_h": NODE_H,
+    }
+
+
+def _edge_path(pos: Mapping[str, tuple[float, float]], a: str, b: str) -> str:
+    (ax, ay), (bx, by) = pos[a], pos[b]
+    if by > ay:  # downwards: bottom centre to top centre
+        x1, y1, x2, y2 = ax + NODE_W / 2, ay + NODE_H, bx + NODE_W / 2, by
+        mid = (y1 + y2) / 2
+        return f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
+    # a loop-back or an arc within a layer: right side out, round, right side in
+    x1, y1, x2, y2 = ax + NODE_W, ay + NODE_H / 2, bx + NODE_W, by + NODE_H / 2
+    bulge = max(x1, x2) + GAP_X + abs(y1 - y2) / 4
+    return f"M{x1:.0f},{y1:.0f} C{bulge:.0f},{y1:.0f} {bulge:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+
+
+# ---- Flower's task rows --------------------------------------------------------------------
+
+_READABLE = re.compile(r"execution=([A-Za-z0-9_.\-]+)")
+_RAW = re.compile(r"""^\s*[\[(]?\s*['"]([A-Za-z0-9_.\-]+):""")
+
+
+def execution_id_of(args: str | None) -> str | None:
+    """The execution a `noetl.execute_command` task is about, from the arguments Flower
+    shows: `execution=ID step=... command=...` (tasks.dispatcher's argsrepr) or the raw
+    `['ID:step:epoch...']` (a command id: the execution id is before the first `:`)."""
+    if not args:
+        return None
+    found = _READABLE.search(args) or _RAW.match(args)
+    return found.group(1) if found else None
