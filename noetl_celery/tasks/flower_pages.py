@@ -14,7 +14,9 @@ Flower starts (cli.flower):
   own template directory that patches three templates as they are read: `navbar.html`
   gains "Executions" and "Schedules" entries, `task.html` an "Execution" row linking a
   `noetl.execute_command` task to its execution, and `base.html` a script that adds the
-  same link to each such row of the task list (drawn in the browser by DataTables). The
+  same link to each such row of the task list (drawn in the browser by DataTables,
+  without the arguments: the script asks `/executions/of-tasks` for the rows' executions,
+  read from Flower's own task state). The
   patches are insertions at anchors; an anchor that a Flower release no longer has
   leaves that template as it is (a unit test pins them). `noetl_page.html` is the
   pages' body inside Flower's layout and navigation.
@@ -35,6 +37,7 @@ from flower.views import BaseHandler
 from tornado.ioloop import IOLoop
 from tornado.web import url
 
+from noetl_celery.constants import TASK_EXECUTE_COMMAND
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.pages import render
 from noetl_celery.web.pages.actions import same_origin
@@ -169,6 +172,27 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
             raise tornado.web.HTTPError(405)
 
 
+class TaskExecutions(BaseHandler):  # type: ignore[misc]  # flower is untyped
+    """`?ids=UUID,UUID...` -> `{uuid: execution_id}` for the `noetl.execute_command`
+    tasks among them, from Flower's in-memory task state (the task list's links)."""
+
+    MAX_IDS = 100
+
+    @tornado.web.authenticated
+    def get(self) -> None:
+        ids = self.get_query_argument("ids", "").split(",")[: self.MAX_IDS]
+        tasks = self.application.events.state.tasks
+        found: dict[str, str] = {}
+        for uuid in ids:
+            task = tasks.get(uuid.strip())
+            if task is not None and task.name == TASK_EXECUTE_COMMAND:
+                execution_id = execution_id_of(str(task.args))
+                if execution_id:
+                    found[uuid] = execution_id
+        self.set_header("Cache-Control", "no-store")
+        self.finish(found)
+
+
 class PagesStatic(tornado.web.RequestHandler):
     """The pages' stylesheet and scripts (public, like Flower's own /static)."""
 
@@ -188,6 +212,7 @@ def routes(engine: Engine) -> list[Any]:
 
     return [
         page(r"/executions", "executions", "noetl_executions"),
+        (r"/executions/of-tasks", TaskExecutions),
         page(r"/executions/([^/]+)", "execution"),
         page(r"/executions/([^/]+)/events", "events"),
         page(r"/executions/([^/]+)/cancel", "cancel"),

@@ -12,6 +12,7 @@ from noetl_celery.web.pages.views import (
     bounded,
     execution_row,
     graph_layout,
+    item_totals,
     loop_row,
     status_class,
     time_text,
@@ -72,8 +73,10 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         }
         for c in view.get("children") or []
     ]
+    done, failed = item_totals(loops)
+    head = {**view, "items_done": done, "items_failed": failed}
     return {
-        "x": {**execution_row(view), "finished": time_text(view.get("finished_at"))},
+        "x": {**execution_row(head), "finished": time_text(view.get("finished_at"))},
         "view": view,
         "graph": graph_layout(engine.graph(execution_id)),
         "loops": loops,

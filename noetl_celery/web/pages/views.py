@@ -103,6 +103,14 @@ def loop_row(lp: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def item_totals(loops: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(items done, of which failed) over an execution's loop epochs."""
+    return (
+        sum(int(lp.get("done") or 0) for lp in loops),
+        sum(int(lp.get("failed") or 0) for lp in loops),
+    )
+
+
 @dataclass(frozen=True)
 class Pager:
     total: int

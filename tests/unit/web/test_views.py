@@ -203,3 +203,8 @@ def test_graph_layout_empty_and_long_names() -> None:
 )
 def test_execution_id_of(args: str | None, execution_id: str | None) -> None:
     assert views.execution_id_of(args) == execution_id
+
+
+def test_item_totals() -> None:
+    assert views.item_totals([]) == (0, 0)
+    assert views.item_totals([loop(), loop(done=10, failed=0)]) == (85, 5)
