@@ -193,7 +193,12 @@ def test_flower_cancel_from_the_page(
     try:
         chrome.get(f"{flower.url}/executions/{execution_id}")
         poll(lambda: loop_done(chrome) > 0, "the loop running")
-        chrome.find_element(By.ID, "cancel-button").click()
+
+        def press_cancel() -> bool:  # the live refresh may swap the button meanwhile
+            chrome.find_element(By.ID, "cancel-button").click()
+            return True
+
+        poll(press_cancel, "the cancel button pressed")
         chrome.switch_to.alert.accept()  # "Cancel this execution and its children?"
         poll(lambda: text(chrome, "#execution-status") == "CANCELLED", "CANCELLED on the page")
         assert engine.store.execution_status(execution_id) == "CANCELLED"
@@ -271,12 +276,16 @@ def test_flower_task_pages_link_to_their_execution(
 def test_serve_pages_list_and_detail(
     chrome: Any, distributed: dict[str, Any], engine: Engine, screenshots: Path
 ) -> None:
+    import httpx
+
     from tests.support.server import serving
 
-    use_credentials(chrome, None)
+    login = "ops:serve-pass"
+    use_credentials(chrome, login)
     execution_id = start(engine, "slow_loop.yaml", {"n": 200, "pause": 0.1})
     try:
-        with serving(distributed["env"]) as server:
+        with serving({**distributed["env"], "NOETL_API_BASIC_AUTH": login}) as server:
+            assert httpx.get(f"{server.url}/executions").status_code == 401
             chrome.get(f"{server.url}/")
             assert chrome.current_url.endswith("/executions")
             assert text(chrome, "nav.noetl-nav a.active") == "Executions"
@@ -290,5 +299,37 @@ def test_serve_pages_list_and_detail(
             chrome.get(f"{server.url}/executions/{execution_id}")
             watch_loop_move(chrome)
             shot(chrome, screenshots, "serve-execution.png")
+    finally:
+        stop(engine, execution_id)
+
+
+def test_flower_pages_need_the_login_and_same_origin_posts(
+    flower: FlowerServer, engine: Engine
+) -> None:
+    import httpx
+
+    auth = {"Authorization": authorization(FLOWER_AUTH)}
+    wrong = {"Authorization": authorization("admin:wrong")}
+    for path in ("/executions", "/schedules", "/executions/1", "/executions/of-tasks?ids=x"):
+        assert httpx.get(f"{flower.url}{path}").status_code == 401, path
+        assert httpx.get(f"{flower.url}{path}", headers=wrong).status_code == 401, path
+    assert httpx.get(f"{flower.url}/executions", headers=auth).status_code == 200
+    assert httpx.get(f"{flower.url}/pages-static/pages.js").status_code == 200  # like /static
+    execution_id = start(engine, "slow_loop.yaml", {"n": 100, "pause": 0.1})
+    try:
+        cancel = f"{flower.url}/executions/{execution_id}/cancel"
+        assert httpx.post(cancel).status_code == 401
+        for headers in (
+            {},  # no Origin, no Referer, no fetch metadata: refused by the pages' guard
+            {"Origin": "http://evil.example"},  # refused by Flower's own check first
+            {"Sec-Fetch-Site": "cross-site"},
+        ):
+            answer = httpx.post(cancel, headers={**auth, **headers}, follow_redirects=False)
+            assert answer.status_code == 403, headers
+        assert engine.store.execution_status(execution_id) == "RUNNING"
+        answer = httpx.post(cancel, headers={**auth, "Origin": flower.url}, follow_redirects=False)
+        assert answer.status_code == 303
+        assert answer.headers["location"] == f"/executions/{execution_id}"
+        assert engine.store.execution_status(execution_id) == "CANCELLED"
     finally:
         stop(engine, execution_id)
