@@ -106,6 +106,12 @@ class FlowerTemplates(tornado.template.Loader):
         return tornado.template.Template(patch(text) if patch else text, name=name, loader=self)
 
 
+def url_base(prefix: str | None) -> str:
+    """Flower's `--url_prefix` as the pages' link base: `flower/` -> `/flower`."""
+    prefix = (prefix or "").strip("/")
+    return f"/{prefix}" if prefix else ""
+
+
 def _execution_id(handler: Any, args: Any) -> str:
     return execution_id_of(str(args)) or ""
 
@@ -118,7 +124,7 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
         self.view = view
 
     def _site(self) -> Site:
-        return Site(self.engine, base=(self.application.options.url_prefix or ""))
+        return Site(self.engine, base=url_base(self.application.options.url_prefix))
 
     async def _run(self, call: Callable[[], Answer]) -> None:
         answer = await IOLoop.current().run_in_executor(None, call)

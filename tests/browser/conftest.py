@@ -87,10 +87,12 @@ def use_credentials(driver: Any, credentials: str | None) -> None:
 class FlowerServer:
     """`noetl-celery flower --basic-auth` on a free loopback port."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
+        prefix = next((a.split("=", 1)[1] for a in extra if a.startswith("--url_prefix=")), "")
+        self.health = (f"/{prefix.strip('/')}" if prefix else "") + "/healthcheck"
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -102,6 +104,7 @@ class FlowerServer:
                     str(self.port),
                     "--basic-auth",
                     FLOWER_AUTH,
+                    *extra,
                 ],
                 env=env,
                 stdout=out,
@@ -115,7 +118,7 @@ class FlowerServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"flower exited: {self.log.read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{self.url}/healthcheck", timeout=2) as answer:
+                with urllib.request.urlopen(f"{self.url}{self.health}", timeout=2) as answer:
                     if answer.status == 200:
                         return
             except (OSError, urllib.error.URLError):

@@ -333,3 +333,26 @@ def test_flower_pages_need_the_login_and_same_origin_posts(
         assert engine.store.execution_status(execution_id) == "CANCELLED"
     finally:
         stop(engine, execution_id)
+
+
+def test_flower_url_prefix_reaches_the_pages_links(
+    distributed: dict[str, Any], engine: Engine, tmp_path: Path
+) -> None:
+    import httpx
+
+    execution_id = start(engine, "slow_loop.yaml", {"n": 2, "pause": 0})
+    engine.wait(execution_id, 60)
+    server = FlowerServer(distributed["env"], tmp_path / "flower.log", ("--url_prefix=ops",))
+    try:
+        server.wait_ready()
+        auth = {"Authorization": authorization(FLOWER_AUTH)}
+        listing = httpx.get(f"{server.url}/ops/executions", headers=auth)
+        assert listing.status_code == 200
+        assert f'href="/ops/executions/{execution_id}"' in listing.text
+        assert 'href="/ops/executions"' in listing.text  # the navigation entry
+        assert 'src="/ops/pages-static/pages.js"' in listing.text
+        detail = httpx.get(f"{server.url}/ops/executions/{execution_id}", headers=auth)
+        assert detail.status_code == 200 and 'action="/ops/executions/' in detail.text
+        assert httpx.get(f"{server.url}/ops/pages-static/pages.css").status_code == 200
+    finally:
+        server.stop()

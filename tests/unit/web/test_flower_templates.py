@@ -53,3 +53,10 @@ def test_install_puts_routes_before_the_catch_all_once() -> None:
     assert isinstance(settings["template_loader"], flower_pages.FlowerTemplates)
     assert "noetl_execution_id" in settings["ui_methods"]
     assert urls.settings.get("template_loader") is None  # the module's own left alone
+
+
+@pytest.mark.parametrize(
+    ("prefix", "base"), [(None, ""), ("", ""), ("/", ""), ("flower", "/flower"), ("/f/", "/f")]
+)
+def test_url_base(prefix: str | None, base: str) -> None:
+    assert flower_pages.url_base(prefix) == base

@@ -7,7 +7,9 @@
   var table = document.getElementById("tasks-table");
   if (!table) { return; }
   var prefixInput = document.getElementById("url_prefix");
-  var prefix = prefixInput ? prefixInput.value.replace(/\/$/, "") : "";
+  // as Flower's own url_prefix(): no trailing slash, one leading slash
+  var prefix = prefixInput ? prefixInput.value.replace(/\/+$/, "") : "";
+  if (prefix && prefix.charAt(0) !== "/") { prefix = "/" + prefix; }
   var pending = null;
 
   function commandRows() {
