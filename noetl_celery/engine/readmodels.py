@@ -4,9 +4,10 @@ totals, one execution in detail, a loop's failed items, the flow graph. Queries 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS
 from noetl_celery.engine.graph import build_graph
 from noetl_celery.engine.views import (
     error_kind,
@@ -19,7 +20,7 @@ from noetl_celery.engine.views import (
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.store import overview
+from noetl_celery.store import history, overview
 from noetl_celery.store.overview import LoopTotals
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
@@ -121,6 +122,54 @@ def failed_items(
         "offset": offset,
         "limit": limit,
     }
+
+
+def event_types(types: Collection[str], failed: bool) -> tuple[str, ...] | None:
+    """The types to filter on, as `events` reads its `--type`/`--failed`: () for every
+    type (including ones this version does not know yet), None when the filters exclude
+    each other (`loop.done` and failed-only). InputInvalid names an unknown type."""
+    unknown = sorted(set(types) - EVENT_TYPES)
+    if unknown:
+        known = ", ".join(sorted(EVENT_TYPES))
+        raise InputInvalid("type", f"unknown event type {unknown[0]!r} (one of: {known})")
+    wanted = set(types) or set(EVENT_TYPES)
+    if failed:
+        wanted &= FAILURE_EVENTS
+    if not wanted:
+        return None
+    return () if wanted == set(EVENT_TYPES) else tuple(sorted(wanted))
+
+
+def events_since(
+    store: Store,
+    row: ExecutionRow,
+    *,
+    types: tuple[str, ...] | None,
+    step: str | None,
+    since: int,
+    limit: int,
+) -> dict[str, Any]:
+    """`{"events": [...], "next_since", "left_out"}`: the first `limit` matching events
+    after event id `since`, oldest first; `next_since` continues after the last one
+    (unchanged when there was none), `left_out` counts the matching events past it."""
+    if types is None:
+        return {"events": [], "next_since": since, "left_out": 0}
+    page = history.events_after(
+        store, row.execution_id, types=types, step=step, after=since, limit=limit
+    )
+    rows = [e.to_json() for e in page.rows]
+    next_since = rows[-1]["event_id"] if rows else since
+    return {"events": rows, "next_since": next_since, "left_out": page.left_out}
+
+
+def logs_since(
+    store: Store, row: ExecutionRow, *, step: str | None, since: int, limit: int
+) -> dict[str, Any]:
+    """`{"logs": [...], "next_since", "left_out"}` as `events_since`, over log ids."""
+    page = history.logs_after(store, row.execution_id, step=step, after=since, limit=limit)
+    rows = [r.to_json() for r in page.rows]
+    next_since = rows[-1]["log_id"] if rows else since
+    return {"logs": rows, "next_since": next_since, "left_out": page.left_out}
 
 
 def graph(playbook: Playbook, row: ExecutionRow) -> dict[str, Any]:

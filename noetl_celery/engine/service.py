@@ -316,6 +316,13 @@ class Engine:
         return [execution_line(r) for r in rows]
 
     # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
+    # Each answer goes through the tools' redactor once more: messages are masked where
+    # they are made, but a step's result, a rerun's overrides or a payload echoed in an
+    # error may hold a credential's secret, and these answers leave the machine.
+    def _masked(self, view: dict[str, Any]) -> dict[str, Any]:
+        masked: dict[str, Any] = self.services.redactor.redact_value(view)
+        return masked
+
     def executions_page(
         self,
         *,
@@ -329,21 +336,23 @@ class Engine:
         """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
         `execution_line` plus `items_done` (loop iterations finished, failed included)
         and `items_failed`, over all its loop epochs (open ones live)."""
-        return readmodels.executions_page(
-            self.store,
-            status=status,
-            path=path,
-            trigger=trigger,
-            parent=parent,
-            limit=limit,
-            offset=offset,
+        return self._masked(
+            readmodels.executions_page(
+                self.store,
+                status=status,
+                path=path,
+                trigger=trigger,
+                parent=parent,
+                limit=limit,
+                offset=offset,
+            )
         )
 
     def detail(self, execution_id: str) -> dict[str, Any]:
         """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
         lists them (the state's raw step failures under `failures`), and per loop
         `started_at`, `rate_per_second`, `eta_seconds`."""
-        return readmodels.detail(self.store, self.store.execution(execution_id))
+        return self._masked(readmodels.detail(self.store, self.store.execution(execution_id)))
 
     def failed_items(
         self,
@@ -359,8 +368,42 @@ class Engine:
         step the playbook does not have."""
         row = self.store.execution(execution_id)
         readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
-        return readmodels.failed_items(
-            self.store, row, step, epoch=epoch, offset=offset, limit=limit
+        return self._masked(
+            readmodels.failed_items(self.store, row, step, epoch=epoch, offset=offset, limit=limit)
+        )
+
+    def events_since(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        failed: bool = False,
+        step: str | None = None,
+        since: int = 0,
+        limit: int = 200,
+    ) -> dict[str, Any]:
+        """`{"events", "next_since", "left_out"}`: events after event id `since`, oldest
+        first, of any of `types` (failures only with `failed`, as `events --failed`) and
+        of `step`. InputInvalid for an unknown type or step."""
+        row = self.store.execution(execution_id)
+        chosen = readmodels.event_types(types, failed)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return self._masked(
+            readmodels.events_since(
+                self.store, row, types=chosen, step=step, since=since, limit=limit
+            )
+        )
+
+    def logs_since(
+        self, execution_id: str, *, step: str | None = None, since: int = 0, limit: int = 200
+    ) -> dict[str, Any]:
+        """`{"logs", "next_since", "left_out"}`: captured output after log id `since`."""
+        row = self.store.execution(execution_id)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return self._masked(
+            readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
         )
 
     def graph(self, execution_id: str) -> dict[str, Any]:

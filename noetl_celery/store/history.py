@@ -89,6 +89,68 @@ def _page(
     return list(reversed(newest)), left_out
 
 
+def _forward(
+    store: Store, table: Table, key: Any, where: list[Any], *, after: int, limit: int
+) -> tuple[list[Any], int]:
+    """(the first `limit` rows newer than id `after`, oldest first; how many newer
+    matching rows remain after them): a cursor that pages to the end with no gap."""
+    query = select(table).where(*where, key > after).order_by(key).limit(limit)
+    with store.db.read_engine.connect() as conn:
+        rows = conn.execute(query).all()
+        left_out = 0
+        if len(rows) == limit:  # maybe more: count what is past this page
+            last = getattr(rows[-1], key.name)
+            count = select(func.count()).select_from(table).where(*where, key > last)
+            left_out = int(conn.execute(count).scalar_one())
+    return list(rows), left_out
+
+
+def event_where(
+    execution_id: str, types: Collection[str] = (), step: str | None = None
+) -> list[Any]:
+    where = [events.c.execution_id == execution_id]
+    if types:
+        where.append(events.c.type.in_(sorted(types)))
+    if step is not None:
+        where.append(events.c.step == step)
+    return where
+
+
+def events_after(
+    store: Store,
+    execution_id: str,
+    *,
+    types: Collection[str] = (),
+    step: str | None = None,
+    after: int = 0,
+    limit: int = 200,
+) -> Page:
+    """The first `limit` events newer than event id `after` (of `types`, of `step`),
+    oldest first, and how many newer ones remain (`left_out`)."""
+    where = event_where(execution_id, types, step)
+    rows, left_out = _forward(store, events, events.c.event_id, where, after=after, limit=limit)
+    return Page([EventRow(**r._mapping) for r in rows], left_out)
+
+
+def logs_after(
+    store: Store,
+    execution_id: str,
+    *,
+    step: str | None = None,
+    after: int = 0,
+    limit: int = 200,
+) -> Page:
+    """The first `limit` log blocks newer than log id `after` (of `step`), in the order
+    they were stored, and how many newer ones remain (`left_out`)."""
+    where = [command_logs.c.execution_id == execution_id]
+    if step is not None:
+        where.append(command_logs.c.step == step)
+    rows, left_out = _forward(
+        store, command_logs, command_logs.c.log_id, where, after=after, limit=limit
+    )
+    return Page([LogRow(**r._mapping) for r in rows], left_out)
+
+
 def events_page(
     store: Store,
     execution_id: str,
@@ -99,11 +161,7 @@ def events_page(
     limit: int | None = None,
 ) -> Page:
     """Events of an execution of any of `types` (all when empty) and of `step`."""
-    where = [events.c.execution_id == execution_id]
-    if types:
-        where.append(events.c.type.in_(sorted(types)))
-    if step is not None:
-        where.append(events.c.step == step)
+    where = event_where(execution_id, types, step)
     rows, left_out = _page(store, events, events.c.event_id, where, after=after, limit=limit)
     return Page([EventRow(**r._mapping) for r in rows], left_out)
 

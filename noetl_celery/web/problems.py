@@ -5,10 +5,13 @@ which never carry secrets (tools.redaction masks them where they are made)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 
 from noetl_celery.engine.rerun import RerunError
 from noetl_celery.errors import (
@@ -49,9 +52,37 @@ def body_for(exc: NoetlError) -> dict[str, Any]:
     return body
 
 
+# where invalid requests are answered with one line (NoETL's routes keep FastAPI's list)
+ONE_LINE_PREFIX = "/api/v1/"
+
+
+def validation_line(errors: Sequence[Any]) -> str:
+    """FastAPI's list of request problems as one line naming the first: where (query
+    parameter, body field) and what is wrong, plus how many more there are."""
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    where = "request"
+    if loc and loc[0] in ("query", "path", "header"):
+        where = f"{loc[0]} parameter '{'.'.join(loc[1:])}'"
+    elif loc and loc[0] == "body":
+        where = f"body field '{'.'.join(loc[1:])}'" if len(loc) > 1 else "body"
+    message = str(first.get("msg") or "invalid").removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {message}{more}"
+
+
 def install(app: FastAPI) -> None:
     async def handle(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, NoetlError)
         return JSONResponse(body_for(exc), status_code=status_for(exc))
 
+    async def invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        if not request.url.path.startswith(ONE_LINE_PREFIX):
+            return await request_validation_exception_handler(request, exc)
+        return JSONResponse({"detail": validation_line(exc.errors())}, status_code=422)
+
     app.add_exception_handler(NoetlError, handle)
+    app.add_exception_handler(RequestValidationError, invalid)
