@@ -202,7 +202,10 @@ def test_flower_cancel_from_the_page(
         chrome.switch_to.alert.accept()  # "Cancel this execution and its children?"
         poll(lambda: text(chrome, "#execution-status") == "CANCELLED", "CANCELLED on the page")
         assert engine.store.execution_status(execution_id) == "CANCELLED"
-        assert not chrome.find_elements(By.ID, "cancel-button")
+        poll(lambda: not chrome.find_elements(By.ID, "cancel-button"), "cancel button gone")
+        node = '#step-graph .noetl-node[data-step="each"]'
+        assert chrome.find_element(By.CSS_SELECTOR, node).get_attribute("data-status") == "stopped"
+        assert text(chrome, '.noetl-loop[data-step="each"] .loop-eta') == ""
         assert chrome.find_element(By.ID, "rerun-button").is_displayed()
         shot(chrome, screenshots, "flower-execution-cancelled.png")
     finally:

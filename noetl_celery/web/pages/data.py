@@ -8,6 +8,7 @@ from typing import Any
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.pages.views import (
+    TERMINAL,
     Pager,
     bounded,
     execution_row,
@@ -50,7 +51,8 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
     """One execution: head, graph, loops with progress, failed items (a page per loop),
     errors, children and the newest logs."""
     view = engine.detail(execution_id)
-    loops = [loop_row(lp) for lp in view.get("loops") or []]
+    ended = view.get("status") in TERMINAL
+    loops = [loop_row(lp, ended=ended) for lp in view.get("loops") or []]
     failed_step = params.get("failed_step") or ""
     failed_epoch = bounded(params.get("failed_epoch"), 0, 10**9)
     for lp in loops:
@@ -78,7 +80,7 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
     return {
         "x": {**execution_row(head), "finished": time_text(view.get("finished_at"))},
         "view": view,
-        "graph": graph_layout(engine.graph(execution_id)),
+        "graph": graph_layout(engine.graph(execution_id), ended=ended),
         "loops": loops,
         "errors": view.get("errors") or [],
         "children": children,
@@ -86,7 +88,7 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         "logs_left": logs_left,
         "logs_limit": logs_limit,
         "logs_more": min(LOGS_MAX, logs_limit * 2) if logs_left and logs_limit < LOGS_MAX else None,
-        "terminal": view.get("status") in ("COMPLETED", "FAILED", "CANCELLED"),
+        "terminal": ended,
     }
 
 

@@ -22,6 +22,7 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {
     "completed": ("completed", "#198754"),
     "failed": ("failed", "#dc3545"),
     "cancelled": ("cancelled", "#fd7e14"),
+    "stopped": ("cancelled", "#fd7e14"),  # left running by an execution that ended
     "pending": ("pending", "#adb5bd"),  # not reached (engine.graph)
     "": ("pending", "#adb5bd"),
 }
@@ -85,21 +86,25 @@ def execution_row(line: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def loop_row(lp: Mapping[str, Any]) -> dict[str, Any]:
-    """A loop epoch of `detail` with its bar width, rate and ETA as text."""
+def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
+    """A loop epoch of `detail` with its bar width, rate and ETA as text. An unfinished
+    epoch of an execution that has `ended` (cancelled, failed, timed out) is stopped:
+    no ETA, nothing in flight."""
     cursor = lp.get("mode") == "cursor"  # a cursor's total grows as it claims
     total = None if cursor else lp.get("total")
     pct = percent(int(lp.get("done") or 0), total)
     eta = lp.get("eta_seconds")
+    stopped = ended and not lp.get("finished")
     return {
         **lp,
         "label": lp["step"] if (lp.get("epoch") or 1) <= 1 else f"{lp['step']} #{lp['epoch']}",
         "percent": pct,
         "bar": 100.0 if lp.get("finished") and pct is None else (pct or 0.0),
         "rate": rate_text(lp.get("rate_per_second")),
-        "eta": "" if lp.get("finished") or eta is None else duration(eta),
+        "eta": "" if lp.get("finished") or stopped or eta is None else duration(eta),
+        "in_flight": 0 if stopped else lp.get("in_flight") or 0,
         "started": time_text(lp.get("started_at")),
-        "state": "finished" if lp.get("finished") else "running",
+        "state": "finished" if lp.get("finished") else "stopped" if stopped else "running",
     }
 
 
@@ -182,10 +187,20 @@ def layers(
         frontier = [rest[0]]
 
 
-def graph_layout(graph: Mapping[str, Any]) -> dict[str, Any]:
+def node_status(status: str | None, ended: bool) -> str:
+    """A step's status as drawn: a step still `running` in the state of an execution that
+    has ended was stopped there."""
+    status = status or "pending"
+    return "stopped" if ended and status == "running" else status
+
+
+def graph_layout(graph: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
     """`engine.graph` (`nodes: [{step, status, tool}]`, `edges: [{from, to, when}]`) as
-    SVG geometry: boxes per layer (rows, top to bottom) and an edge path per arc."""
-    raw_nodes = list(graph.get("nodes") or [])
+    SVG geometry: boxes per layer (rows, top to bottom) and an edge path per arc; with
+    `ended`, a step left running is drawn stopped."""
+    raw_nodes = [
+        {**n, "status": node_status(n.get("status"), ended)} for n in graph.get("nodes") or []
+    ]
     names = [str(n["step"]) for n in raw_nodes]
     pairs = [(str(e["from"]), str(e["to"])) for e in graph.get("edges") or []]
     layer_of = layers(names, pairs, graph.get("entry"))

@@ -208,3 +208,32 @@ def test_execution_id_of(args: str | None, execution_id: str | None) -> None:
 def test_item_totals() -> None:
     assert views.item_totals([]) == (0, 0)
     assert views.item_totals([loop(), loop(done=10, failed=0)]) == (85, 5)
+
+
+def test_loop_row_of_an_ended_execution_is_stopped() -> None:
+    row = views.loop_row(loop(), ended=True)
+    assert row["state"] == "stopped" and row["eta"] == "" and row["in_flight"] == 0
+    finished = views.loop_row(loop(done=300, finished=True), ended=True)
+    assert finished["state"] == "finished"
+
+
+@pytest.mark.parametrize(
+    ("status", "ended", "drawn"),
+    [
+        ("running", False, "running"),
+        ("running", True, "stopped"),
+        ("completed", True, "completed"),
+        (None, True, "pending"),
+        ("", False, "pending"),
+    ],
+)
+def test_node_status(status: str | None, ended: bool, drawn: str) -> None:
+    assert views.node_status(status, ended) == drawn
+
+
+def test_graph_of_an_ended_execution_draws_running_steps_stopped() -> None:
+    g = views.graph_layout(graph([("a", "completed"), ("b", "running")], ["a>b"]), ended=True)
+    assert [(n["status"], n["class"]) for n in g["nodes"]] == [
+        ("completed", "completed"),
+        ("stopped", "cancelled"),
+    ]
