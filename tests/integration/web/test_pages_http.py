@@ -92,3 +92,20 @@ def test_buttons_refuse_cross_site_requests(served: Any, engine_on_workers: Engi
         follow_redirects=False,
     )
     assert unknown.status_code == 404
+
+
+def test_children_link_both_ways(served: Any, engine_on_workers: Engine) -> None:
+    from pathlib import Path
+
+    playbooks = Path(__file__).resolve().parents[2] / "playbooks"
+    engine = engine_on_workers
+    engine.register_file(playbooks / "child_double.yaml")
+    parent = engine.start_text((playbooks / "parent_fanout.yaml").read_text(), {"n": 3})
+    assert engine.wait(parent, 120).status == "COMPLETED"
+    page = httpx.get(f"{served.url}/executions/{parent}").text
+    children = re.findall(r'<a href="/executions/(\d+)">\1</a></td>\s*<td>tests/child_double', page)
+    assert len(children) == 3, page[page.find("Children") :][:800]
+    child = httpx.get(f"{served.url}/executions/{children[0]}").text
+    assert f'href="/executions/{parent}"' in child  # its parent
+    listing = httpx.get(f"{served.url}/executions?parent={parent}").text
+    assert sorted(rows(listing)) == sorted(children)
