@@ -32,6 +32,7 @@ from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator, crash_message
 from noetl_celery.engine.pipeline import StopCheck
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.reports import DUPLICATE, WAITING, CommandReport, report_of
 from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
@@ -69,6 +70,7 @@ class _Recorded:
     publish: list[str] | None  # what to publish; None: nothing more is to be done
     ran_pass: bool
     as_given: bool  # the outcome recorded is the one the command produced
+    outcome: dict[str, Any]  # the outcome recorded (or offered, when not closed)
 
 
 class CommandExecutor:
@@ -93,14 +95,17 @@ class CommandExecutor:
         if logs is not None:
             logcapture.install()
 
-    def execute(self, command_id: str) -> bool:
-        """Returns False when the delivery was a duplicate (nothing ran). What the command
-        prints and logs meanwhile is captured and stored with its close."""
+    def execute(self, command_id: str) -> CommandReport:
+        """Run one delivery of a command; the report says what it did (`duplicate` when
+        nothing ran). What the command prints and logs meanwhile is captured and stored
+        with its close."""
         capture = self.logs.command() if self.logs is not None else None
         with about(**of_command(command_id)), logcapture.capturing(capture):
             return self._execute(command_id, capture)
 
-    def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> bool:
+    def _execute(
+        self, command_id: str, capture: logcapture.Capture | None = None
+    ) -> CommandReport:
         command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(
@@ -108,7 +113,7 @@ class CommandExecutor:
                 command_id,
                 extra=of_command(command_id),
             )
-            return False
+            return CommandReport(command_id, DUPLICATE)
         self.heartbeats.start(command_id)
         try:
             playbook = self.playbooks.get(command.catalog_id)
@@ -132,12 +137,12 @@ class CommandExecutor:
             # what it printed so far is stored now; the resumed run adds a block of its own
             write_logs(self.store, LogSink.command_rows(capture, command))
             self._wait_for_child(command, result)
-            return True
+            return CommandReport(command_id, WAITING)
         if isinstance(result, HeldFrame):
-            self._finish(command, result.outcome, result.claim, capture)
-            return True
-        self._finish(command, result, capture=capture)
-        return True
+            recorded = self._finish(command, result.outcome, result.claim, capture)
+        else:
+            recorded = self._finish(command, result, capture=capture)
+        return report_of(command_id, recorded.outcome, recorded=recorded.closed)
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -184,7 +189,7 @@ class CommandExecutor:
         outcome: dict[str, Any],
         held: HeldClaim | None = None,
         capture: logcapture.Capture | None = None,
-    ) -> None:
+    ) -> _Recorded:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
         after the engine's commit: a crash before it rolls the claim back (the rows stay
@@ -213,13 +218,14 @@ class CommandExecutor:
             else:
                 held.rollback()
         if recorded.publish is None:
-            return
+            return recorded
         if recorded.publish:
             self.orchestrator.dispatcher.publish(recorded.publish)
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
+        return recorded
 
     def _record(
         self,
@@ -253,7 +259,7 @@ class CommandExecutor:
                 )
                 fold = False
                 continue
-            return _Recorded(closed, publish, ran_pass, as_given=outcome is given)
+            return _Recorded(closed, publish, ran_pass, as_given=outcome is given, outcome=outcome)
 
     def _record_once(
         self,

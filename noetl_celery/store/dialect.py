@@ -42,3 +42,14 @@ def upsert(
     kept = set(keys) | set(insert_only)
     updates = {k: stmt.excluded[k] for k in values if k not in kept}
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates, where=where)
+
+
+def add_to_counter(conn: Connection, table: Table, name: str, amount: int) -> None:
+    """`value += amount` of the counter `name`, created at `amount` (one statement: two
+    sweeps counting at once add up, neither is lost)."""
+    stmt = _insert(conn, table).values(name=name, value=amount)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["name"], set_={"value": table.c.value + stmt.excluded.value}
+        )
+    )

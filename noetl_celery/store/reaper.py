@@ -31,9 +31,23 @@ from noetl_celery.constants import (
     RUNNING,
 )
 from noetl_celery.orchestrator.ids import with_attempt
-from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.counters import (
+    COUNTER_LEASES_EXPIRED,
+    COUNTER_REISSUED,
+    COUNTER_REPUBLISHED,
+    give_up_counter,
+)
+from noetl_celery.store.dialect import add_to_counter, insert_ignore, upsert
 from noetl_celery.store.repository import append_terminal
-from noetl_celery.store.schema import commands, events, executions, inbox, leases, utcnow
+from noetl_celery.store.schema import (
+    commands,
+    counters,
+    events,
+    executions,
+    inbox,
+    leases,
+    utcnow,
+)
 from noetl_celery.store.statements import COMMAND_COLUMNS
 
 if TYPE_CHECKING:
@@ -115,6 +129,7 @@ def republish_stale(store: Store, grace: float, limit: int = 1000) -> list[str]:
                 .where(commands.c.command_id.in_(due), commands.c.status == CMD_ISSUED)
                 .values(issued_at=now, republished=commands.c.republished + 1)
             )
+            add_to_counter(conn, counters, COUNTER_REPUBLISHED, len(due))
     return due
 
 
@@ -168,6 +183,8 @@ def reissue(store: Store, lost: LostCommand) -> str | None:
     with store.db.engine.begin() as conn:
         if not _expire(conn, lost, CMD_EXPIRED, now):
             return None
+        add_to_counter(conn, counters, COUNTER_LEASES_EXPIRED, 1)
+        add_to_counter(conn, counters, COUNTER_REISSUED, 1)
         conn.execute(
             insert_ignore(conn, commands),
             {
@@ -195,6 +212,8 @@ def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
     with store.db.engine.begin() as conn:
         if not _expire(conn, lost, CMD_FAILED, now):
             return False
+        # a lost run given up for good: its lease expired (or its deadline passed)
+        add_to_counter(conn, counters, give_up_counter(kind), 1)
         error = {"kind": kind, "message": message, "retryable": False}
         append_terminal(
             conn,

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 
 metadata = MetaData()
 
@@ -257,6 +257,14 @@ leases = Table(
     Column("name", String(128), primary_key=True),
     Column("owner", String(256), nullable=False),
     Column("expires_at", DateTime, nullable=False),
+)
+
+# Engine-wide counters (store.counters): what the reaper did, for `/metrics`.
+counters = Table(
+    "counters",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
 )
 
 # Cron schedules (`noetl-celery schedule add`, or `metadata.schedule` installed by

@@ -22,6 +22,7 @@ from noetl_celery.constants import (
     TASK_ORCHESTRATE,
     TASK_REAP,
 )
+from noetl_celery.engine import reports
 from noetl_celery.logcontext import about
 from noetl_celery.tasks import fleet, kombu_redis
 from noetl_celery.tasks.app import app, settings
@@ -66,11 +67,24 @@ def refuse_foreign(minted: str | None, what: str) -> None:
     raise Reject(f"minted for engine database {minted}, this worker uses {mine}", requeue=True)
 
 
-@app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True)
-def execute_command(command_id: str, db: str | None = None) -> None:
-    """Claim and run one command, record its outcome, then orchestrate in place."""
+class CommandFailed(Exception):
+    """The command's tool failed (recorded in the engine database like any outcome).
+    Raised only so Celery-level observers (Flower, `celery events`) see a FAILURE
+    instead of a clean SUCCESS; expected (`throws`): logged at INFO without a traceback,
+    and acked like a success (the engine's bookkeeping is already done)."""
+
+
+@app.task(
+    name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True, throws=(CommandFailed,)
+)
+def execute_command(command_id: str, db: str | None = None) -> dict[str, object]:
+    """Claim and run one command, record its outcome, then orchestrate in place. Returns
+    `{status, execution_id, step[, kind]}` (engine.reports) for whoever watches tasks."""
     refuse_foreign(db, f"command {command_id}")
-    engine().executor.execute(command_id)
+    report = engine().executor.execute(command_id)
+    if report.status == reports.FAILED:
+        raise CommandFailed(report.failure_text())
+    return report.as_result()
 
 
 @app.task(name=TASK_ORCHESTRATE, acks_late=True, ignore_result=True)

@@ -24,6 +24,7 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     )
     app.state.engine = engine
     app.state.settings = settings
+    app.state.metrics_registry = metrics.registry_for(engine)
     problems.install(app)
     app.include_router(api_native.router)
     app.include_router(api_noetl.router)

@@ -1,7 +1,45 @@
-"""`/metrics`: Prometheus text, read from the engine database on each scrape."""
+"""`/metrics`: Prometheus text, read from the engine database on each scrape
+(engine.metrics lists the series). A collector, not process-local counters: every
+`serve` replica reports the same fleet-wide figures, whatever process did the work."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from noetl_celery.engine.metrics import families
+from noetl_celery.engine.service import Engine
+from noetl_celery.store.metrics import read_snapshot
+from noetl_celery.store.schema import utcnow
 
 router = APIRouter(tags=["metrics"])
+
+
+class EngineCollector(Collector):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = read_snapshot(self.engine.store.db)
+        for family in families(snapshot, utcnow()):
+            kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+            metric = kind(family.name, family.help, labels=list(family.labels))
+            for labels, value in family.samples:
+                metric.add_metric(list(labels), value)
+            yield metric
+
+
+def registry_for(engine: Engine) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(engine))
+    return registry
+
+
+@router.get("/metrics", summary="Prometheus metrics of the engine database")
+def metrics(request: Request) -> Response:
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

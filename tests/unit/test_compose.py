@@ -14,7 +14,7 @@ import yaml
 from noetl_celery.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE_SERVICES = ("migrate", "worker", "beat", "flower")
+ENGINE_SERVICES = ("migrate", "worker", "beat", "flower", "api")
 
 
 def services() -> dict[str, Any]:
@@ -86,6 +86,7 @@ def test_every_engine_service_runs_a_noetl_celery_command() -> None:
         "worker": "worker",
         "beat": "beat",
         "flower": "flower",
+        "api": "serve",
     }
     for name in ENGINE_SERVICES:
         assert "entrypoint" not in svc[name], name  # the image's noetl-celery, not celery
@@ -94,7 +95,7 @@ def test_every_engine_service_runs_a_noetl_celery_command() -> None:
 def test_the_engine_waits_for_its_services_and_tables() -> None:
     svc = services()
     assert set(svc["migrate"]["depends_on"]) == {"postgres", "redis"}
-    for name in ("worker", "beat"):
+    for name in ("worker", "beat", "api"):
         assert svc[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     for name in ("postgres", "redis"):
         assert "healthcheck" in svc[name]
@@ -134,3 +135,18 @@ def test_flower_listens_in_its_container_with_basic_auth_from_the_environment(
     assert options["basic_auth"] is None
     assert flower["environment"]["NOETL_FLOWER_BASIC_AUTH"].startswith("${NOETL_FLOWER_BASIC_AUTH")
     assert "FLOWER_UNAUTHENTICATED_API" not in flower["environment"]
+
+
+def test_the_api_listens_in_its_container_with_credentials_from_the_environment() -> None:
+    from noetl_celery.settings import Settings
+    from noetl_celery.web.auth import ApiAuth, is_loopback
+
+    api = services()["api"]
+    _, options = parse(api["command"])
+    assert not is_loopback(options["host"])  # reachable through the published port
+    assert api["ports"] == [f"127.0.0.1:{options['port']}:{options['port']}"]
+    env = api["environment"]
+    assert env["NOETL_API_TOKEN"].startswith("${NOETL_API_TOKEN")
+    # with compose's defaults substituted, serve has credentials: it will bind 0.0.0.0
+    defaults = {k: v.split(":-", 1)[1].rstrip("}") for k, v in env.items() if ":-" in v}
+    assert ApiAuth.from_settings(Settings.from_env(defaults)).configured

@@ -14,7 +14,13 @@ import pytest
 from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS
 from noetl_celery.settings import Settings
+from noetl_celery.store.counters import (
+    COUNTER_LEASES_EXPIRED,
+    COUNTER_REISSUED,
+    COUNTER_REPUBLISHED,
+)
 from noetl_celery.store.database import SchemaMode
+from noetl_celery.store.metrics import read_snapshot
 from noetl_celery.store.reaper import release_lease, take_lease
 
 PLAYBOOK = """apiVersion: noetl.io/v2
@@ -107,6 +113,12 @@ def test_lost_message_then_lost_worker_then_give_up(
     assert "lost its worker (lease expired) on attempt 2 of 2" in str(summary["error"])
     counts = built.store.command_counts(eid)
     assert counts.issued == counts.running == 0
+    # what /metrics exports, counted in the sweeps' own transactions (store.counters)
+    assert read_snapshot(built.store.db).counters == {
+        COUNTER_REPUBLISHED: 2,
+        COUNTER_REISSUED: 1,
+        COUNTER_LEASES_EXPIRED: 2,  # the first run's and the last attempt's
+    }
     # a late outcome of the dead attempt changes nothing
     assert not built.store.complete(claimed, {"status": "ok", "result": {}})
     assert [e["type"] for e in built.events(eid)].count("command.failed") == 1

@@ -1,0 +1,152 @@
+"""What NoETL's server API (web.api_noetl) asks of the engine beyond the `Engine`
+facade: catalog rows with content, executions and events by page, progress, cleanup of
+stuck executions. Plain rows out; the shapes are web.noetl_shapes'."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from noetl_celery.engine.catalog import suggest
+from noetl_celery.engine.views import run_errors, status_view
+from noetl_celery.errors import CatalogNotFound
+from noetl_celery.store import compat as sql
+from noetl_celery.store import overview
+from noetl_celery.store.compat import CatalogRow
+from noetl_celery.store.rows import EventRow, ExecutionRow
+from noetl_celery.store.schema import utcnow
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.service import Engine
+
+__all__ = [
+    "CatalogRow",
+    "ExecutionPageRow",
+    "StatusParts",
+    "catalog_entry",
+    "catalog_rows",
+    "cleanup",
+    "commands_made",
+    "event_count",
+    "events_slice",
+    "executions_page",
+    "status_parts",
+    "version_of",
+]
+
+
+@dataclass(frozen=True)
+class ExecutionPageRow:
+    row: ExecutionRow
+    version: int | None
+    progress: tuple[int, int]  # (commands ended, commands made)
+    event_count: int
+
+
+def catalog_rows(engine: Engine, path: str | None = None) -> list[CatalogRow]:
+    return sql.catalog_rows(engine.store, path)
+
+
+def catalog_entry(
+    engine: Engine,
+    *,
+    path: str | None = None,
+    version: int | None = None,
+    catalog_id: int | None = None,
+) -> CatalogRow:
+    """One version; CatalogNotFound names what was asked for."""
+    found = sql.catalog_row(engine.store, path=path, version=version, catalog_id=catalog_id)
+    if found is not None:
+        return found
+    asked = path if path is not None else f"catalog_id {catalog_id}"
+    suffix = f" version {version}" if version is not None else ""
+    hint = ""
+    if path is not None and catalog_id is None and not engine.catalog.versions(path):
+        # `noetl run some/file.yaml -r distributed` sends the file's stem as the path
+        close = suggest(path, [s.path for s in engine.catalog.listing()])
+        hint = "; did you mean " + " or ".join(f"'{p}'" for p in close) + "?" if close else ""
+    raise CatalogNotFound(f"Playbook not found in catalog: {asked}{suffix}{hint}")
+
+
+def version_of(engine: Engine, catalog_id: int) -> int:
+    return engine.store.catalog_entry(catalog_id).version
+
+
+def executions_page(
+    engine: Engine, *, status: str | None = None, offset: int = 0, limit: int = 100
+) -> list[ExecutionPageRow]:
+    rows, _ = overview.executions_page(engine.store, status=status, offset=offset, limit=limit)
+    ids = [r.execution_id for r in rows]
+    versions = sql.catalog_versions(engine.store, {r.catalog_id for r in rows})
+    progress = sql.command_progress(engine.store, ids)
+    counts = sql.event_counts(engine.store, ids)
+    return [
+        ExecutionPageRow(
+            row=r,
+            version=versions.get(r.catalog_id),
+            progress=progress.get(r.execution_id, (0, 0)),
+            event_count=counts.get(r.execution_id, 0),
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class StatusParts:
+    view: dict[str, Any]  # Engine.status
+    errors: list[dict[str, Any]]  # what failed (views.run_errors), empty when COMPLETED
+    order: list[str]  # the playbook's steps in declaration order
+    last_step: str | None  # the last step that completed
+
+
+def status_parts(engine: Engine, execution_id: str) -> StatusParts:
+    """What NoETL's status shows, from one read of the execution (no step results)."""
+    row = engine.store.execution(execution_id)  # ExecutionNotFound
+    playbook = engine.playbooks.get(row.catalog_id)
+    last = (row.state or {}).get("last_step")
+    return StatusParts(
+        view=status_view(engine.store, row),
+        errors=run_errors(engine.store, row),
+        order=[s.step for s in playbook.workflow],
+        last_step=str(last) if last else None,
+    )
+
+
+def commands_made(engine: Engine, execution_id: str) -> int:
+    """How many commands the execution has issued so far (NoETL's `commands_generated`)."""
+    return sql.command_progress(engine.store, [execution_id]).get(execution_id, (0, 0))[1]
+
+
+def progress(engine: Engine, execution_id: str) -> tuple[int, int]:
+    return sql.command_progress(engine.store, [execution_id]).get(execution_id, (0, 0))
+
+
+def event_count(engine: Engine, execution_id: str) -> int:
+    return sql.event_counts(engine.store, [execution_id]).get(execution_id, 0)
+
+
+def events_slice(
+    engine: Engine,
+    execution_id: str,
+    *,
+    types: Collection[str] = (),
+    after: int | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> tuple[list[EventRow], int]:
+    return sql.events_slice(
+        engine.store, execution_id, types=types, after=after, offset=offset, limit=limit
+    )
+
+
+def cleanup(engine: Engine, older_than_minutes: int, *, dry_run: bool) -> list[str]:
+    """Cancel (unless `dry_run`) top-level executions RUNNING for longer than
+    `older_than_minutes`; their ids (those that were still running when cancelled)."""
+    cutoff = utcnow() - dt.timedelta(minutes=older_than_minutes)
+    stuck = sql.stuck_executions(engine.store, cutoff)
+    if dry_run:
+        return stuck
+    reason = f"cleanup: running for more than {older_than_minutes} minute(s)"
+    return [eid for eid in stuck if engine.cancel_tree(eid, reason) is not None]

@@ -1,0 +1,114 @@
+"""The Prometheus view of the engine database (pure: a `MetricsSnapshot` and the time
+in, metric samples out; `web.metrics` serves them).
+
+    noetl_executions{status}                      executions by status (gauge)
+    noetl_loop_items_succeeded_total{playbook,step}
+    noetl_loop_items_failed_total{playbook,step}  loop items finished, per playbook and
+                                                  step, running epochs included (live)
+    noetl_commands{status}                        commands of running executions that are
+                                                  issued (waiting for a worker), running,
+                                                  waiting (for a sub-playbook) or delayed
+    noetl_oldest_unclaimed_command_age_seconds    how long the oldest issued command has
+                                                  waited for a worker (0: none waiting)
+    noetl_reaper_republished_total                issued commands published again
+    noetl_reaper_reissued_total                   lost runs replaced by a next attempt
+    noetl_lease_expiries_total                    runs whose worker was lost
+    noetl_step_timeouts_total                     runs failed past `spec.timeout`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from noetl_celery.constants import CANCELLED, COMPLETED, FAILED, RUNNING
+from noetl_celery.store.counters import (
+    COUNTER_LEASES_EXPIRED,
+    COUNTER_REISSUED,
+    COUNTER_REPUBLISHED,
+    COUNTER_TIMEOUTS,
+)
+from noetl_celery.store.metrics import IN_FLIGHT, MetricsSnapshot
+
+STATUSES = (RUNNING, COMPLETED, FAILED, CANCELLED)
+COUNTERS = (
+    ("noetl_reaper_republished", COUNTER_REPUBLISHED, "Issued commands published again."),
+    ("noetl_reaper_reissued", COUNTER_REISSUED, "Lost runs the reaper replaced by a next attempt."),
+    ("noetl_lease_expiries", COUNTER_LEASES_EXPIRED, "Runs whose lease expired (worker lost)."),
+    ("noetl_step_timeouts", COUNTER_TIMEOUTS, "Runs failed past their step's spec.timeout."),
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # counters without the `_total` suffix (prometheus_client adds it)
+    kind: str  # "gauge" | "counter"
+    help: str
+    labels: tuple[str, ...]
+    samples: tuple[tuple[tuple[str, ...], float], ...]
+
+
+def loop_items(snapshot: MetricsSnapshot) -> dict[tuple[str, str], tuple[int, int]]:
+    """(playbook, step) -> (succeeded, failed): finished epochs from the table plus the
+    running epochs of RUNNING executions from their state."""
+    totals: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def add(key: tuple[str, str], ok: int, bad: int) -> None:
+        was = totals.get(key, (0, 0))
+        totals[key] = (was[0] + ok, was[1] + bad)
+
+    for row in snapshot.finished_loops:
+        add((row.path, row.step), row.succeeded, row.failed)
+    for path, state in snapshot.running_states:
+        for step, st in (state.get("steps") or {}).items():
+            loop = st.get("loop") if isinstance(st, dict) else None
+            if loop and not loop.get("done"):
+                add((path, step), int(loop.get("succeeded") or 0), int(loop.get("failed") or 0))
+    return totals
+
+
+def families(snapshot: MetricsSnapshot, now: datetime) -> Iterator[Family]:
+    by_status = {s: snapshot.executions_by_status.get(s, 0) for s in STATUSES}
+    for status, count in snapshot.executions_by_status.items():
+        by_status.setdefault(status, count)
+    yield Family(
+        "noetl_executions",
+        "gauge",
+        "Executions in the engine database, by status.",
+        ("status",),
+        tuple(((s,), float(n)) for s, n in sorted(by_status.items())),
+    )
+    items = sorted(loop_items(snapshot).items())
+    yield Family(
+        "noetl_loop_items_succeeded",
+        "counter",
+        "Loop items that succeeded, per playbook and step.",
+        ("playbook", "step"),
+        tuple((key, float(ok)) for key, (ok, _) in items),
+    )
+    yield Family(
+        "noetl_loop_items_failed",
+        "counter",
+        "Loop items that failed (not handled by a policy), per playbook and step.",
+        ("playbook", "step"),
+        tuple((key, float(bad)) for key, (_, bad) in items),
+    )
+    yield Family(
+        "noetl_commands",
+        "gauge",
+        "Commands of running executions: issued (no worker yet), running, waiting, delayed.",
+        ("status",),
+        tuple(((s,), float(snapshot.commands_by_status.get(s, 0))) for s in IN_FLIGHT),
+    )
+    oldest = snapshot.oldest_issued_at
+    age = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
+    yield Family(
+        "noetl_oldest_unclaimed_command_age_seconds",
+        "gauge",
+        "Seconds the oldest issued command of a running execution has waited for a worker.",
+        (),
+        (((), age),),
+    )
+    for name, counter, text in COUNTERS:
+        yield Family(name, "counter", text, (), (((), float(snapshot.counters.get(counter, 0))),))

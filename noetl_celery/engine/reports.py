@@ -1,0 +1,83 @@
+"""What one delivery of a command did, as a Celery-level observer should see it.
+
+The engine's own record of a command is its row and events in Postgres; this report is
+only what the task hands back to Celery (Flower, `celery events`, a result backend):
+
+    completed   the tool ran and its outcome is recorded as success
+    failed      the tool failed (`kind`, `message`): the step or item failed, whether or not
+                the flow goes on (a policy `do: continue` is decided later, by the pass)
+    waiting     the command started a sub-playbook and parks until it ends
+    duplicate   another delivery had already claimed or finished it: nothing ran
+    superseded  it ran, but the command had meanwhile been cancelled or re-issued to
+                another worker: this run's outcome was dropped
+
+The Celery task turns `failed` into a FAILURE state (tasks.tasks.CommandFailed), so a tool
+failure never shows as a clean SUCCESS in Flower; the message is already redacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_celery.orchestrator.ids import base_command_id
+
+COMPLETED, FAILED, WAITING, DUPLICATE, SUPERSEDED = (
+    "completed",
+    "failed",
+    "waiting",
+    "duplicate",
+    "superseded",
+)
+MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class CommandReport:
+    command_id: str
+    status: str
+    kind: str | None = None
+    message: str | None = None
+
+    @property
+    def execution_id(self) -> str:
+        return self.command_id.split(":", 1)[0]
+
+    @property
+    def step(self) -> str | None:
+        parts = base_command_id(self.command_id).split(":")
+        return parts[1] if len(parts) > 1 else None
+
+    def as_result(self) -> dict[str, Any]:
+        """The task's return value: small, JSON, no results or payload values."""
+        out: dict[str, Any] = {
+            "status": self.status,
+            "execution_id": self.execution_id,
+            "step": self.step,
+        }
+        if self.kind is not None:
+            out["kind"] = self.kind
+        return out
+
+    def failure_text(self) -> str:
+        where = f"execution {self.execution_id} step {self.step} (command {self.command_id})"
+        return f"{where}: {self.kind or 'error'}: {self.message or 'failed'}"
+
+
+def report_of(command_id: str, outcome: dict[str, Any], *, recorded: bool) -> CommandReport:
+    """The report of a command that ran to an `outcome` (models.outcome), `recorded` when
+    the outcome was stored as this run's."""
+    if not recorded:
+        return CommandReport(command_id, SUPERSEDED)
+    if outcome.get("status") != "error":
+        return CommandReport(command_id, COMPLETED)
+    error = outcome.get("error")
+    kind = message = None
+    if isinstance(error, dict):
+        kind = str(error.get("kind") or "error")
+        message = str(error.get("message") or "")
+    elif error is not None:
+        message = str(error)
+    if message is not None and len(message) > MESSAGE_CHARS:
+        message = message[: MESSAGE_CHARS - 1] + "…"
+    return CommandReport(command_id, FAILED, kind or "error", message)

@@ -1,0 +1,57 @@
+"""What a task hands back to Celery for each kind of outcome (engine.reports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from noetl_celery.engine.reports import MESSAGE_CHARS, CommandReport, report_of
+
+CID = "587249013456781234:fetch:1:7:a2"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "recorded", "status", "kind", "message"),
+    [
+        ({"status": "ok", "result": {"a": 1}}, True, "completed", None, None),
+        ({"status": "break", "result": None}, True, "completed", None, None),
+        (
+            {"status": "error", "error": {"kind": "http_error", "message": "503 from api"}},
+            True,
+            "failed",
+            "http_error",
+            "503 from api",
+        ),
+        ({"status": "error", "error": "boom"}, True, "failed", "error", "boom"),
+        ({"status": "error", "error": {"message": "no kind"}}, True, "failed", "error", "no kind"),
+        ({"status": "error", "error": None}, True, "failed", "error", None),
+        # the command was re-issued or cancelled meanwhile: this run's outcome was dropped
+        ({"status": "error", "error": {"kind": "x"}}, False, "superseded", None, None),
+    ],
+)
+def test_report_of(
+    outcome: dict[str, Any], recorded: bool, status: str, kind: str | None, message: str | None
+) -> None:
+    report = report_of(CID, outcome, recorded=recorded)
+    assert (report.status, report.kind, report.message) == (status, kind, message)
+
+
+def test_result_names_the_execution_and_step_but_no_values() -> None:
+    report = report_of(CID, {"status": "ok", "result": {"secret": "s3"}}, recorded=True)
+    assert report.as_result() == {
+        "status": "completed",
+        "execution_id": "587249013456781234",
+        "step": "fetch",
+    }
+    failed = CommandReport(CID, "failed", "python_error", "ZeroDivisionError: division by zero")
+    assert failed.as_result()["kind"] == "python_error"
+    assert failed.failure_text() == (
+        f"execution 587249013456781234 step fetch (command {CID}): "
+        "python_error: ZeroDivisionError: division by zero"
+    )
+
+
+def test_long_messages_are_cut() -> None:
+    report = report_of(CID, {"status": "error", "error": {"message": "x" * 5000}}, recorded=True)
+    assert report.message is not None and len(report.message) == MESSAGE_CHARS
