@@ -221,19 +221,22 @@ def test_flower_schedules_pause_resume_trigger(
         "tests/slow_loop", "0 3 * * *", name="nightly", payload={"n": 3, "pause": 0}
     )
     row = f'tr[data-schedule="{schedule.schedule_id}"]'
-    chrome.get(f"{flower.url}/schedules")
-    assert "active" in text(chrome, row)
-    chrome.find_element(By.CSS_SELECTOR, f"{row} button").click()  # Pause
-    poll(lambda: "paused" in text(chrome, row), "the schedule paused")
-    assert not engine.schedules.get(schedule.schedule_id).enabled
-    shot(chrome, screenshots, "flower-schedules.png")
-    chrome.find_element(By.CSS_SELECTOR, f"{row} button").click()  # Resume
-    poll(lambda: "active" in text(chrome, row), "the schedule resumed")
-    buttons = chrome.find_elements(By.CSS_SELECTOR, f"{row} button")
-    buttons[1].click()  # Trigger now: opens the run it started
-    poll(lambda: "/executions/" in chrome.current_url, "the triggered run's page")
-    poll(lambda: text(chrome, "#execution-status") == "COMPLETED", "the triggered run done", 60)
-    assert "schedule" in text(chrome, ".noetl-summary")
+    try:
+        chrome.get(f"{flower.url}/schedules")
+        assert "active" in text(chrome, row)
+        chrome.find_element(By.CSS_SELECTOR, f"{row} button").click()  # Pause
+        poll(lambda: "paused" in text(chrome, row), "the schedule paused")
+        assert not engine.schedules.get(schedule.schedule_id).enabled
+        shot(chrome, screenshots, "flower-schedules.png")
+        chrome.find_element(By.CSS_SELECTOR, f"{row} button").click()  # Resume
+        poll(lambda: "active" in text(chrome, row), "the schedule resumed")
+        buttons = chrome.find_elements(By.CSS_SELECTOR, f"{row} button")
+        buttons[1].click()  # Trigger now: opens the run it started
+        poll(lambda: "/executions/" in chrome.current_url, "the triggered run's page")
+        poll(lambda: text(chrome, "#execution-status") == "COMPLETED", "the triggered run done", 60)
+        assert "schedule" in text(chrome, ".noetl-summary")
+    finally:  # the session's other tests list schedules: leave none behind
+        engine.schedules.remove(schedule.schedule_id)
 
 
 def flower_api(flower: FlowerServer, path: str) -> Any:
