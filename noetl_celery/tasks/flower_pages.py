@@ -9,7 +9,8 @@ Flower starts (cli.flower):
   Jinja templates as `serve` (web.pages.site), each handler a subclass of Flower's own
   `BaseHandler` with `tornado.web.authenticated` methods, so Flower's basic auth or OAuth
   decides who gets in, and its fetch-metadata check applies to the POSTs on top of the
-  pages' own same-origin guard (web.pages.actions);
+  pages' own same-origin guard (web.pages.actions), and its forms carry Flower's `_xsrf`
+  token (checked when Flower's OAuth login is on);
 - replaces the template loader with `FlowerTemplates`, a Tornado `Loader` over Flower's
   own template directory that patches three templates as they are read: `navbar.html`
   gains "Executions" and "Schedules" entries, `task.html` an "Execution" row linking a
@@ -124,7 +125,12 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
         self.view = view
 
     def _site(self) -> Site:
-        return Site(self.engine, base=url_base(self.application.options.url_prefix))
+        token = self.xsrf_token  # sets Flower's `_xsrf` cookie, as its own pages do
+        return Site(
+            self.engine,
+            base=url_base(self.application.options.url_prefix),
+            xsrf=token.decode() if isinstance(token, bytes) else str(token),
+        )
 
     async def _run(self, call: Callable[[], Answer]) -> None:
         answer = await IOLoop.current().run_in_executor(None, call)

@@ -59,15 +59,17 @@ def _status_of(exc: NoetlError) -> int:
 
 
 class Site:
-    def __init__(self, engine: Engine, base: str = "") -> None:
+    def __init__(self, engine: Engine, base: str = "", xsrf: str = "") -> None:
         self.engine = engine
         self.base = base.rstrip("/")  # Flower's --url_prefix, "" on serve
+        # Flower's `_xsrf` form token (its OAuth login checks it on every POST)
+        self.xsrf = xsrf
 
     def _page(
         self, template: str, title: str, params: Mapping[str, str], active: str, **ctx: object
     ) -> Answer:
         fragment = bool(params.get("fragment"))
-        body = render(template, base=self.base, refresh_ms=REFRESH_MS, **ctx)
+        body = render(template, base=self.base, xsrf=self.xsrf, refresh_ms=REFRESH_MS, **ctx)
         return Answer(title=title, body=body, fragment=fragment, active=active)
 
     def _error(self, exc: NoetlError, active: str = "executions") -> Answer:
