@@ -208,7 +208,7 @@ def graph_layout(graph: Mapping[str, Any], *, ended: bool = False) -> dict[str, 
     for name in names:
         rows.setdefault(layer_of[name], []).append(name)
     widest = max((len(r) for r in rows.values()), default=0)
-    width = 2 * MARGIN + widest * NODE_W + max(0, widest - 1) * GAP_X
+    width: float = 2 * MARGIN + widest * NODE_W + max(0, widest - 1) * GAP_X
     pos: dict[str, tuple[float, float]] = {}
     for index, row in rows.items():
         row_w = len(row) * NODE_W + (len(row) - 1) * GAP_X
@@ -233,14 +233,21 @@ def graph_layout(graph: Mapping[str, Any], *, ended: bool = False) -> dict[str, 
             }
         )
     edges = []
+    backs = 0
     for e in graph.get("edges") or []:
         a, b = str(e["from"]), str(e["to"])
         if a not in pos or b not in pos:
             continue
-        edges.append({"from": a, "to": b, "when": e.get("when") or "", "d": _edge_path(pos, a, b)})
+        if pos[b][1] > pos[a][1]:
+            path = _down_path(pos[a], pos[b])
+        else:  # a loop-back: round the right of every box of the rows it spans
+            low, high = sorted((pos[a][1], pos[b][1]))
+            right = max(x + NODE_W for x, y in pos.values() if low <= y <= high)
+            backs += 1
+            path = _back_path(pos[a], pos[b], right + GAP_X / 2 + 10 * backs)
+        edges.append({"from": a, "to": b, "when": e.get("when") or "", "d": path})
     height = 2 * MARGIN + len(rows) * NODE_H + max(0, len(rows) - 1) * GAP_Y
-    if any(pos[e["to"]][1] <= pos[e["from"]][1] for e in edges):
-        width += 2 * GAP_X + height // 4  # room for the loop-backs' curves
+    width = max(width, widest_right(pos) + MARGIN + (GAP_X + 10 * backs if backs else 0))
     return {
         "width": width,
         "height": height,
@@ -251,16 +258,24 @@ def graph_layout(graph: Mapping[str, Any], *, ended: bool = False) -> dict[str, 
     }
 
 
-def _edge_path(pos: Mapping[str, tuple[float, float]], a: str, b: str) -> str:
-    (ax, ay), (bx, by) = pos[a], pos[b]
-    if by > ay:  # downwards: bottom centre to top centre
-        x1, y1, x2, y2 = ax + NODE_W / 2, ay + NODE_H, bx + NODE_W / 2, by
-        mid = (y1 + y2) / 2
-        return f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
-    # a loop-back or an arc within a layer: right side out, round, right side in
-    x1, y1, x2, y2 = ax + NODE_W, ay + NODE_H / 2, bx + NODE_W, by + NODE_H / 2
-    bulge = max(x1, x2) + GAP_X + abs(y1 - y2) / 4
-    return f"M{x1:.0f},{y1:.0f} C{bulge:.0f},{y1:.0f} {bulge:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+def widest_right(pos: Mapping[str, tuple[float, float]]) -> float:
+    return max((x + NODE_W for x, _ in pos.values()), default=0.0)
+
+
+def _down_path(a: tuple[float, float], b: tuple[float, float]) -> str:
+    """Bottom centre of `a` to top centre of `b`, as a smooth S."""
+    x1, y1, x2, y2 = a[0] + NODE_W / 2, a[1] + NODE_H, b[0] + NODE_W / 2, b[1]
+    mid = (y1 + y2) / 2
+    return f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
+
+
+def _back_path(a: tuple[float, float], b: tuple[float, float], out: float) -> str:
+    """Right side of `a`, out to x=`out`, back to the right side of `b`."""
+    x1, y1, x2, y2 = a[0] + NODE_W, a[1] + NODE_H / 2, b[0] + NODE_W, b[1] + NODE_H / 2
+    return (
+        f"M{x1:.0f},{y1:.0f} C{out:.0f},{y1:.0f} {out:.0f},{y1:.0f} {out:.0f},{(y1 + y2) / 2:.0f}"
+        f" S{out:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+    )
 
 
 # ---- Flower's task rows --------------------------------------------------------------------

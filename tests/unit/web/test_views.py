@@ -177,7 +177,9 @@ def test_graph_layout_loop_back_curves_on_the_side_within_the_canvas() -> None:
     g = views.graph_layout(graph([("a", ""), ("b", "")], ["a>b", "b>a"]))
     back = next(e for e in g["edges"] if e["from"] == "b")
     numbers = [
-        float(v) for part in back["d"][1:].replace("C", " ").split() for v in part.split(",")
+        float(v)
+        for part in back["d"][1:].replace("C", " ").replace("S", " ").split()
+        for v in part.split(",")
     ]
     assert max(numbers[0::2]) <= g["width"]
     assert numbers[2] > numbers[0]  # bulges to the right of the boxes
@@ -237,3 +239,16 @@ def test_graph_of_an_ended_execution_draws_running_steps_stopped() -> None:
         ("completed", "completed"),
         ("stopped", "cancelled"),
     ]
+
+
+def test_a_loop_back_rounds_every_box_of_the_rows_it_spans() -> None:
+    g = views.graph_layout(
+        graph(
+            [("start", ""), ("a", ""), ("b", ""), ("c", ""), ("check", ""), ("end", "")],
+            ["start>a", "start>b", "start>c", "a>check", "check>start", "check>end"],
+        )
+    )
+    back = next(e for e in g["edges"] if e["from"] == "check")
+    xs = [float(p.split(",")[0]) for p in back["d"][1:].replace("C", " ").replace("S", " ").split()]
+    rightmost_box = max(n["x"] + g["node_w"] for n in g["nodes"])
+    assert max(xs) > rightmost_box and max(xs) < g["width"]
