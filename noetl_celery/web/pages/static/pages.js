@@ -30,6 +30,7 @@
   }
 
   function tick() {
+    if (document.hidden) { later(); return; }  // a background tab asks for nothing
     fetch(target(), { credentials: "same-origin", headers: { "X-Requested-With": "noetl-pages" } })
       .then(function (r) { if (!r.ok) { throw new Error(String(r.status)); } return r.text(); })
       .then(function (html) { if (swap(html)) { later(); } })
