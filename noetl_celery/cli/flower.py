@@ -7,6 +7,10 @@ pages, the API and `/metrics` alike (Flower itself leaves `/metrics` open: see
 tasks.flower_metrics). Workers send task events only while a monitor asks for them:
 Flower asks every few seconds, and this command asks them to stop when Flower exits
 (see tasks.task_events), so a deployment pays for them only while Flower runs.
+
+The executions and schedules pages (the same as `serve`'s) are added to Flower's routes,
+navigation and task pages before it starts (tasks.flower_pages), on an engine that can
+cancel and rerun: cancels and reruns publish to the workers like any other command.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 
 import click
 
-from noetl_celery.cli.common import load_settings
+from noetl_celery.cli.common import build_engine, load_settings
 from noetl_celery.errors import ConfigurationError
 
 
@@ -56,11 +60,15 @@ def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[s
         argv.append(f"--basic-auth={check_basic_auth(basic_auth)}")
     from noetl_celery.tasks.app import app
     from noetl_celery.tasks.flower_metrics import protect_metrics
+    from noetl_celery.tasks.flower_pages import install_pages
     from noetl_celery.tasks.task_events import disable_task_events
 
     protect_metrics()
+    engine = build_engine(settings, dispatch=True)
+    install_pages(engine)
 
     try:
         app.start(argv=[*argv, *flower_args])
     finally:
         disable_task_events(app)
+        engine.close()

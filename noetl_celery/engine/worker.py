@@ -103,9 +103,7 @@ class CommandExecutor:
         with about(**of_command(command_id)), logcapture.capturing(capture):
             return self._execute(command_id, capture)
 
-    def _execute(
-        self, command_id: str, capture: logcapture.Capture | None = None
-    ) -> CommandReport:
+    def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> CommandReport:
         command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(

@@ -74,9 +74,7 @@ class CommandFailed(Exception):
     and acked like a success (the engine's bookkeeping is already done)."""
 
 
-@app.task(
-    name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True, throws=(CommandFailed,)
-)
+@app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True, throws=(CommandFailed,))
 def execute_command(command_id: str, db: str | None = None) -> dict[str, object]:
     """Claim and run one command, record its outcome, then orchestrate in place. Returns
     `{status, execution_id, step[, kind]}` (engine.reports) for whoever watches tasks."""

@@ -1,0 +1,116 @@
+"""What the pages read, through the `Engine` facade's read models (engine.service): one
+call per section, each paged (a page never loads every event, item or log)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.web.pages.views import (
+    TERMINAL,
+    Pager,
+    bounded,
+    execution_row,
+    graph_layout,
+    item_totals,
+    loop_row,
+    status_class,
+    time_text,
+)
+
+LIST_LIMIT, LIST_MAX = 50, 200
+FAILED_LIMIT = 20
+LOGS_LIMIT, LOGS_MAX = 50, 1000
+EVENTS_LIMIT, EVENTS_MAX = 100, 500
+FILTERS = ("status", "path", "trigger", "parent")
+
+
+def executions(engine: Engine, params: Mapping[str, str]) -> dict[str, Any]:
+    """The executions list: filters, one page of rows and the pager."""
+    filters = {k: (params.get(k) or "").strip() for k in FILTERS}
+    limit = bounded(params.get("limit"), LIST_LIMIT, LIST_MAX, 1)
+    offset = bounded(params.get("offset"), 0, 10**9)
+    page = engine.executions_page(
+        status=filters["status"].upper() or None,
+        path=filters["path"] or None,
+        trigger=filters["trigger"] or None,
+        parent=filters["parent"] or None,
+        limit=limit,
+        offset=offset,
+    )
+    return {
+        "filters": filters,
+        "rows": [execution_row(line) for line in page["executions"]],
+        "pager": Pager(int(page["total"]), limit, offset),
+        "limit": limit,
+    }
+
+
+def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> dict[str, Any]:
+    """One execution: head, graph, loops with progress, failed items (a page per loop),
+    errors, children and the newest logs."""
+    view = engine.detail(execution_id)
+    ended = view.get("status") in TERMINAL
+    loops = [loop_row(lp, ended=ended) for lp in view.get("loops") or []]
+    failed_step = params.get("failed_step") or ""
+    failed_epoch = bounded(params.get("failed_epoch"), 0, 10**9)
+    for lp in loops:
+        if not lp.get("failed"):
+            continue
+        chosen = lp["step"] == failed_step and lp["epoch"] == failed_epoch
+        offset = bounded(params.get("failed_offset"), 0, 10**9) if chosen else 0
+        page = engine.failed_items(
+            execution_id, lp["step"], epoch=lp["epoch"], offset=offset, limit=FAILED_LIMIT
+        )
+        lp["failed_items"] = page["items"]
+        lp["failed_pager"] = Pager(int(page["total"]), FAILED_LIMIT, offset)
+    logs_limit = bounded(params.get("logs"), LOGS_LIMIT, LOGS_MAX, 1)
+    logs, logs_left = engine.logs_page(execution_id, limit=logs_limit)
+    children = [
+        {
+            **c,
+            "status_class": status_class(c.get("status")),
+            "started": time_text(c.get("created_at")),
+        }
+        for c in view.get("children") or []
+    ]
+    done, failed = item_totals(loops)
+    head = {**view, "items_done": done, "items_failed": failed}
+    return {
+        "x": {**execution_row(head), "finished": time_text(view.get("finished_at"))},
+        "view": view,
+        "graph": graph_layout(engine.graph(execution_id), ended=ended),
+        "loops": loops,
+        "errors": view.get("errors") or [],
+        "children": children,
+        "logs": logs,
+        "logs_left": logs_left,
+        "logs_limit": logs_limit,
+        "logs_more": min(LOGS_MAX, logs_limit * 2) if logs_left and logs_limit < LOGS_MAX else None,
+        "terminal": ended,
+    }
+
+
+def events(engine: Engine, execution_id: str, params: Mapping[str, str]) -> dict[str, Any]:
+    """A page of events, oldest first, after event id `after` (keyset paging)."""
+    after = bounded(params.get("after"), 0, 2**62)
+    limit = bounded(params.get("limit"), EVENTS_LIMIT, EVENTS_MAX, 1)
+    rows, _ = engine.events_page(execution_id, after=after, limit=limit)
+    return {
+        "execution_id": execution_id,
+        "events": [{**e, "at": time_text(e.get("created_at"))} for e in rows],
+        "after": after,
+        "limit": limit,
+        "next_after": rows[-1]["event_id"] if len(rows) == limit else None,
+    }
+
+
+def schedules(engine: Engine) -> dict[str, Any]:
+    rows = []
+    for schedule in engine.schedules.all():
+        line = schedule.to_json()
+        line["next"] = time_text(line.get("next_fire_at"))
+        line["last"] = time_text(line.get("last_fire_at"))
+        rows.append(line)
+    return {"schedules": rows}

@@ -1,0 +1,167 @@
+"""The pages, independent of the server: a request (path arguments, query, form) in, an
+`Answer` out. `serve` (web.pages.routes) and Flower (tasks.flower_pages) are thin
+adapters around the same `Site`, so both serve the same paths and templates:
+
+    GET  /executions                    list: filters, paging; ?fragment=1 for its refresh
+    GET  /executions/{id}               graph, loops, failed items, errors, children, logs
+    GET  /executions/{id}/events        events, oldest first, keyset-paged (?after=)
+    POST /executions/{id}/cancel        -> back to the execution
+    POST /executions/{id}/rerun         (from_step, failed_items) -> the new execution
+    GET  /schedules                     next / last firing, pause / resume / trigger
+    POST /schedules/{id}/{action}       pause | resume | trigger
+    GET  /pages-static/{name}           pages.css, pages.js, flower_links.js
+
+A `fragment` answer is the page body alone: the pages' script fetches it every two
+seconds and swaps the parts marked `data-live`, so nothing reloads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+from noetl_celery.engine.rerun import RerunError
+from noetl_celery.engine.service import Engine
+from noetl_celery.errors import (
+    ExecutionNotFound,
+    InputInvalid,
+    NoetlError,
+    ScheduleNotFound,
+)
+from noetl_celery.web.pages import actions, data
+from noetl_celery.web.pages.render import render
+
+log = logging.getLogger("noetl_celery.pages")
+
+REFRESH_MS = 2000
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    title: str = ""
+    body: str = ""  # the page body: each server puts its own navigation around it
+    fragment: bool = False  # the body alone, for the live refresh
+    location: str | None = None  # a redirect (303) after an action
+    active: str = "executions"  # the navigation entry to highlight
+
+
+def _status_of(exc: NoetlError) -> int:
+    if isinstance(exc, ExecutionNotFound | ScheduleNotFound):
+        return 404
+    if isinstance(exc, RerunError):
+        return 409
+    if isinstance(exc, InputInvalid):
+        return 422
+    return 400
+
+
+class Site:
+    def __init__(self, engine: Engine, base: str = "", xsrf: str = "") -> None:
+        self.engine = engine
+        self.base = base.rstrip("/")  # Flower's --url_prefix, "" on serve
+        # Flower's `_xsrf` form token (its OAuth login checks it on every POST)
+        self.xsrf = xsrf
+
+    def _page(
+        self, template: str, title: str, params: Mapping[str, str], active: str, **ctx: object
+    ) -> Answer:
+        fragment = bool(params.get("fragment"))
+        body = render(template, base=self.base, xsrf=self.xsrf, refresh_ms=REFRESH_MS, **ctx)
+        return Answer(title=title, body=body, fragment=fragment, active=active)
+
+    def _error(self, exc: NoetlError, active: str = "executions") -> Answer:
+        status = _status_of(exc)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        body = render("error.html", base=self.base, status=status, message=message)
+        return Answer(status=status, title="Error", body=body, active=active)
+
+    def forbidden(self) -> Answer:
+        body = render(
+            "error.html",
+            base=self.base,
+            status=403,
+            message="refused: the request did not come from this site's pages",
+        )
+        return Answer(status=403, title="Forbidden", body=body)
+
+    # ---- pages ------------------------------------------------------------------------------
+    def executions(self, params: Mapping[str, str]) -> Answer:
+        ctx = data.executions(self.engine, params)
+        query = {k: v for k, v in ctx["filters"].items() if v}
+        ctx["query"] = query
+        ctx["refresh_url"] = self._url("/executions", {**params, "fragment": "1"})
+        ctx["page_url"] = lambda offset: self._url(
+            "/executions", {**query, "limit": str(ctx["limit"]), "offset": str(offset)}
+        )
+        return self._page("executions.html", "Executions", params, "executions", **ctx)
+
+    def execution(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        try:
+            ctx = data.execution(self.engine, execution_id, params)
+        except NoetlError as exc:
+            return self._error(exc)
+        here = f"/executions/{quote(execution_id)}"
+        keep = {k: v for k, v in params.items() if k != "fragment"}
+        ctx["here"] = self.base + here
+        ctx["refresh_url"] = self._url(here, {**keep, "fragment": "1"})
+        ctx["failed_url"] = lambda step, epoch, offset: self._url(
+            here, {"failed_step": step, "failed_epoch": str(epoch), "failed_offset": str(offset)}
+        )
+        ctx["logs_url"] = lambda limit: self._url(here, {"logs": str(limit)}) + "#logs"
+        return self._page(
+            "execution.html", f"Execution {execution_id}", params, "executions", **ctx
+        )
+
+    def events(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        try:
+            ctx = data.events(self.engine, execution_id, params)
+        except NoetlError as exc:
+            return self._error(exc)
+        ctx["next_url"] = (
+            None
+            if ctx["next_after"] is None
+            else self._url(
+                f"/executions/{quote(execution_id)}/events",
+                {"after": str(ctx["next_after"]), "limit": str(ctx["limit"])},
+            )
+        )
+        return self._page("events.html", f"Events of {execution_id}", params, "executions", **ctx)
+
+    def schedules(self, params: Mapping[str, str]) -> Answer:
+        ctx = data.schedules(self.engine)
+        return self._page("schedules.html", "Schedules", params, "schedules", **ctx)
+
+    # ---- actions (the caller has checked `actions.same_origin`) ---------------------------
+    def cancel(self, execution_id: str) -> Answer:
+        try:
+            actions.cancel(self.engine, execution_id)
+        except NoetlError as exc:
+            return self._error(exc)
+        return self._redirect(f"/executions/{quote(execution_id)}")
+
+    def rerun(self, execution_id: str, form: Mapping[str, str]) -> Answer:
+        try:
+            new_id = actions.rerun(self.engine, execution_id, form)
+        except NoetlError as exc:
+            return self._error(exc)
+        return self._redirect(f"/executions/{quote(new_id)}")
+
+    def schedule(self, schedule_id: str, action: str) -> Answer:
+        if action not in actions.SCHEDULE_ACTIONS or not schedule_id.isdigit():
+            return self._error(ScheduleNotFound(f"no schedule action {action} of {schedule_id}"))
+        try:
+            started = actions.schedule(self.engine, int(schedule_id), action)
+        except NoetlError as exc:
+            return self._error(exc, "schedules")
+        return self._redirect(f"/executions/{quote(started)}" if started else "/schedules")
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _redirect(self, path: str) -> Answer:
+        return Answer(status=303, location=self.base + path)
+
+    def _url(self, path: str, query: Mapping[str, str]) -> str:
+        shown = {k: v for k, v in query.items() if v not in (None, "")}
+        return self.base + path + (f"?{urlencode(shown)}" if shown else "")
