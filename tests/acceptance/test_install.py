@@ -17,12 +17,14 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 import noetl_celery
 from noetl_celery.store.schema import SCHEMA_REVISION
 from tests.support import services
+from tests.support.server import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = "playbooks/examples/hello_world.yaml"  # in the repository, not in the package
@@ -120,3 +122,17 @@ def test_an_installed_package_runs_hello_world_and_db_upgrade(
         )
         identity = conn.execute("SELECT value FROM engine_info WHERE key = 'database_id'")
         assert identity.fetchone() is not None
+
+    # the pages' templates and scripts are package data: `serve` renders them from the
+    # installed copy (embedded, on the same home)
+    served = ServeProcess(clean_env(NOETL_HOME=str(home)), program=[cli])
+    try:
+        served.wait_ready()
+        page = httpx.get(f"{served.url}/executions", timeout=10)
+        assert page.status_code == 200 and summary["execution_id"] in page.text
+        script = httpx.get(f"{served.url}/pages-static/pages.js", timeout=10)
+        assert script.status_code == 200 and script.text.strip()
+        api = httpx.get(f"{served.url}/api/v1/executions/{summary['execution_id']}", timeout=10)
+        assert api.json()["status"] == "COMPLETED"
+    finally:
+        served.stop()

@@ -17,8 +17,14 @@ class ServeProcess(WorkerProcess):
     """`noetl-celery serve` on a free loopback port; `url` is its base address."""
 
     def __init__(
-        self, env: Mapping[str, str], port: int | None = None, extra: list[str] | None = None
+        self,
+        env: Mapping[str, str],
+        port: int | None = None,
+        extra: list[str] | None = None,
+        program: list[str] | None = None,
     ) -> None:
+        """`program` is the noetl-celery command (default: this interpreter's module;
+        an installed console script for the install tests)."""
         import tempfile
         from pathlib import Path
 
@@ -27,7 +33,8 @@ class ServeProcess(WorkerProcess):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="noetl-serve-", suffix=".log")[1])
-        cmd = [sys.executable, "-m", "noetl_celery.cli.main", "serve", "--port", str(self.port)]
+        program = program or [sys.executable, "-m", "noetl_celery.cli.main"]
+        cmd = [*program, "serve", "--port", str(self.port)]
         self._start([*cmd, *(extra or [])], "noetl-celery serve on")
 
     def wait_ready(self, timeout: float = 60.0) -> None:
