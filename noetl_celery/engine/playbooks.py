@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from noetl_celery.models.playbook import Playbook
+from noetl_celery.models.script_source import StoredScripts
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.store.repository import Store
 
@@ -21,6 +22,7 @@ class PlaybookCache:
         if cached is not None:
             return cached
         playbook = load_playbook(self._store.catalog_content(catalog_id), f"catalog:{catalog_id}")
+        playbook.attach_scripts(StoredScripts.from_json(self._store.catalog_scripts(catalog_id)))
         with self._lock:
             self._parsed[catalog_id] = playbook
         return playbook

@@ -26,6 +26,7 @@ from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.rerun import plan_rerun
 from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
+from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
@@ -167,7 +168,13 @@ class Engine:
         `metadata.schedule` becomes the schedule named `catalog:<path>`, replaced on every
         registration and removed when the playbook no longer declares one."""
         playbook = load_playbook(text, file)
-        entry = self.store.register(playbook.catalog_path, playbook.metadata.name, text)
+        scripts = capture_scripts(playbook, file)  # PlaybookInvalid: a script file is missing
+        entry = self.store.register(
+            playbook.catalog_path,
+            playbook.metadata.name,
+            text,
+            scripts.to_json() if scripts is not None else None,
+        )
         if install_schedule:
             self._install_schedule(playbook)
         return playbook, entry

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from noetl_celery.engine.scripts import apply_script, script_text
 from noetl_celery.engine.subplaybook import Children, Suspend, spawn_request, started
 from noetl_celery.errors import NoetlError, TemplateError, ToolError
 from noetl_celery.models.playbook import Playbook, ToolSpec
+from noetl_celery.models.script_source import SCRIPT_KINDS
 from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.registry import get_tool
+from noetl_celery.tools.script_fetch import ScriptFetchError
 from noetl_celery.tools.services import ToolServices
 
 _NOT_RENDERED = frozenset({"kind", "name", "spec", "input", "output"})
@@ -75,6 +78,14 @@ def run_tool(
                 config[key] = value
             else:
                 config[key] = renderer.value(value, field_context, f"{where} tool.{key}")
+        if target.kind in SCRIPT_KINDS and config.get("script") is not None:
+            text = script_text(config["script"], playbook.scripts, services, where)
+            config = apply_script(
+                target.kind,
+                config,
+                text,
+                lambda sql: renderer.value(sql, field_context, f"{where} tool.script"),
+            )
         call = ToolCall(
             kind=target.kind,
             config=config,
@@ -86,6 +97,9 @@ def run_tool(
             context=field_context,
         )
         return implementation.run(call)
+    except ScriptFetchError as exc:
+        redact = services.redactor.redact
+        return ToolOutcome.failure(exc.kind, redact(exc.message), retryable=exc.retryable)
     except TemplateError as exc:
         return ToolOutcome.failure("template_error", str(exc))
     except NoetlError as exc:

@@ -6,11 +6,13 @@ The models accept what NoETL's runtime accepts (unknown tool fields, unknown ste
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from noetl_celery.models.policy import Policy, Rule
+from noetl_celery.models.script_source import StoredScripts
 
 
 class ToolOptions(BaseModel):
@@ -246,6 +248,7 @@ class Playbook(BaseModel):
 
     _steps: dict[str, Step] = PrivateAttr(default_factory=dict)
     _workbook: dict[str, WorkbookTask] = PrivateAttr(default_factory=dict)
+    _scripts: StoredScripts = PrivateAttr(default_factory=StoredScripts)
 
     def model_post_init(self, context: Any, /) -> None:
         # first definition wins; duplicates are reported by validation
@@ -273,3 +276,19 @@ class Playbook(BaseModel):
 
     def workbook_task(self, name: str) -> WorkbookTask | None:
         return self._workbook.get(name)
+
+    @property
+    def scripts(self) -> StoredScripts:
+        """The `script:` files stored with this catalog version (empty when none)."""
+        return self._scripts
+
+    def attach_scripts(self, scripts: StoredScripts) -> None:
+        self._scripts = scripts
+
+    def tools(self) -> Iterator[tuple[str, ToolSpec]]:
+        """Every tool with the step (or workbook task) it belongs to."""
+        for step in self.workflow:
+            for _, tool in step.tasks():
+                yield step.step, tool
+        for task in self.workbook:
+            yield task.name, task.tool

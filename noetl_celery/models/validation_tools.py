@@ -12,6 +12,12 @@ from typing import Any
 
 from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
 from noetl_celery.models.policy import PREVIOUS_ALIASES
+from noetl_celery.models.script_source import (
+    UNSUPPORTED_TYPES,
+    ScriptConfigError,
+    has_template,
+    parse_script,
+)
 from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list, nonblank
 from noetl_celery.models.validation_values import check_set_keys, check_when
 from noetl_celery.models.yaml_positions import Path
@@ -62,15 +68,16 @@ def _unknown_kind(kind: str) -> str:
 
 
 def _check_python(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
-    if "script" in tool:
-        collector.error(
-            (*path, "script"),
-            "`script` (code loaded from a file, GCS, S3 or HTTP) is not supported by "
-            "noetl-celery; put the code inline in `code:`",
-        )
     sources = [key for key in ("code", "code_b64", "code_base64") if nonblank(tool.get(key))]
-    if not sources and "script" not in tool:
-        collector.error((*path, "code"), "a python tool needs `code:` with the python source")
+    if "script" in tool:
+        check_script(collector, path, tool, sources)
+        return  # the code is elsewhere: `script` wins over inline code, as in NoETL
+    if not sources:
+        collector.error(
+            (*path, "code"),
+            "a python tool needs `code:` with the python source (or `script:` naming a file "
+            "or URL)",
+        )
     for key in sources:
         _check_python_source(collector, (*path, key), tool[key], ctx.label, key != "code")
 
@@ -142,12 +149,44 @@ def _check_duckdb(collector: Collector, path: Path, tool: dict[str, Any], ctx: T
 
 
 def _require_sql(collector: Collector, path: Path, tool: dict[str, Any], kind: str) -> None:
-    if any(nonblank(tool.get(key)) for key in SQL_KEYS):
-        return
-    message = f"a {kind} tool needs SQL in `command:` (or `query`, `commands`, `queries`)"
+    given = [key for key in SQL_KEYS if nonblank(tool.get(key))]
     if "script" in tool:
-        message += "; `script` (SQL loaded from elsewhere) is not supported by noetl-celery"
+        check_script(collector, path, tool, given)
+        return
+    if given:
+        return
+    message = (
+        f"a {kind} tool needs SQL in `command:` (or `query`, `commands`, `queries`, or "
+        "`script:` naming a file or URL)"
+    )
     collector.error((*path, "command"), message)
+
+
+def check_script(collector: Collector, path: Path, tool: dict[str, Any], inline: list[str]) -> None:
+    """The `script` mapping's shape; a gcs/s3 source only warns (it fails when it runs,
+    so a playbook with an unused cloud step still runs its other steps)."""
+    raw = tool["script"]
+    for key in inline:
+        collector.warning(
+            (*path, key), f"`{key}` is ignored: `script` takes priority over inline code"
+        )
+    uri = raw.get("uri") if isinstance(raw, dict) else raw
+    source = raw.get("source") if isinstance(raw, dict) else None
+    declared = source.get("type") if isinstance(source, dict) else None
+    if has_template(uri) and not declared:
+        return  # the source type is known once the uri is rendered, on the worker
+    try:
+        found = parse_script(raw)
+    except ScriptConfigError as exc:
+        suffix = tuple(exc.field.split(".")) if exc.field else ()
+        collector.error((*path, "script", *suffix), str(exc))
+        return
+    if found.type in UNSUPPORTED_TYPES:
+        collector.warning(
+            (*path, "script", "source"),
+            f"script source '{found.type}' is not supported by noetl-celery; the step fails "
+            "when it runs (use a file or an http(s) URL)",
+        )
 
 
 def _check_workbook(

@@ -6,6 +6,7 @@ Layers above receive plain rows (`store.rows`) and never see SQLAlchemy.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -107,6 +108,17 @@ def append_terminal(
 REGISTER_ATTEMPTS = 50
 
 
+def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
+    """The version identity: the YAML, plus the text of its script files when it has
+    any (a changed script file registers a new version; the base directory does not)."""
+    digest = hashlib.sha256(content.encode())
+    files = (scripts or {}).get("files")
+    if files:
+        digest.update(b"\0scripts\0")
+        digest.update(json.dumps(files, sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
 def _execution(row: Any) -> ExecutionRow:
     return ExecutionRow(**row._mapping)
 
@@ -120,17 +132,19 @@ class Store:
         self._content: ImmutableCache[int, str] = ImmutableCache(256)
 
     # ---- catalog ----------------------------------------------------------------------------
-    def register(self, path: str, name: str, content: str) -> CatalogEntry:
+    def register(
+        self, path: str, name: str, content: str, scripts: dict[str, Any] | None = None
+    ) -> CatalogEntry:
         """Register `content` under `path`; identical content reuses the latest version.
 
         Concurrent first registrations (every `run` registers first) race for the next
         version number: the loser's insert hits `uq_catalog_path_version`, and it reads
         again: the same content then finds the winner's version, other content takes
         the next one. Never an error for the caller."""
-        digest = hashlib.sha256(content.encode()).hexdigest()
+        digest = catalog_digest(content, scripts)
         for _ in range(REGISTER_ATTEMPTS):
             try:
-                return self._register_once(path, name, content, digest)
+                return self._register_once(path, name, content, digest, scripts)
             except IntegrityError:
                 continue  # another registration took this version number: read again
         raise StoreError(
@@ -138,7 +152,9 @@ class Store:
             "took every version number first"
         )
 
-    def _register_once(self, path: str, name: str, content: str, digest: str) -> CatalogEntry:
+    def _register_once(
+        self, path: str, name: str, content: str, digest: str, scripts: dict[str, Any] | None
+    ) -> CatalogEntry:
         with self.db.engine.begin() as conn:
             latest = conn.execute(
                 select(catalog.c.catalog_id, catalog.c.version, catalog.c.content_sha256)
@@ -158,6 +174,7 @@ class Store:
                     content=content,
                     content_sha256=digest,
                     created_at=utcnow(),
+                    scripts=scripts,
                 )
                 .returning(catalog.c.catalog_id)
             ).one()
@@ -197,6 +214,14 @@ class Store:
             return str(value)
 
         return self._content.get_or_load(catalog_id, load)
+
+    def catalog_scripts(self, catalog_id: int) -> dict[str, Any] | None:
+        """The `script:` files stored with a catalog version (engine.scripts), or None."""
+        with self.db.read_engine.connect() as conn:
+            value = conn.execute(
+                select(catalog.c.scripts).where(catalog.c.catalog_id == catalog_id)
+            ).scalar_one_or_none()
+        return value if isinstance(value, dict) else None
 
     # ---- executions -------------------------------------------------------------------------
     def create_execution(

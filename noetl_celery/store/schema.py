@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 
 metadata = MetaData()
 
@@ -63,6 +63,9 @@ catalog = Table(
     Column("content", Text, nullable=False),
     Column("content_sha256", String(64), nullable=False),
     Column("created_at", DateTime, nullable=False, default=utcnow),
+    # `script:` files read at registration, {base_dir, files: {uri: text}}; null when
+    # the playbook has none (engine.scripts)
+    Column("scripts", Json, nullable=True),
     UniqueConstraint("path", "version", name="uq_catalog_path_version"),
     Index("ix_catalog_path_sha", "path", "content_sha256"),
 )

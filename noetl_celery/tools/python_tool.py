@@ -132,8 +132,6 @@ def _source(config: Mapping[str, Any]) -> str:
     code = config.get("code")
     if isinstance(code, str) and code.strip():
         return code
-    if config.get("script"):
-        raise _ConfigProblem("python tool: `script` sources are not supported; use `code`")
     raise _ConfigProblem("python tool needs `code` (or `code_b64`)")
 
 

@@ -39,8 +39,6 @@ def extract_sql(config: Mapping[str, Any], tool: str) -> str:
         if isinstance(raw, list | tuple):
             return "\n".join(str(part) for part in raw if part is not None)
         return str(raw)
-    if config.get("script"):
-        raise SqlSourceError(f"{tool} tool: `script` sources are not supported; inline the SQL")
     raise SqlSourceError(f"{tool} tool needs `command` or `query`")
 
 

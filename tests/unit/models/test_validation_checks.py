@@ -334,12 +334,58 @@ CASES = [
           tool:  # <--
             kind: python
         """), "a python tool needs `code:`", "a", "tool.code"),
-    case("python-script", pb("""
+    case("python-script-gcs", pb("""
         - step: a
           tool:
             kind: python
-            script: {uri: gs://x/y.py}  # <--
-        """), "`script` (code loaded from a file", "a", "tool.script"),
+            script:
+              uri: gs://x/y.py
+              source:  # <--
+                type: gcs
+        """), "script source 'gcs' is not supported by noetl-celery", "a", "tool.script.source",
+         "warning"),
+    case("postgres-script-s3-guessed", pb("""
+        - step: a
+          tool:
+            kind: postgres
+            auth: pg
+            script: {uri: "s3://b/x.sql"}  # <--
+        """), "script source 's3' is not supported", "a", "tool.script.source", "warning"),
+    case("python-script-inline-type", pb("""
+        - step: a
+          tool:
+            kind: python
+            script:
+              uri: inline
+              source:
+                type: inline  # <--
+        """), "script source type 'inline' is not one of file, http, gcs, s3; put inline code",
+         "a", "tool.script.source.type"),
+    case("duckdb-script-without-uri", pb("""
+        - step: a
+          tool:
+            kind: duckdb
+            script:  # <--
+              source: {type: file}
+        """), "a file script needs `uri`", "a", "tool.script.uri"),
+    case("python-script-bad-method", pb("""
+        - step: a
+          tool:
+            kind: python
+            script:
+              uri: http://h/x.py
+              source:
+                type: http
+                method: FETCH  # <--
+        """), "script source method 'FETCH' is not one of GET", "a",
+         "tool.script.source.method"),
+    case("python-script-and-code", pb("""
+        - step: a
+          tool:
+            kind: python
+            script: {uri: ./x.py}
+            code: "result = 1"  # <--
+        """), "`code` is ignored: `script` takes priority", "a", "tool.code", "warning"),
     case("python-bad-base64", pb("""
         - step: a
           tool:

@@ -207,7 +207,6 @@ def test_code_b64(run_tool: RunTool) -> None:
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"script": {"uri": "x.py"}}, "`script` sources are not supported"),
         ({}, "needs `code`"),
         ({"code_b64": "!!!not base64"}, "not valid base64"),
     ],

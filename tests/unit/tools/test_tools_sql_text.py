@@ -63,7 +63,6 @@ def test_extract_sql_priorities_and_forms() -> None:
     [
         ({}, "postgres tool needs `command` or `query`"),
         ({"query_b64": "@@@"}, "not valid base64"),
-        ({"script": {"path": "x.sql"}}, "`script` sources are not supported"),
     ],
 )
 def test_extract_sql_errors(config: dict[str, object], needle: str) -> None:
