@@ -11,10 +11,24 @@ import click
 from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
 from noetl_celery.cli.targets import TargetError, split_ref
 from noetl_celery.cli.views import catalog_renderable, stdout_console
-from noetl_celery.errors import CatalogNotFound, Problem
+from noetl_celery.engine.scripts import capture_scripts
+from noetl_celery.errors import CatalogNotFound, PlaybookInvalid, Problem
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.models.validation import validate_file
+from noetl_celery.models.validation import ValidationReport, validate_file
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
+
+
+def check_file(path: Path) -> ValidationReport:
+    """`validate_file`, plus the `script:` files it names: a missing one is an error here,
+    as it is when the playbook is registered (engine.scripts)."""
+    report = validate_file(path)
+    if report.playbook is not None:
+        try:
+            capture_scripts(report.playbook, str(path))
+        except PlaybookInvalid as exc:
+            report.problems.extend(exc.problems)
+            report.playbook = None
+    return report
 
 
 def playbook_files(target: Path) -> list[Path]:
@@ -42,7 +56,7 @@ def problem_json(file: Path, problem: Problem) -> dict[str, Any]:
 def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Check playbooks without running them; every problem is listed with its location.
     Exit 2 if any has an error."""
-    reports = {f: validate_file(f) for target in files for f in playbook_files(target)}
+    reports = {f: check_file(f) for target in files for f in playbook_files(target)}
     if as_json:
         dump_json([problem_json(f, p) for f, r in reports.items() for p in r.problems])
     else:
@@ -114,7 +128,7 @@ def register(target: Path, as_json: bool) -> None:
     `metadata.schedule` is installed too). Invalid files are skipped, and so are files
     that share a `metadata.path` with another file given (each would replace the other's
     version). Exit 2 if any file was skipped."""
-    reports = {path: validate_file(path) for path in playbook_files(target)}
+    reports = {path: check_file(path) for path in playbook_files(target)}
     problems = {path: report.errors for path, report in reports.items()}
     problems.update(shared_paths({f: r.playbook for f, r in reports.items() if r.playbook}))
     engine = build_engine(load_settings(), dispatch=False)
