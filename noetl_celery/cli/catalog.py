@@ -24,7 +24,7 @@ def check_file(path: Path) -> ValidationReport:
     report = validate_file(path)
     if report.playbook is not None:
         try:
-            capture_scripts(report.playbook, str(path))
+            capture_scripts(report.playbook, str(path), path.read_text(encoding="utf-8"))
         except PlaybookInvalid as exc:
             report.problems.extend(exc.problems)
             report.playbook = None

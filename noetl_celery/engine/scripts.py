@@ -33,6 +33,7 @@ from noetl_celery.models.script_source import (
     unsupported_message,
 )
 from noetl_celery.models.text_files import read_text_file
+from noetl_celery.models.yaml_positions import YamlDocument, parse_yaml
 from noetl_celery.templating import STRICT
 from noetl_celery.tools.script_fetch import ScriptFetchError, fetch_script
 from noetl_celery.tools.services import ToolServices
@@ -86,14 +87,26 @@ def _workload_uri(raw_uri: Any, playbook: Playbook) -> str | None:
     return rendered.strip() if isinstance(rendered, str) and not has_template(rendered) else None
 
 
-def capture_scripts(playbook: Playbook, file: str | None) -> StoredScripts | None:
+def capture_scripts(
+    playbook: Playbook, file: str | None, text: str | None = None
+) -> StoredScripts | None:
     """The file scripts of `playbook` read now; None when it has none. Raises
-    `PlaybookInvalid` naming each missing or unreadable file and its step."""
+    `PlaybookInvalid` naming each missing or unreadable file, its step, and its line
+    when the playbook's `text` is given."""
     base = base_dir_of(file)
     files: dict[str, str] = {}
     problems: list[Problem] = []
     any_file = False
-    for step, tool in playbook.tools():
+    document: YamlDocument | None = None
+
+    def problem(step: str, where: tuple[str | int, ...], message: str) -> Problem:
+        nonlocal document
+        if document is None and text is not None:
+            document = parse_yaml(text)  # only on a problem: it parses the text again
+        line = document.line_of((*where, "script", "uri")) if document is not None else None
+        return Problem(message, file=file, line=line, step=step, field="tool.script.uri")
+
+    for step, where, tool in playbook.tools():
         raw = (tool.model_extra or {}).get("script")
         if tool.kind not in SCRIPT_KINDS or raw is None:
             continue
@@ -113,26 +126,22 @@ def capture_scripts(playbook: Playbook, file: str | None) -> StoredScripts | Non
         if uri in files:
             continue
         try:
-            text = read_script_file(uri, base)
+            content = read_script_file(uri, base)
         except InputInvalid as exc:
-            problems.append(_problem(file, step, f"script file '{uri}': {exc.reason}"))
+            problems.append(problem(step, where, f"script file '{uri}': {exc.reason}"))
             continue
-        if text is None:
+        if content is None:
             looked = ", ".join(str(p.parent) for p in candidates(uri, base))
             problems.append(
-                _problem(file, step, f"script file '{uri}' not found (looked in {looked})")
+                problem(step, where, f"script file '{uri}' not found (looked in {looked})")
             )
             continue
-        files[uri] = text
+        files[uri] = content
     if problems:
         raise PlaybookInvalid(problems)
     if not any_file:
         return None
     return StoredScripts(base_dir=str(base) if base else os.getcwd(), files=files)
-
-
-def _problem(file: str | None, step: str, message: str) -> Problem:
-    return Problem(message, file=file, step=step, field="tool.script.uri")
 
 
 # ---- on the worker, when the step runs ------------------------------------------------------

@@ -168,7 +168,7 @@ class Engine:
         `metadata.schedule` becomes the schedule named `catalog:<path>`, replaced on every
         registration and removed when the playbook no longer declares one."""
         playbook = load_playbook(text, file)
-        scripts = capture_scripts(playbook, file)  # PlaybookInvalid: a script file is missing
+        scripts = capture_scripts(playbook, file, text)  # PlaybookInvalid: a script file is missing
         entry = self.store.register(
             playbook.catalog_path,
             playbook.metadata.name,

@@ -285,10 +285,14 @@ class Playbook(BaseModel):
     def attach_scripts(self, scripts: StoredScripts) -> None:
         self._scripts = scripts
 
-    def tools(self) -> Iterator[tuple[str, ToolSpec]]:
-        """Every tool with the step (or workbook task) it belongs to."""
-        for step in self.workflow:
-            for _, tool in step.tasks():
-                yield step.step, tool
-        for task in self.workbook:
-            yield task.name, task.tool
+    def tools(self) -> Iterator[tuple[str, tuple[str | int, ...], ToolSpec]]:
+        """Every tool with the step (or workbook task) it belongs to and its place in
+        the document (`("workflow", 2, "tool", 0)`, for problem lines)."""
+        for index, step in enumerate(self.workflow):
+            if isinstance(step.tool, ToolSpec):
+                yield step.step, ("workflow", index, "tool"), step.tool
+            elif step.tool is not None:
+                for position, tool in enumerate(step.tool):
+                    yield step.step, ("workflow", index, "tool", position), tool
+        for index, task in enumerate(self.workbook):
+            yield task.name, ("workbook", index, "tool"), task.tool

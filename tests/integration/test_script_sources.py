@@ -216,7 +216,7 @@ workflow:
 """)
     proc = run_cli(["run", str(file)], embedded_env, cwd=str(tmp_path))
     assert proc.returncode == 2, proc.stderr
-    assert f"{file}: step 'start': field 'tool.script.uri': script file './sql/nowhere.sql' " in (
+    assert f"{file}:9: step 'start': field 'tool.script.uri': script file './sql/nowhere.sql' " in (
         proc.stderr
     )
     assert "not found (looked in" in proc.stderr

@@ -89,6 +89,26 @@ def test_missing_file_names_file_and_step(tmp_path: Path, monkeypatch: pytest.Mo
     assert str(tmp_path / "pb.yaml") in str(problem)
 
 
+def test_problem_line_in_a_pipeline(tmp_path: Path) -> None:
+    steps = """\
+- step: start
+  tool:
+    - name: first
+      kind: python
+      code: "result = 1"
+    - name: second
+      kind: duckdb
+      script:
+        uri: ./none.sql
+"""
+    text = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: s}\nworkflow:\n" + steps
+    with pytest.raises(PlaybookInvalid) as caught:
+        capture_scripts(load_playbook(text), None, text)
+    [problem] = caught.value.problems
+    assert (problem.line, problem.step) == (13, "start")
+    assert text.splitlines()[12].strip() == "uri: ./none.sql"
+
+
 def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib/main.py").write_bytes(b"\xff\xfe\x00x")
