@@ -117,6 +117,9 @@ def show(ref: str, as_json: bool) -> None:
     click.echo(f"# name: {view['name']}")
     click.echo(f"# registered at: {view['registered_at']}")
     click.echo(f"# catalog id: {view['catalog_id']}, sha256 {view['content_sha256']}")
+    stored = (view.get("scripts") or {}).get("files") or {}
+    if stored:  # their text is in `--json`
+        click.echo(f"# script files stored with this version: {', '.join(sorted(stored))}")
     click.echo(view["content"], nl=not view["content"].endswith("\n"))
 
 

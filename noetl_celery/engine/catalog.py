@@ -97,5 +97,7 @@ class Catalog:
             "registered_at": found.to_json()["registered_at"],
             "metadata": metadata if isinstance(metadata, dict) else {},
             "versions": [v.to_json() for v in all_versions],
+            # `script:` files stored with this version (engine.scripts): {base_dir, files}
+            "scripts": self.store.catalog_scripts(found.catalog_id),
             "content": content,
         }

@@ -172,6 +172,17 @@ def test_registered_playbook_runs_by_catalog_path_anywhere(
     served.mkdir()
     (served / "greet.py").write_text(GREET)
     shutil.rmtree(project)  # the catalog version holds the scripts: no file is needed
+    rc, shown, err = run_json(["catalog", "show", f"tests/scripts_{tag}", "--json"], embedded_env)
+    assert rc == 0, err
+    assert shown["scripts"]["files"] == {
+        "./lib/greet.py": GREET,
+        "./lib/total.py": TOTAL,
+        "sql/make.sql": MAKE_SQL,
+        "./sql/duck.sql": DUCK_SQL,
+    }
+    assert shown["scripts"]["base_dir"] == str(project.resolve())
+    text = run_cli(["catalog", "show", f"tests/scripts_{tag}"], embedded_env).stdout
+    assert "# script files stored with this version: ./lib/greet.py, ./lib/total.py, " in text
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with serving(served) as url:
