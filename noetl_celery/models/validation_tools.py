@@ -69,7 +69,7 @@ def _unknown_kind(kind: str) -> str:
 
 def _check_python(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
     sources = [key for key in ("code", "code_b64", "code_base64") if nonblank(tool.get(key))]
-    if "script" in tool:
+    if tool.get("script") is not None:
         check_script(collector, path, tool, sources)
         return  # the code is elsewhere: `script` wins over inline code, as in NoETL
     if not sources:
@@ -150,7 +150,7 @@ def _check_duckdb(collector: Collector, path: Path, tool: dict[str, Any], ctx: T
 
 def _require_sql(collector: Collector, path: Path, tool: dict[str, Any], kind: str) -> None:
     given = [key for key in SQL_KEYS if nonblank(tool.get(key))]
-    if "script" in tool:
+    if tool.get("script") is not None:
         check_script(collector, path, tool, given)
         return
     if given:
@@ -173,8 +173,8 @@ def check_script(collector: Collector, path: Path, tool: dict[str, Any], inline:
     uri = raw.get("uri") if isinstance(raw, dict) else raw
     source = raw.get("source") if isinstance(raw, dict) else None
     declared = source.get("type") if isinstance(source, dict) else None
-    if has_template(uri) and not declared:
-        return  # the source type is known once the uri is rendered, on the worker
+    if (has_template(uri) and not declared) or has_template(declared):
+        return  # the source type is known once rendered, on the worker
     try:
         found = parse_script(raw)
     except ScriptConfigError as exc:

@@ -874,3 +874,28 @@ def test_warnings_do_not_reject() -> None:
     assert len(report.warnings) == 2
     assert all(isinstance(p, Problem) for p in report.warnings)
     assert report.playbook is not None
+
+
+def test_script_forms_that_validate_clean() -> None:
+    """Templated sources are checked when they are rendered, on the worker; a null
+    `script` is no script; a script replaces `code`/`command` (no need for either)."""
+    text = pb(
+        """
+        - step: a
+          tool:
+            kind: python
+            script: {uri: "{{ workload.script_url }}"}
+        - step: b
+          tool:
+            kind: postgres
+            auth: pg
+            script: {uri: x.sql, source: {type: "{{ kind }}"}}
+        - step: c
+          tool: {kind: python, script: null, code: "result = 1"}
+        - step: d
+          tool:
+            kind: duckdb
+            script: {uri: q.sql, source: {type: http, endpoint: "http://h/q.sql", method: get}}
+        """
+    )
+    assert validate_text(text).problems == []
