@@ -26,6 +26,8 @@ from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context, iteration_names
 from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.tools.keychain import KeychainError
+from noetl_celery.tools.redaction import current_masks
 from noetl_celery.tools.services import ToolServices
 
 
@@ -77,6 +79,22 @@ class StepRunner:
         )
         return context, scope
 
+    def keychain(
+        self, playbook: Playbook, command: ClaimedCommand, context: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The playbook's keychain entries for this command (tools.keychain: cached in
+        this process), their values masked in everything the command leaves behind."""
+        resolved, redactor = self.services.keychain.resolve(
+            playbook.keychain,
+            playbook=playbook.catalog_path,
+            execution_id=command.execution_id,
+            context=context,
+        )
+        masks = current_masks()
+        if masks is not None:
+            masks.add(redactor)
+        return resolved
+
     def run(
         self,
         playbook: Playbook,
@@ -89,6 +107,11 @@ class StepRunner:
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
+        if playbook.keychain:
+            try:
+                context["keychain"] = self.keychain(playbook, command, context)
+            except KeychainError as exc:
+                return make_outcome("error", None, {"kind": exc.kind, "message": str(exc)})
         if command.kind == KIND_CLAIM:
             return run_claim(step, command, context, self.services, self.renderer)
         resume = command.resume if command.resume and "child" in command.resume else None

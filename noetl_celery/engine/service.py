@@ -30,6 +30,7 @@ from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.inputs import PayloadLimits, check_payload
+from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation import load_playbook, read_playbook
@@ -97,7 +98,7 @@ class Engine:
         )
         self.runner = StepRunner(self.store, self.services, settings)
         # what commands print and log, redacted with the tools' redactor, per command
-        self.logs = LogSink(settings.log_capture_bytes, lambda: self.services.redactor)
+        self.logs = LogSink(settings.log_capture_bytes, lambda: self.services.file_redactor)
         self.executor = CommandExecutor(
             self.store,
             self.playbooks,
@@ -224,6 +225,10 @@ class Engine:
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
     ) -> str:
+        # a keychain entry that cannot work here (a cloud secret manager) refuses the
+        # start, before anything is written; the worker checks again for executions
+        # started elsewhere (sub-playbooks, schedules)
+        check_startable(self.playbooks.get(entry.catalog_id).keychain)
         execution_id = new_execution_id()
         self.store.create_execution(
             execution_id,
