@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.errors import CredentialError, NoetlError, TemplateError, ToolError
 from noetl_celery.models.keychain import KeychainEntry, check_startable
 from noetl_celery.templating import STRICT
-from noetl_celery.tools.redaction import PUBLIC_FIELDS, Redactor, is_secret_field
+from noetl_celery.tools.redaction import (
+    PUBLIC_FIELDS,
+    Redactor,
+    credential_secrets,
+    is_secret_field,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -70,9 +75,14 @@ class _Cached:
 
 
 def entry_secrets(entry: KeychainEntry, data: Mapping[str, Any]) -> set[str]:
-    """What to mask of a resolved entry: every string value except where and as whom it
-    connects (`PUBLIC_FIELDS`) and a token's metadata (`token_type: Bearer`, `scope`);
-    for a token response, the secret-named fields only (`access_token`, `id_token`...)."""
+    """What to mask of a resolved entry. A static map or a bearer token: every value
+    except where and as whom it connects (`PUBLIC_FIELDS`) and a token's metadata
+    (`token_type: Bearer`): the keychain is where a playbook declares its secrets. A
+    credential: what the credentials file masks of it (its secret-named fields:
+    `client_secret`, not `client_id`). A token response: its secret-named fields
+    (`access_token`, `refresh_token`, `id_token`)."""
+    if entry.kind in ("credential", "credential_ref"):
+        return credential_secrets(data)
     found: set[str] = set()
 
     def walk(value: Any, name: str) -> None:

@@ -8,7 +8,8 @@
   the lifetime (default 3600), `?status=C` answers C with no token, `?plain=1` answers
   a text body.
 - `GET /echo`: the request's headers as JSON (what a step sent as `Authorization`).
-- `GET /api/whoami`: 200 `{"who": ...}` for a bearer token this server issued, else 401.
+- `GET /api/whoami`: 200 `{"who": ...}` for a bearer token this server issued that has
+  not expired, else 401 (a run that used an expired token would fail here).
 
 `requests` counts the token requests that were answered, by client id.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +38,7 @@ class TokenServer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: Counter[str] = field(default_factory=Counter)
     issued: list[str] = field(default_factory=list)
+    expires: dict[str, float] = field(default_factory=dict)  # token -> monotonic deadline
 
     @property
     def token_url(self) -> str:
@@ -82,10 +85,12 @@ def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
                 server.requests[client] += 1
                 token = f"{TOKEN_PREFIX}-{len(server.issued) + 1}"
                 server.issued.append(token)
+                lifetime = float(query.get("expires_in", 3600))
+                server.expires[token] = time.monotonic() + lifetime
             body = {
                 "access_token": token,
                 "token_type": "Bearer",
-                "expires_in": int(query.get("expires_in", 3600)),
+                "expires_in": lifetime,
                 "scope": form.get("scope", "read"),
             }
             self._send(200, body)
@@ -99,7 +104,7 @@ def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
                 auth = self.headers.get("Authorization") or ""
                 token = auth.removeprefix("Bearer ")
                 with server.lock:
-                    known = token in server.issued
+                    known = server.expires.get(token, 0.0) > time.monotonic()
                 if known:
                     self._send(200, {"who": CLIENT_ID})
                 else:

@@ -111,6 +111,7 @@ def test_bearer_gives_an_access_token(keychain: Keychain) -> None:
 def test_credential_kinds_read_the_credentials_file(keychain: Keychain, entry: Any) -> None:
     resolved, redactor = resolve(keychain, [entry], alias="vendor_api")
     assert resolved[entry["name"]] == {"api_key": API_KEY, "host": "api.example"}
+    # masked as the credentials file masks it: secret-named fields
     assert redactor.redact(f"{API_KEY} at api.example") == f"{MASK} at api.example"
 
 
@@ -122,8 +123,8 @@ def test_oauth2_client_credentials_from_an_earlier_entry(
     assert token["access_token"].startswith(TOKEN_PREFIX)
     assert token["token_type"] == "Bearer" and token["expires_in"] == 3600
     assert tokens.requests == {CLIENT_ID: 1}
-    text = f"{token['access_token']} {CLIENT_SECRET} Bearer read"
-    assert redactor.redact(text) == f"{MASK} {MASK} Bearer read"
+    text = f"{token['access_token']} {CLIENT_SECRET} {CLIENT_ID} Bearer read"
+    assert redactor.redact(text) == f"{MASK} {MASK} {CLIENT_ID} Bearer read"
 
 
 # ---- scopes and refresh ------------------------------------------------------------------------
