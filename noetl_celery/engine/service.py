@@ -167,7 +167,11 @@ class Engine:
         """Register a playbook; with `install_schedule` (what `catalog register` does) its
         `metadata.schedule` becomes the schedule named `catalog:<path>`, replaced on every
         registration and removed when the playbook no longer declares one."""
-        playbook = load_playbook(text, file)
+        return self._register(load_playbook(text, file), text, install_schedule)
+
+    def _register(
+        self, playbook: Playbook, text: str, install_schedule: bool = False
+    ) -> tuple[Playbook, CatalogEntry]:
         entry = self.store.register(playbook.catalog_path, playbook.metadata.name, text)
         if install_schedule:
             self._install_schedule(playbook)
@@ -226,7 +230,7 @@ class Engine:
         trigger_detail: dict[str, Any] | None = None,
     ) -> str:
         # a keychain entry that cannot work here (a cloud secret manager) refuses the
-        # start, before anything is written; the worker checks again for executions
+        # start before the execution exists; the worker checks again for executions
         # started elsewhere (sub-playbooks, schedules)
         check_startable(self.playbooks.get(entry.catalog_id).keychain)
         execution_id = new_execution_id()
@@ -253,7 +257,9 @@ class Engine:
         self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
     ) -> str:
         self.check_payload(payload)  # before the playbook is registered: nothing written
-        _, entry = self.register_text(text, file)
+        playbook = load_playbook(text, file)
+        check_startable(playbook.keychain)  # likewise
+        _, entry = self._register(playbook, text)
         return self._start_checked(entry, payload)
 
     def start_path(
