@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.token_server import CLIENT_SECRET, TOKEN_PREFIX, TokenServer, token_server
+from tests.support.readme import examples
+from tests.support.token_server import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    TOKEN_PREFIX,
+    TokenServer,
+    token_server,
+)
 from tests.support.workers import run_cli, run_json
 
 BEARER = "kc-bearer-canary-77ab01"
@@ -150,3 +157,23 @@ def test_keychain_is_not_readable_where_the_engine_decides(
     code, summary, stderr = run_json(["run", str(file), "--json", *sets], embedded_env)
     assert code == 1 and summary["status"] == "FAILED", (summary, stderr)
     assert "'keychain' is undefined" in json.dumps(summary["errors"]), summary
+
+
+def test_the_readme_example_runs(
+    embedded_env: dict[str, str], tmp_path: Path, tokens: TokenServer
+) -> None:
+    [example] = [e for e in examples() if e.section == "Keychain"]
+    credentials = tmp_path / "credentials.json"
+    vendor = {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "signing_key": STATIC}
+    credentials.write_text(json.dumps({"vendor_oauth": vendor}))
+    env = {**embedded_env, "NOETL_CREDENTIALS_FILE": str(credentials)}
+    file = tmp_path / "readme.yaml"
+    file.write_text(example.playbook())
+    code, summary, stderr = run_json(
+        ["run", str(file), "--json", "--set", f"vendor_url={tokens.url}"], env
+    )
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    report = summary["steps"]["report"]
+    assert report["status_code"] == 200 and report["data"]["who"] == CLIENT_ID
+    sent = report["data"]["headers"]
+    assert sent["authorization"] == "Bearer ***" and sent["x-signature-key"] == "***"

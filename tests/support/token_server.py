@@ -1,6 +1,6 @@
 """A local OAuth2 token endpoint for keychain tests (127.0.0.1 only, stdlib).
 
-- `POST /token` (form body): the client-credentials grant. Known clients
+- `POST /token` (or `/oauth2/token`; a form body): the client-credentials grant. Known clients
   (`CLIENT_ID`/`CLIENT_SECRET`) get `{access_token, token_type, expires_in}`; the token
   is `<prefix>-<n>`, `n` counting the tokens issued, so a test sees which one it got.
   A wrong secret is 401 `{"error": "invalid_client"}`, a grant other than
@@ -8,8 +8,9 @@
   the lifetime (default 3600), `?status=C` answers C with no token, `?plain=1` answers
   a text body.
 - `GET /echo`: the request's headers as JSON (what a step sent as `Authorization`).
-- `GET /api/whoami`: 200 `{"who": ...}` for a bearer token this server issued that has
-  not expired, else 401 (a run that used an expired token would fail here).
+- `GET /api/whoami` (or `/v1/report`): 200 `{"who", "headers"}` for a bearer token this
+  server issued that has not expired, else 401 (a run that used an expired token would
+  fail here).
 
 `requests` counts the token requests that were answered, by client id.
 """
@@ -65,7 +66,7 @@ def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-            if url.path != "/token":
+            if url.path not in ("/token", "/oauth2/token"):
                 self._send(404, {"error": "not_found"})
                 return
             if "status" in query:
@@ -100,13 +101,14 @@ def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
             if path == "/echo":
                 self._send(200, {"headers": {k.lower(): v for k, v in self.headers.items()}})
                 return
-            if path == "/api/whoami":
+            if path in ("/api/whoami", "/v1/report"):
                 auth = self.headers.get("Authorization") or ""
                 token = auth.removeprefix("Bearer ")
                 with server.lock:
                     known = server.expires.get(token, 0.0) > time.monotonic()
                 if known:
-                    self._send(200, {"who": CLIENT_ID})
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    self._send(200, {"who": CLIENT_ID, "headers": headers})
                 else:
                     self._send(401, {"error": "invalid_token"})
                 return
