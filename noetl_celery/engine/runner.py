@@ -41,6 +41,8 @@ class StepRunner:
             max_retry_delay=settings.max_retry_delay_seconds,
             renderer=self.renderer,
         )
+        # (catalog id, step) -> whether the step mentions the keychain
+        self._mentions: dict[tuple[int, str], bool] = {}
 
     def context_for(
         self, command: ClaimedCommand, step: Step
@@ -79,6 +81,20 @@ class StepRunner:
         )
         return context, scope
 
+    def _needs_keychain(self, playbook: Playbook, catalog_id: int, step: Step) -> bool:
+        """Whether the step mentions `keychain` or `token(` anywhere (its tools, input,
+        python code, the workbook tasks it may call). NoETL's worker resolves entries
+        only for a command whose config refers to them too: a step that uses none runs
+        even while a token endpoint is down, and never holds a value."""
+        key = (catalog_id, step.step)
+        found = self._mentions.get(key)
+        if found is None:
+            text = step.model_dump_json()
+            if '"workbook"' in text:
+                text += "".join(task.model_dump_json() for task in playbook.workbook)
+            found = self._mentions[key] = "keychain" in text or "token(" in text
+        return found
+
     def keychain(
         self, playbook: Playbook, command: ClaimedCommand, context: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -107,7 +123,7 @@ class StepRunner:
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
-        if playbook.keychain:
+        if playbook.keychain and self._needs_keychain(playbook, command.catalog_id, step):
             try:
                 context["keychain"] = self.keychain(playbook, command, context)
             except KeychainError as exc:

@@ -177,3 +177,34 @@ def test_the_readme_example_runs(
     assert report["status_code"] == 200 and report["data"]["who"] == CLIENT_ID
     sent = report["data"]["headers"]
     assert sent["authorization"] == "Bearer ***" and sent["x-signature-key"] == "***"
+
+
+def test_only_steps_that_use_the_keychain_resolve_it(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.support.private_services import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/token"  # nothing listens there
+    file = tmp_path / "down.yaml"
+    file.write_text(
+        f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: kc_down}}
+keychain:
+  - {{name: api, kind: oauth2, endpoint: "{down}", data: {{grant_type: client_credentials}}}}
+workflow:
+  - step: plain
+    tool: {{kind: python, code: "result = {{'ok': True}}"}}
+    next: {{arcs: [{{step: uses}}]}}
+  - step: uses
+    tool: {{kind: python, input: {{t: "{{{{ token('api') }}}}"}}, code: "result = {{}}"}}
+"""
+    )
+    code, summary, _ = run_json(["run", str(file), "--json"], embedded_env)
+    assert code == 1 and summary["status"] == "FAILED"
+    assert summary["steps"]["plain"] == {"ok": True}
+    [error] = summary["errors"]
+    assert error["step"] == "uses" and error["kind"] == "connection"
+    assert error["message"] == (
+        f"keychain entry 'api': token endpoint {down} is unreachable (ConnectError)"
+    )
