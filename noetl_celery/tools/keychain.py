@@ -53,6 +53,8 @@ REFRESH_MARGIN_SECONDS = 300.0
 DEFAULT_TOKEN_SECONDS = 3600.0
 # resolved entries one process keeps (execution-scoped ones of finished runs age out)
 CACHE_SIZE = 1024
+# credential types NoETL turns into a Google access or ID token
+_GOOGLE_CREDENTIALS = frozenset({"google_oauth", "google_service_account", "gcp"})
 # fields of a token response that say how to use the token, not what it is
 _TOKEN_METADATA = frozenset({"token_type", "expires_in", "ext_expires_in", "scope", "not-before"})
 
@@ -208,6 +210,13 @@ class Keychain:
             found = self._credentials().resolve(alias)
         except (CredentialError, NoetlError) as exc:
             raise KeychainError(f"keychain entry '{entry.name}': {exc}") from None
+        if found.type in _GOOGLE_CREDENTIALS:
+            # NoETL mints a Google token from such a credential (GoogleTokenProvider)
+            raise KeychainError(
+                f"keychain entry '{entry.name}': credential '{alias}' is of type "
+                f"{found.type}, whose Google tokens are not supported here; store the "
+                "token or API key itself in the credentials file"
+            )
         return dict(found.data)
 
     def _token(self, entry: KeychainEntry, spec: Mapping[str, Any]) -> tuple[dict[str, Any], float]:

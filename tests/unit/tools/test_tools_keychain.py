@@ -51,6 +51,7 @@ def keychain(tmp_path: Any, clock: Clock, tokens: TokenServer) -> Iterator[Keych
         {
             "vendor_api": {"type": "api", "data": {"api_key": API_KEY, "host": "api.example"}},
             "oauth_client": {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
+            "gcp_sa": {"type": "google_service_account", "data": {"private_key": "pk"}},
         }
     )
     services = ToolServices(Settings(home=tmp_path), store)
@@ -267,7 +268,8 @@ def test_a_token_response_without_access_token(keychain: Keychain, tokens: Token
 def test_unknown_credential_alias(keychain: Keychain) -> None:
     exc = failure(keychain, [{"name": "c", "kind": "credential", "credential": "nope"}])
     assert str(exc) == (
-        "keychain entry 'c': unknown credential 'nope' (known aliases: oauth_client, vendor_api)"
+        "keychain entry 'c': unknown credential 'nope' "
+        "(known aliases: gcp_sa, oauth_client, vendor_api)"
     )
 
 
@@ -281,4 +283,13 @@ def test_cloud_kinds_are_not_supported_here(keychain: Keychain) -> None:
     exc = failure(keychain, section)
     assert str(exc).startswith(
         "keychain entry 'sm' (kind secret_manager, provider gcp) is not supported here"
+    )
+
+
+def test_a_google_credential_is_not_supported_here(keychain: Keychain) -> None:
+    exc = failure(keychain, [{"name": "g", "kind": "credential", "credential": "gcp_sa"}])
+    assert str(exc) == (
+        "keychain entry 'g': credential 'gcp_sa' is of type google_service_account, whose "
+        "Google tokens are not supported here; store the token or API key itself in the "
+        "credentials file"
     )
