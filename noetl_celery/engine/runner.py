@@ -18,6 +18,7 @@ from noetl_celery.engine.pipeline import PipelineLimits, StopCheck, run_pipeline
 from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
+from noetl_celery.models.keychain import KeychainInvalid, check_startable
 from noetl_celery.models.outcome import make_outcome, normalise_status
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec
 from noetl_celery.settings import Settings
@@ -123,9 +124,15 @@ class StepRunner:
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
-        if playbook.keychain and self._needs_keychain(playbook, command.catalog_id, step):
+        if playbook.keychain:
             try:
-                context["keychain"] = self.keychain(playbook, command, context)
+                # an execution started without Engine's check (a sub-playbook, a
+                # schedule) with an entry that cannot work here fails its first command
+                check_startable(playbook.keychain)
+                if self._needs_keychain(playbook, command.catalog_id, step):
+                    context["keychain"] = self.keychain(playbook, command, context)
+            except KeychainInvalid as exc:
+                return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
             except KeychainError as exc:
                 return make_outcome("error", None, {"kind": exc.kind, "message": str(exc)})
         if command.kind == KIND_CLAIM:

@@ -208,3 +208,41 @@ workflow:
     assert error["message"] == (
         f"keychain entry 'api': token endpoint {down} is unreachable (ConnectError)"
     )
+
+
+def test_a_child_with_a_cloud_entry_fails_at_its_start(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A sub-playbook is started by the engine, not by `run`: its first command fails
+    with the same message, and so does the calling task."""
+    child = tmp_path / "child.yaml"
+    child.write_text(
+        """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: kc_child, path: tests/keychain/child}
+keychain:
+  - {name: s, kind: secret_manager, provider: aws, map: {k: arn}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+"""
+    )
+    registered = run_cli(["catalog", "register", str(child)], embedded_env)
+    assert registered.returncode == 0, registered.stderr
+    parent = tmp_path / "parent.yaml"
+    parent.write_text(
+        """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: kc_parent}
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/keychain/child, return_step: start}
+"""
+    )
+    code, summary, _ = run_json(["run", str(parent), "--json"], embedded_env)
+    assert code == 1 and summary["status"] == "FAILED"
+    [error] = summary["errors"]
+    assert error["step"] == "call"
+    assert "keychain entry 's' (kind secret_manager, provider aws) is not supported here" in (
+        json.dumps(summary)
+    )
