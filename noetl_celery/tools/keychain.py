@@ -13,9 +13,10 @@ the keychain, and keeps it:
 - `scope: execution`: one value per execution.
 
 An `oauth2` token is fetched again before it expires (when less than
-`REFRESH_MARGIN_SECONDS`, at most half its lifetime, is left). Static, bearer and
-credential entries depend only on their templates and the credentials file, so their
-cached value is keyed by what they rendered to.
+`REFRESH_MARGIN_SECONDS`, at most half its lifetime, is left); its cache key holds
+what its fields rendered to, so a rotated client secret gets a new token. Static, bearer
+and credential entries involve no I/O and are made afresh for every command (a
+credential rotated in the credentials file is seen at once).
 
 Errors name the entry and the endpoint, never a value: a token endpoint's error body is
 reduced to its OAuth `error` code.
@@ -161,6 +162,9 @@ class Keychain:
         earlier: Mapping[str, Any],
     ) -> _Cached:
         spec = _render(entry, {**context, "keychain": dict(earlier)})
+        if entry.kind != "oauth2":
+            # no I/O: made afresh, so a credential rotated in the file is seen at once
+            return self._fetch(entry, spec)
         owner = execution_id if entry.scope == "execution" else f"global:{playbook}"
         key = (owner, entry.name, _digest(spec))
         with self._lock:
@@ -254,9 +258,11 @@ class Keychain:
             body = body["data"]  # NoETL's renewal accepts a wrapped response too
         if not body.get("access_token"):
             raise KeychainError(f"{where} answered without an `access_token`")
-        try:
-            lifetime = float(body.get("expires_in") or DEFAULT_TOKEN_SECONDS)
+        try:  # NoETL: the entry's `ttl_seconds` wins over the answer's `expires_in`
+            lifetime = float(spec.get("ttl_seconds") or body.get("expires_in") or 0)
         except (TypeError, ValueError):
+            lifetime = 0.0
+        if lifetime <= 0:
             lifetime = DEFAULT_TOKEN_SECONDS
         return dict(body), max(lifetime, 0.0)
 

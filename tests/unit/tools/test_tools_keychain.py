@@ -293,3 +293,35 @@ def test_a_google_credential_is_not_supported_here(keychain: Keychain) -> None:
         "Google tokens are not supported here; store the token or API key itself in the "
         "credentials file"
     )
+
+
+def test_ttl_seconds_wins_over_expires_in(
+    keychain: Keychain, tokens: TokenServer, clock: Clock
+) -> None:
+    section = [CLIENT, oauth(tokens, ttl_seconds=20)]  # the answer says 3600
+    resolve(keychain, section, token_url=tokens.token_url)
+    clock.now += 9
+    resolve(keychain, section, token_url=tokens.token_url)
+    assert tokens.requests == {CLIENT_ID: 1}
+    clock.now += 2  # past half of 20 s
+    resolve(keychain, section, token_url=tokens.token_url)
+    assert tokens.requests == {CLIENT_ID: 2}
+
+
+def test_a_rotated_credential_is_seen_at_once(tmp_path: Any, tokens: TokenServer) -> None:
+    stores = [CredentialStore({"c": {"api_key": "first-key-1"}})]
+    services = ToolServices(Settings(home=tmp_path), stores[0])
+    try:
+        chain = Keychain(services.http_client, lambda: stores[-1])
+        section = [{"name": "v", "kind": "credential", "credential": "c"}]
+        context: dict[str, Any] = {}
+        first, _ = chain.resolve(section, playbook="pb", execution_id="e", context=context)
+        stores.append(CredentialStore({"c": {"api_key": "second-key-2"}}))
+        second, redactor = chain.resolve(section, playbook="pb", execution_id="e", context=context)
+        assert (first["v"], second["v"]) == (
+            {"api_key": "first-key-1"},
+            {"api_key": "second-key-2"},
+        )
+        assert redactor.redact("second-key-2") == MASK
+    finally:
+        services.close()
