@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support import services
+from tests.support.token_server import CLIENT_ID, CLIENT_SECRET
 from tests.support.workers import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,21 @@ def credentials_file(tmp_path_factory: pytest.TempPathFactory, data_db: str) -> 
     # an alias no playbook uses, with a password tests look for where no secret may appear
     canary = {**entry, "db_password": "canary-pw-7d1e0b-never-shown"}
     path = tmp_path_factory.mktemp("creds") / "credentials.json"
-    path.write_text(json.dumps({"pg_test": entry, "pg_local": entry, "unused_canary": canary}))
+    # the OAuth client of the local token endpoint (tests.support.token_server)
+    client = {
+        "type": "oauth_client",
+        "data": {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "pg_test": entry,
+                "pg_local": entry,
+                "unused_canary": canary,
+                "keychain_client": client,
+            }
+        )
+    )
     return path
 
 

@@ -11,12 +11,13 @@ from collections.abc import Callable
 
 from noetl_celery.logcapture import Capture, Collector
 from noetl_celery.store.rows import ClaimedCommand, LogRow
-from noetl_celery.tools.redaction import Redactor
+from noetl_celery.tools.redaction import Redactor, with_command_masks
 
 
 class _Redact:
     """The services' redactor, fetched on first use and kept for one capture (fetching
-    it looks at the credentials file)."""
+    it looks at the credentials file), followed by the keychain values the command
+    resolved meanwhile (they are known only once it started rendering)."""
 
     __slots__ = ("_get", "_redactor")
 
@@ -27,7 +28,7 @@ class _Redact:
     def __call__(self, text: str) -> str:
         if self._redactor is None:
             self._redactor = self._get()
-        return self._redactor.redact(text)
+        return with_command_masks(self._redactor).redact(text)
 
 
 class LogSink:

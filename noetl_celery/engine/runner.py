@@ -18,6 +18,7 @@ from noetl_celery.engine.pipeline import PipelineLimits, StopCheck, run_pipeline
 from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
+from noetl_celery.models.keychain import KeychainInvalid, check_startable
 from noetl_celery.models.outcome import make_outcome, normalise_status
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec
 from noetl_celery.settings import Settings
@@ -26,6 +27,8 @@ from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context, iteration_names
 from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.tools.keychain import KeychainError
+from noetl_celery.tools.redaction import current_masks
 from noetl_celery.tools.services import ToolServices
 
 
@@ -39,6 +42,8 @@ class StepRunner:
             max_retry_delay=settings.max_retry_delay_seconds,
             renderer=self.renderer,
         )
+        # (catalog id, step) -> whether the step mentions the keychain
+        self._mentions: dict[tuple[int, str], bool] = {}
 
     def context_for(
         self, command: ClaimedCommand, step: Step
@@ -77,6 +82,36 @@ class StepRunner:
         )
         return context, scope
 
+    def _needs_keychain(self, playbook: Playbook, catalog_id: int, step: Step) -> bool:
+        """Whether the step mentions `keychain` or `token(` anywhere (its tools, input,
+        python code, the workbook tasks it may call). NoETL's worker resolves entries
+        only for a command whose config refers to them too: a step that uses none runs
+        even while a token endpoint is down, and never holds a value."""
+        key = (catalog_id, step.step)
+        found = self._mentions.get(key)
+        if found is None:
+            text = step.model_dump_json()
+            if '"workbook"' in text:
+                text += "".join(task.model_dump_json() for task in playbook.workbook)
+            found = self._mentions[key] = "keychain" in text or "token(" in text
+        return found
+
+    def keychain(
+        self, playbook: Playbook, command: ClaimedCommand, context: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The playbook's keychain entries for this command (tools.keychain: cached in
+        this process), their values masked in everything the command leaves behind."""
+        resolved, redactor = self.services.keychain.resolve(
+            playbook.keychain,
+            playbook=playbook.catalog_path,
+            execution_id=command.execution_id,
+            context=context,
+        )
+        masks = current_masks()
+        if masks is not None:
+            masks.add(redactor)
+        return resolved
+
     def run(
         self,
         playbook: Playbook,
@@ -89,6 +124,17 @@ class StepRunner:
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
+        if playbook.keychain:
+            try:
+                # an execution started without Engine's check (a sub-playbook, a
+                # schedule) with an entry that cannot work here fails its first command
+                check_startable(playbook.keychain)
+                if self._needs_keychain(playbook, command.catalog_id, step):
+                    context["keychain"] = self.keychain(playbook, command, context)
+            except KeychainInvalid as exc:
+                return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
+            except KeychainError as exc:
+                return make_outcome("error", None, {"kind": exc.kind, "message": str(exc)})
         if command.kind == KIND_CLAIM:
             return run_claim(step, command, context, self.services, self.renderer)
         resume = command.resume if command.resume and "child" in command.resume else None

@@ -31,6 +31,7 @@ from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.engine.views import execution_line, run_errors, status_view
 from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.inputs import PayloadLimits, check_payload
+from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation import load_playbook, read_playbook
@@ -98,7 +99,7 @@ class Engine:
         )
         self.runner = StepRunner(self.store, self.services, settings)
         # what commands print and log, redacted with the tools' redactor, per command
-        self.logs = LogSink(settings.log_capture_bytes, lambda: self.services.redactor)
+        self.logs = LogSink(settings.log_capture_bytes, lambda: self.services.file_redactor)
         self.executor = CommandExecutor(
             self.store,
             self.playbooks,
@@ -167,7 +168,15 @@ class Engine:
         """Register a playbook; with `install_schedule` (what `catalog register` does) its
         `metadata.schedule` becomes the schedule named `catalog:<path>`, replaced on every
         registration and removed when the playbook no longer declares one."""
-        playbook = load_playbook(text, file)
+        return self._register(load_playbook(text, file), text, file, install_schedule)
+
+    def _register(
+        self,
+        playbook: Playbook,
+        text: str,
+        file: str | None = None,
+        install_schedule: bool = False,
+    ) -> tuple[Playbook, CatalogEntry]:
         scripts = capture_scripts(playbook, file, text)  # PlaybookInvalid: a script file is missing
         entry = self.store.register(
             playbook.catalog_path,
@@ -231,6 +240,10 @@ class Engine:
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
     ) -> str:
+        # a keychain entry that cannot work here (a cloud secret manager) refuses the
+        # start before the execution exists; the worker checks again for executions
+        # started elsewhere (sub-playbooks, schedules)
+        check_startable(self.playbooks.get(entry.catalog_id).keychain)
         execution_id = new_execution_id()
         self.store.create_execution(
             execution_id,
@@ -255,7 +268,9 @@ class Engine:
         self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
     ) -> str:
         self.check_payload(payload)  # before the playbook is registered: nothing written
-        _, entry = self.register_text(text, file)
+        playbook = load_playbook(text, file)
+        check_startable(playbook.keychain)  # likewise
+        _, entry = self._register(playbook, text, file)
         return self._start_checked(entry, payload)
 
     def start_path(

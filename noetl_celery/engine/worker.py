@@ -14,6 +14,7 @@ reaper would run it again, to the same end, `NOETL_MAX_ATTEMPTS` times.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -49,6 +50,7 @@ from noetl_celery.store.database import transient
 from noetl_celery.store.history import write_logs
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
+from noetl_celery.tools.redaction import command_masks, mask_command_value
 
 log = logging.getLogger("noetl_celery.worker")
 
@@ -100,7 +102,8 @@ class CommandExecutor:
         nothing ran). What the command prints and logs meanwhile is captured and stored
         with its close."""
         capture = self.logs.command() if self.logs is not None else None
-        with about(**of_command(command_id)), logcapture.capturing(capture):
+        # the keychain values the command resolves are masked in all it leaves behind
+        with about(**of_command(command_id)), command_masks(), logcapture.capturing(capture):
             return self._execute(command_id, capture)
 
     def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> CommandReport:
@@ -131,6 +134,7 @@ class CommandExecutor:
             )
         finally:
             self.heartbeats.stop(command_id)
+        result = _masked(result)
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             write_logs(self.store, LogSink.command_rows(capture, command))
@@ -331,6 +335,22 @@ class CommandExecutor:
         return may_defer_loop(progress, command.epoch, closed.waiting)
 
 
+def _masked(
+    result: dict[str, Any] | Suspended | HeldFrame,
+) -> dict[str, Any] | Suspended | HeldFrame:
+    """The outcome with the command's keychain values masked: a step that returns,
+    echoes or fails with one stores `***` (what a child is started with, too)."""
+    if isinstance(result, dict):
+        masked: dict[str, Any] = mask_command_value(result)
+        return masked
+    if isinstance(result, HeldFrame):
+        return dataclasses.replace(result, outcome=mask_command_value(result.outcome))
+    request = dataclasses.replace(
+        result.request, payload=mask_command_value(result.request.payload)
+    )
+    return Suspended(mask_command_value(result.continuation), request)
+
+
 class _Children:
     """Sub-playbook access for the task a worker runs (engine.subplaybook.Children)."""
 
@@ -342,6 +362,7 @@ class _Children:
         self.executor.store.resolve_catalog(request.path, request.version)
 
     def start_detached(self, request: SpawnRequest) -> str:
+        request = dataclasses.replace(request, payload=mask_command_value(request.payload))
         child = spawn_detached(self.executor.store, self.command, request, new_execution_id())
         self.executor.orchestrator.drive(child, wait=True)
         return child

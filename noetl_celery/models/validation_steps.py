@@ -10,6 +10,12 @@ from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.keychain import (
+    CLOUD_KINDS,
+    KeychainEntry,
+    entry_problems,
+    unsupported_message,
+)
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation_flow import check_arcs, check_loop, no_such_step
@@ -82,14 +88,35 @@ def _check_top_level(collector: Collector, data: dict[str, Any]) -> None:
             )
         elif key not in _TOP_KEYS:
             collector.warning((key,), f"unknown top-level key `{key}` is ignored")
-    keychain = data.get("keychain")
-    if isinstance(keychain, list) and keychain:
-        collector.warning(
-            ("keychain",),
-            f"`keychain` is accepted but not resolved by "
-            f"noetl-celery: its {len(keychain)} entries are ignored; use "
-            "credentials (`auth:`) or the execution payload instead",
-        )
+    _check_keychain(collector, data.get("keychain"))
+
+
+def _check_keychain(collector: Collector, section: Any) -> None:
+    """Malformed entries are errors; a cloud kind (secret manager, Google tokens) is a
+    warning: the playbook registers, and an execution of it fails at start."""
+    if not isinstance(section, list):
+        return  # the schema layer reports a `keychain` that is not a list
+    seen: set[str] = set()
+    for index, raw in enumerate(section):
+        path: Path = ("keychain", index)
+        problems = entry_problems(index, raw)
+        for key, message in problems:
+            collector.error((*path, key) if key else path, message)
+        if problems:
+            continue
+        name = str(raw["name"])
+        if name in seen:
+            collector.error(
+                (*path, "name"), f"keychain entry '{name}' is declared twice; rename one"
+            )
+        seen.add(name)
+        kind = str(raw.get("kind", raw.get("type")))
+        if kind in CLOUD_KINDS:
+            entry = KeychainEntry(name, kind, "global", dict(raw))
+            collector.warning(
+                (*path, "kind" if "kind" in raw else "type"),
+                f"{unsupported_message(entry)}; an execution of this playbook fails at start",
+            )
 
 
 def _check_step_names(collector: Collector, steps: list[Any]) -> list[str]:

@@ -24,11 +24,11 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, UndefinedError
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.nodes import Template as TemplateNode
 from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
-from jinja2.utils import missing
+from jinja2.utils import missing, pass_context
 
 
 class UndefinedNameError(UndefinedError):
@@ -131,6 +131,39 @@ def _b64decode(value: Any) -> str:
     return base64.b64decode(str(value)).decode()
 
 
+# the fields of a keychain entry that hold its token, in order of preference
+_TOKEN_FIELDS = ("access_token", "token", "id_token")
+
+
+@pass_context
+def _token(context: Any, name: Any, audience: Any = None) -> str:
+    """`token('<entry>')`: the token of keychain entry `<entry>` (its `access_token`).
+    NoETL's `token(credential, audience)` asks a token provider; here the worker has
+    resolved the playbook's `keychain` before rendering and this only reads it (no I/O
+    in templates). `audience` is accepted for NoETL's signature and not used."""
+    keychain = context.get("keychain")
+    if not isinstance(keychain, Mapping):
+        raise TemplateRuntimeError(
+            f"token({name!r}): the playbook declares no `keychain` (or this template is "
+            "rendered where keychain values are not available: only tool fields and input "
+            "are rendered on the worker)"
+        )
+    entry = keychain.get(str(name))
+    if not isinstance(entry, Mapping):
+        known = ", ".join(sorted(str(k) for k in keychain)) or "none"
+        raise TemplateRuntimeError(
+            f"token({name!r}): no keychain entry '{name}' (entries: {known})"
+        )
+    for field in _TOKEN_FIELDS:
+        value = entry.get(field)
+        if isinstance(value, str) and value:
+            return value
+    raise TemplateRuntimeError(
+        f"token({name!r}): keychain entry '{name}' holds no token "
+        f"(one of {', '.join(_TOKEN_FIELDS)}); read its fields as keychain.{name}.<field>"
+    )
+
+
 _ENVELOPE_KEY = "status_code"  # what marks a mapping as an HTTP result envelope
 
 
@@ -217,7 +250,7 @@ def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
         b64encode=_b64encode,
         b64decode=_b64decode,
     )
-    env.globals.update(now=lambda: _dt.datetime.now(_dt.UTC).isoformat())
+    env.globals.update(now=lambda: _dt.datetime.now(_dt.UTC).isoformat(), token=_token)
     return env
 
 

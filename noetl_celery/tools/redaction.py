@@ -10,7 +10,9 @@ URL, `token=...` in a query string).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -221,3 +223,70 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.redact_value(v) for v in value]
         return value
+
+
+class _Chained(Redactor):
+    """Two redactors applied in turn (the credentials file's, then a command's keychain
+    values): no regular expression is compiled to combine them."""
+
+    def __init__(self, first: Redactor, second: Redactor) -> None:
+        self._first = first
+        self._second = second
+
+    @property
+    def secret_count(self) -> int:
+        return self._first.secret_count + self._second.secret_count
+
+    def redact(self, text: str) -> str:
+        return self._second.redact(self._first.redact(text))
+
+
+class CommandMasks:
+    """The keychain values one command resolved, masked wherever that command's text
+    goes (tool errors, logs, its outcome). A ContextVar holds it for the command, so the
+    commands that threads run side by side never share one; threads a command starts
+    itself (a python step's timeout) copy the context and see it too."""
+
+    __slots__ = ("redactor",)
+
+    def __init__(self) -> None:
+        self.redactor: Redactor | None = None
+
+    def add(self, redactor: Redactor) -> None:
+        if redactor.secret_count:
+            current = self.redactor
+            self.redactor = redactor if current is None else _Chained(current, redactor)
+
+
+_masks: ContextVar[CommandMasks | None] = ContextVar("noetl_command_masks", default=None)
+
+
+@contextmanager
+def command_masks() -> Iterator[CommandMasks]:
+    """Open a command's masks (engine.worker, around one command)."""
+    masks = CommandMasks()
+    token = _masks.set(masks)
+    try:
+        yield masks
+    finally:
+        _masks.reset(token)
+
+
+def current_masks() -> CommandMasks | None:
+    return _masks.get()
+
+
+def with_command_masks(redactor: Redactor) -> Redactor:
+    """`redactor`, followed by the current command's keychain masks when it has some."""
+    masks = _masks.get()
+    if masks is None or masks.redactor is None:
+        return redactor
+    return _Chained(redactor, masks.redactor)
+
+
+def mask_command_value(value: Any) -> Any:
+    """`value` with the current command's keychain values masked (nothing else)."""
+    masks = _masks.get()
+    if masks is None or masks.redactor is None:
+        return value
+    return masks.redactor.redact_value(value)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.errors import NoetlError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
-from noetl_celery.tools.redaction import Redactor
+from noetl_celery.tools.keychain import Keychain
+from noetl_celery.tools.redaction import Redactor, with_command_masks
 
 if TYPE_CHECKING:
     import httpx
@@ -48,6 +49,8 @@ class ToolServices:
         self._pid = os.getpid()
         self._http: dict[bool, httpx.Client] = {}
         self._pools: dict[str, ConnectionPool[Any]] = {}
+        # resolved keychain entries live here, in this process only (tools.keychain)
+        self.keychain = Keychain(lambda: self.http_client(), lambda: self.credentials)
 
     @property
     def credentials(self) -> CredentialStore:
@@ -69,6 +72,12 @@ class ToolServices:
 
     @property
     def redactor(self) -> Redactor:
+        """The credentials file's secrets, plus the keychain values of the command this
+        thread runs (tools.redaction.CommandMasks)."""
+        return with_command_masks(self.file_redactor)
+
+    @property
+    def file_redactor(self) -> Redactor:
         # refresh when the file changed; on a bad file keep the last good redactor (the
         # error surfaces where credentials are used)
         with contextlib.suppress(NoetlError):

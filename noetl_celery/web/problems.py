@@ -24,6 +24,7 @@ from noetl_celery.errors import (
     ScheduleNotFound,
     StoreError,
 )
+from noetl_celery.models.keychain import KeychainInvalid
 
 # most specific first: the first match decides
 STATUS_BY_ERROR: tuple[tuple[type[NoetlError], int], ...] = (
@@ -31,6 +32,7 @@ STATUS_BY_ERROR: tuple[tuple[type[NoetlError], int], ...] = (
     (CatalogNotFound, 404),
     (ScheduleNotFound, 404),
     (PlaybookInvalid, 422),
+    (KeychainInvalid, 422),  # a keychain entry of a kind that cannot work here
     (InputInvalid, 422),
     (RerunError, 409),
     (StoreError, 503),

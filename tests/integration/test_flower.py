@@ -25,6 +25,7 @@ import redis
 from noetl_celery.engine.service import Engine
 from tests.support.engines import celery_engine
 from tests.support.private_services import free_port
+from tests.support.token_server import CLIENT_SECRET, TOKEN_PREFIX, token_server
 
 pytestmark = pytest.mark.integration
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
@@ -32,6 +33,36 @@ AUTH = "admin:flower-test-pass"
 TOKEN = "tok-4f1c9e-do-not-leak"  # a payload value: payloads never travel in messages
 ENGINE_TASKS = {"noetl.execute_command", "noetl.orchestrate", "noetl.reap"}
 T = TypeVar("T")
+KEYCHAIN_CANARY = "kc-flower-canary-2b7d40"
+KEYCHAIN_PLAYBOOK = f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: flower_keychain, path: tests/flower/keychain}}
+keychain:
+  - {{name: client, kind: credential, credential: keychain_client}}
+  - name: api
+    kind: oauth2
+    endpoint: "{{{{ token_url }}}}"
+    data:
+      grant_type: client_credentials
+      client_id: "{{{{ keychain.client.client_id }}}}"
+      client_secret: "{{{{ keychain.client.client_secret }}}}"
+  - {{name: vendor, kind: static, map: {{api_key: {KEYCHAIN_CANARY}}}}}
+workflow:
+  - step: each
+    loop: {{in: "{{{{ [1, 2, 3] }}}}", iterator: it}}
+    tool:
+      kind: python
+      input: {{tok: "{{{{ token('api') }}}}", key: "{{{{ keychain.vendor.api_key }}}}"}}
+      code: |
+        result = {{"echo": [tok, key]}}
+    next: {{arcs: [{{step: fail, when: "{{{{ event.name == 'loop.done' }}}}"}}]}}
+  - step: fail
+    tool:
+      kind: python
+      input: {{tok: "{{{{ token('api') }}}}", key: "{{{{ keychain.vendor.api_key }}}}"}}
+      code: |
+        raise ValueError(f"failed holding {{tok}} and {{key}}")
+"""
 
 
 def fetch(url: str, auth: str | None = AUTH) -> tuple[int, bytes]:
@@ -179,6 +210,25 @@ def test_flower_lists_the_engines_tasks_readably(
             shown = json.dumps([get(f"{base}/api/{what}")[1] for what in ("tasks", "workers")])
             assert canary not in shown and TOKEN not in shown
             assert canary not in log.read_text()
+
+            # a run using keychain values (a static one, an OAuth token): none of them
+            # in the tasks' args, kwargs, results or exceptions Flower shows
+            with token_server() as tokens:
+                keyed = engine.start_text(KEYCHAIN_PLAYBOOK, {"token_url": tokens.token_url})
+                assert engine.wait(keyed, 60).status == "FAILED"
+
+                def keyed_tasks() -> list[dict[str, Any]]:
+                    tasks = get(f"{base}/api/tasks")[1] or {}
+                    found = [t for t in tasks.values() if keyed in str(t["args"])]
+                    done = [t for t in found if t["state"] in ("SUCCESS", "FAILURE")]
+                    return found if len(done) >= 4 else []
+
+                poll(keyed_tasks, "the keychain run's tasks in flower", 20)
+                shown = json.dumps([get(f"{base}/api/{w}")[1] for w in ("tasks", "workers")])
+                assert tokens.issued
+                for secret in (KEYCHAIN_CANARY, CLIENT_SECRET, *tokens.issued):
+                    assert secret not in shown and secret not in log.read_text()
+                assert TOKEN_PREFIX not in shown
         assert proc.returncode == 0, log.read_text()
 
         # Flower has exited and asked the workers to stop sending task events

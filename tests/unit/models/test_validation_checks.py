@@ -820,12 +820,39 @@ CASES = [
         """), "`set` key `page size` is not a plain name", "a",
          "tool.spec.policy.rules[0].then.set.page size", "warning"),
     # --- 15. keychain -----------------------------------------------------------------------
-    case("keychain", pb(NOOP, top="""
-        keychain:  # <--
-          - {name: a, kind: bearer}
-          - {name: b, kind: static}
-        """), "`keychain` is accepted but not resolved by noetl-celery: its 2 entries",
-         None, "keychain", "warning"),
+    case("keychain-cloud-kind", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: bearer, token: t}
+          - {name: b, kind: secret_manager, provider: gcp, map: {k: p}}  # <--
+        """), "keychain entry 'b' (kind secret_manager, provider gcp) is not supported here",
+         None, "keychain[1].kind", "warning"),
+    case("keychain-no-name", pb(NOOP, top="""
+        keychain:
+          - {kind: bearer, token: t}  # <--
+        """), "keychain entry #1 needs a `name`", None, "keychain[0].name"),
+    case("keychain-unknown-kind", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: vault}  # <--
+        """), "keychain entry 'a': unknown kind `vault`; use one of bearer, credential,",
+         None, "keychain[0].kind"),
+    case("keychain-static-no-map", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: static}  # <--
+        """), "keychain entry 'a' (kind static) needs a `map:`", None, "keychain[0].map"),
+    case("keychain-oauth2-no-endpoint", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: oauth2, data: {grant_type: client_credentials}}  # <--
+        """), "keychain entry 'a' (kind oauth2) needs the token `endpoint:`", None,
+         "keychain[0].endpoint"),
+    case("keychain-bad-scope", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: bearer, token: t, scope: forever}  # <--
+        """), "`scope: forever` is not one of global, execution", None, "keychain[0].scope"),
+    case("keychain-twice", pb(NOOP, top="""
+        keychain:
+          - {name: a, kind: bearer, token: t}
+          - {name: a, kind: bearer, token: u}  # <--
+        """), "keychain entry 'a' is declared twice", None, "keychain[1].name"),
     # --- YAML duplicate keys ----------------------------------------------------------------
     case("duplicate-yaml-key", pb("""
         - step: a
@@ -866,7 +893,7 @@ def test_warnings_do_not_reject() -> None:
           tool: {kind: noop}
           output: {x: 1}
         """,
-        top="keychain: [{name: k}]\n",
+        top="keychain: [{name: k, kind: google_oauth}]\n",
     )
     report = validate_text(text)
     assert report.ok

@@ -1,11 +1,20 @@
 from __future__ import annotations
 
+import contextvars
+import threading
 from typing import Any
 
 import pytest
 
 from noetl_celery.tools.credentials import CredentialStore
-from noetl_celery.tools.redaction import Redactor, collect_secrets, is_secret_field
+from noetl_celery.tools.redaction import (
+    Redactor,
+    collect_secrets,
+    command_masks,
+    current_masks,
+    is_secret_field,
+    mask_command_value,
+)
 
 
 def test_known_secrets_are_masked_everywhere() -> None:
@@ -134,3 +143,31 @@ def test_the_password_is_masked_and_the_names_beside_it_are_not() -> None:
     assert Redactor.from_store(store).redact(text) == (
         'etl@10.1.2.3:6543/warehouse: database "warehouse" does not exist (pw ***)'
     )
+
+
+# ---- a command's keychain masks (tools.redaction.CommandMasks) ----------------------------------
+
+
+def test_command_masks_apply_inside_the_command_only(services: Any) -> None:
+    base = services.redactor
+    assert mask_command_value({"t": "kc-value-1"}) == {"t": "kc-value-1"}
+    with command_masks() as masks:
+        assert current_masks() is masks
+        assert services.redactor.redact("kc-value-1") == "kc-value-1"  # nothing added yet
+        masks.add(Redactor(["kc-value-1"]))
+        masks.add(Redactor([]))  # nothing to mask: no change
+        masks.add(Redactor(["kc-value-2"]))
+        text = "kc-value-1 kc-value-2 password=abc"
+        assert services.redactor.redact(text) == "*** *** password=***"
+        assert mask_command_value({"t": ["kc-value-2"], "n": 1}) == {"t": ["***"], "n": 1}
+        seen: list[str] = []
+        context = contextvars.copy_context()  # what a python step's timeout thread gets
+        thread = threading.Thread(
+            target=lambda: seen.append(context.run(lambda: services.redactor.redact("kc-value-2")))
+        )
+        thread.start()
+        thread.join()
+        assert seen == ["***"]
+    assert current_masks() is None
+    assert services.redactor.redact("kc-value-1") == "kc-value-1"
+    assert services.redactor.secret_count == base.secret_count
