@@ -13,8 +13,9 @@ from noetl_celery.cli.targets import TargetError, split_ref
 from noetl_celery.cli.views import catalog_renderable, stdout_console
 from noetl_celery.errors import CatalogNotFound, Problem
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.models.validation import validate_file
+from noetl_celery.models.validation import CredentialAliases, validate_file
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
+from noetl_celery.tools.credentials import CredentialStore
 
 
 def playbook_files(target: Path) -> list[Path]:
@@ -41,8 +42,13 @@ def problem_json(file: Path, problem: Problem) -> dict[str, Any]:
 )
 def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Check playbooks without running them; every problem is listed with its location.
-    Exit 2 if any has an error."""
-    reports = {f: validate_file(f) for target in files for f in playbook_files(target)}
+    Exit 2 if any has an error. `auth:` aliases are checked against NOETL_CREDENTIALS_FILE."""
+    credentials = credential_aliases()
+    reports = {
+        f: validate_file(f, credentials=credentials)
+        for target in files
+        for f in playbook_files(target)
+    }
     if as_json:
         dump_json([problem_json(f, p) for f, r in reports.items() for p in r.problems])
     else:
@@ -52,6 +58,16 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
             if report.ok:
                 click.echo(f"{path}: ok")
     sys.exit(0 if all(r.ok for r in reports.values()) else EXIT_INVALID)
+
+
+def credential_aliases() -> CredentialAliases:
+    """The aliases of NOETL_CREDENTIALS_FILE (a bad file raises ConfigurationError naming
+    it: exit 2); none configured: aliases cannot be checked (a warning per alias)."""
+    path = load_settings().credentials_file
+    if not path:
+        return CredentialAliases(None)
+    store = CredentialStore.from_file(path)
+    return CredentialAliases(frozenset(store.aliases()), store.source)
 
 
 @click.group()
