@@ -365,10 +365,9 @@ def _aliases(data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
 
 
 def _tool_alias(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, str]]:
-    if tool.get("kind") != "postgres":
-        return
-    key = "auth" if "auth" in tool else "credential"
-    yield from _alias_at((*path, key), tool.get(key))
+    # (legacy `credential:` is an error of its own, validation_tools)
+    if tool.get("kind") == "postgres":
+        yield from _alias_at((*path, "auth"), tool.get("auth"))
 
 
 def _alias_at(path: Path, auth: Any) -> Iterator[tuple[Path, str]]:
