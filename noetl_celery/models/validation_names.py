@@ -382,7 +382,7 @@ def _alias_at(path: Path, auth: Any) -> Iterator[tuple[Path, str]]:
 
 # ---- wording ----------------------------------------------------------------------------------
 def _guess(name: str, candidates: Iterable[str], prefix: str = "") -> str:
-    found = difflib.get_close_matches(name, sorted(candidates), n=1)
+    found = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
     return f"; did you mean `{prefix}{found[0]}`?" if found else ""
 
 

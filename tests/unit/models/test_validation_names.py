@@ -81,15 +81,15 @@ BAD = [
         """), "`iter.x` is not defined", "each", "set.ctx.last", "error"),
     bad("iter-in-policy-of-loop", pb("""
         - step: each
-          loop: {in: [1, 2], iterator: n}
+          loop: {in: [1, 2], iterator: num}
           tool:
             kind: noop
             spec:
               policy:
                 rules:
-                  - when: "{{ iter.nn > 1 }}"  # <--
+                  - when: "{{ iter.numm > 1 }}"  # <--
                     then: {do: continue}
-        """), "did you mean `iter.n`?", "each", "tool.spec.policy.rules[0].when", "error"),
+        """), "did you mean `iter.num`?", "each", "tool.spec.policy.rules[0].when", "error"),
     bad("iter-outside-a-loop", pb("""
         - step: a
           tool: {kind: python, input: {p: "{{ iter.page }}"}, code: "result = 1"}  # <--
