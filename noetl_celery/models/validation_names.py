@@ -210,8 +210,11 @@ def _check_value(
     for text_path, text in template_strings(value, path):
         if not is_template(text):
             continue
-        if where.field == "tool" and _not_rendered(text_path[len(path) :]):
+        inner = text_path[len(path) :]
+        if where.field == "tool" and _not_rendered(inner):
             continue
+        if where.field == "next" and inner[2:3] not in (("when",), ("set",)):
+            continue  # `next.spec`, `arcs[].spec`, `arcs[].step` are never rendered
         refs = template_refs(text)
         if refs is None:
             continue  # a syntax error, reported by check_templates
@@ -221,7 +224,7 @@ def _check_value(
                 line = collector.document.text_line(text_path, ref.line)
                 add = collector.error if is_error else collector.warning
                 add(text_path, message, line=line)
-        if where.field == "next" and text_path[len(path) + 2 : len(path) + 3] == ("when",):
+        if where.field == "next" and inner[2:3] == ("when",):
             _check_events(collector, text_path, refs, where)
 
 

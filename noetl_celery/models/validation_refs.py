@@ -10,7 +10,8 @@ it safe to be missing (`x | default(...)`, `x is defined`): such names are never
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import lru_cache
 
 import jinja2
 from jinja2 import meta, nodes
@@ -39,12 +40,13 @@ class EventComparison:
     line: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class TemplateRefs:
-    references: list[Reference] = field(default_factory=list)
-    events: list[EventComparison] = field(default_factory=list)
+    references: tuple[Reference, ...]
+    events: tuple[EventComparison, ...]
 
 
+@lru_cache(maxsize=4096)  # a playbook is validated at registration and at every `run`
 def template_refs(text: str) -> TemplateRefs | None:
     """The references of `text`; None when it is not valid Jinja (reported elsewhere)."""
     try:
@@ -54,13 +56,14 @@ def template_refs(text: str) -> TemplateRefs | None:
     walker = _Walker(meta.find_undeclared_variables(tree))
     walker.walk(tree, guarded=False)
     guarded = walker.guarded
-    refs = TemplateRefs(events=walker.events)
-    for ref in walker.found:
-        # a prefix made safe anywhere in the template (`{% if iter.x is defined %}`)
-        # makes every read below it safe
-        if not any(ref.names[:end] in guarded for end in range(1, len(ref.names) + 1)):
-            refs.references.append(ref)
-    return refs
+    # a prefix made safe anywhere in the template (`{% if iter.x is defined %}`) makes
+    # every read below it safe
+    references = tuple(
+        ref
+        for ref in walker.found
+        if not any(ref.names[:end] in guarded for end in range(1, len(ref.names) + 1))
+    )
+    return TemplateRefs(references, tuple(walker.events))
 
 
 class _Walker:
