@@ -28,7 +28,8 @@ from noetl_celery.models.payload_walk import find_problem
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.text_files import read_text_file
 from noetl_celery.models.validation_base import ERROR, WARNING, Collector, type_word
-from noetl_celery.models.validation_names import CredentialAliases, check_names
+from noetl_celery.models.validation_credentials import CredentialAliases
+from noetl_celery.models.validation_names import check_names
 from noetl_celery.models.validation_schema import validate_model
 from noetl_celery.models.validation_steps import check_document
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml

@@ -12,25 +12,30 @@ iterators, input keys, pipeline task labels, and the engine's own names (`ctx`, 
   is the engine's, no payload reaches it (item *fields* are data and never checked);
 - `event.name` compared with a name no event has is an *error* (the arc can never fire);
   a NoETL event arcs never see, or one this kind of step never routes on, is a warning;
-- a credential alias missing from the credentials file is an *error*; without a file
-  (`NOETL_CREDENTIALS_FILE` unset) it cannot be checked, which is a warning.
+- credential aliases: see `validation_credentials`.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_celery.constants import CALL_DONE, CALL_ERROR, LOOP_DONE
 from noetl_celery.models.scopes import split_set_key
-from noetl_celery.models.validation_base import Collector, as_dict, as_list
+from noetl_celery.models.validation_base import (
+    Collector,
+    as_dict,
+    as_list,
+    did_you_mean,
+    names_list,
+)
+from noetl_celery.models.validation_credentials import CredentialAliases, check_credentials
 from noetl_celery.models.validation_refs import Reference, TemplateRefs, template_refs
 from noetl_celery.models.validation_values import is_template, template_strings
 from noetl_celery.models.yaml_positions import Path
 
-__all__ = ["CredentialAliases", "check_names"]
+__all__ = ["check_names"]
 
 # Names the engine puts in some render context (templating.context, engine.runner,
 # engine.pipeline, engine.claims). Where exactly varies; being permissive here keeps
@@ -96,16 +101,6 @@ NOETL_ONLY = {
     "(use `execution_id` or `job`)",
 }
 _STEP_FIELDS = ("tool", "input", "set", "loop", "next")
-_AUTH_KEYS = ("key", "name", "credential", "alias")  # tools.postgres_tool.auth_alias
-
-
-@dataclass(frozen=True)
-class CredentialAliases:
-    """What `validate` knows of credentials: the aliases of the credentials file, or
-    None when no file is configured (then aliases cannot be checked)."""
-
-    aliases: frozenset[str] | None
-    source: str = "the credentials file"
 
 
 @dataclass
@@ -147,7 +142,7 @@ def check_names(collector: Collector, credentials: CredentialAliases | None = No
             collector, ("workbook", index, "tool"), as_dict(entry).get("tool"), defined, where
         )
     if credentials is not None:
-        _check_credentials(collector, data, credentials)
+        check_credentials(collector, data, credentials)
 
 
 # ---- what the playbook defines ---------------------------------------------------------------
@@ -259,7 +254,7 @@ def _reference_problem(
         return (
             f"`{head}.{key}`: no workload key, step or `set` key is called `{key}`; unless "
             f"the execution payload supplies it, rendering fails"
-            f"{_guess(key, names, prefix=head + '.')}",
+            f"{did_you_mean(key, names, prefix=head + '.')}",
             False,
         )
     if head in known:
@@ -269,7 +264,7 @@ def _reference_problem(
     return (
         f"`{head}` is not defined in this playbook (no workload key, step, `set` key, loop "
         f"iterator or input is called so); unless the execution payload supplies it, "
-        f"rendering fails{_guess(head, known - ENGINE_NAMES)}",
+        f"rendering fails{did_you_mean(head, known - ENGINE_NAMES)}",
         False,
     )
 
@@ -288,7 +283,7 @@ def _iter_problem(key: str, defined: _Defined, where: _Where) -> tuple[str | Non
     names = {where.iterator, *ITER_NAMES, *defined.iter_keys}
     if key in names:
         return None, False
-    guess = _guess(key, {where.iterator, *defined.iter_keys}, prefix="iter.")
+    guess = did_you_mean(key, {where.iterator, *defined.iter_keys}, prefix="iter.")
     return (
         f"`iter.{key}` is not defined: this loop's iterator is `{where.iterator}` "
         f"(`iter.{where.iterator}`) and no `set` writes `iter.{key}`"
@@ -318,76 +313,13 @@ def _check_events(collector: Collector, path: Path, refs: TemplateRefs, where: _
             collector.warning(
                 path,
                 f"`event.name` is compared with `{value}`, an event arcs never see (they are "
-                f"evaluated on {_names(routed)}); this comparison is never true",
+                f"evaluated on {names_list(list(routed))}); this comparison is never true",
                 line=line,
             )
         else:
             collector.error(
                 path,
                 f"`event.name` is compared with `{value}`, which no event is called; arcs "
-                f"here see {_names(routed)}{_guess(value, ROUTING_EVENTS)}",
+                f"here see {names_list(list(routed))}{did_you_mean(value, ROUTING_EVENTS)}",
                 line=line,
             )
-
-
-# ---- credentials ------------------------------------------------------------------------------
-def _check_credentials(
-    collector: Collector, data: dict[str, Any], credentials: CredentialAliases
-) -> None:
-    reported: set[str] = set()
-    for path, alias in _aliases(data):
-        if credentials.aliases is None:
-            if alias not in reported:
-                collector.warning(
-                    path,
-                    f"credential `{alias}` is not checked: NOETL_CREDENTIALS_FILE is not set "
-                    "(workers need a credentials file that defines it)",
-                )
-        elif alias not in credentials.aliases:
-            known = sorted(credentials.aliases)
-            hint = _guess(alias, known) or f"; it defines: {_names(known) or '(none)'}"
-            collector.error(path, f"credential `{alias}` is not in {credentials.source}{hint}")
-        reported.add(alias)
-
-
-def _aliases(data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
-    """(path, alias) of every postgres tool and cursor naming a literal credential."""
-    for index, raw in enumerate(as_list(data.get("workflow"))):
-        step = as_dict(raw)
-        tool = step.get("tool")
-        if isinstance(tool, list):
-            for position, task in enumerate(tool):
-                yield from _tool_alias(("workflow", index, "tool", position), as_dict(task))
-        else:
-            yield from _tool_alias(("workflow", index, "tool"), as_dict(tool))
-        cursor = as_dict(as_dict(step.get("loop")).get("cursor"))
-        if cursor and cursor.get("kind", "postgres") == "postgres":
-            yield from _alias_at(("workflow", index, "loop", "cursor", "auth"), cursor.get("auth"))
-    for index, entry in enumerate(as_list(data.get("workbook"))):
-        yield from _tool_alias(("workbook", index, "tool"), as_dict(as_dict(entry).get("tool")))
-
-
-def _tool_alias(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, str]]:
-    # (legacy `credential:` is an error of its own, validation_tools)
-    if tool.get("kind") == "postgres":
-        yield from _alias_at((*path, "auth"), tool.get("auth"))
-
-
-def _alias_at(path: Path, auth: Any) -> Iterator[tuple[Path, str]]:
-    if isinstance(auth, dict):
-        key = next((k for k in _AUTH_KEYS if auth.get(k)), None)
-        if key is None:
-            return
-        path, auth = (*path, key), auth[key]
-    if isinstance(auth, str) and auth.strip() and not is_template(auth):
-        yield path, auth.strip()
-
-
-# ---- wording ----------------------------------------------------------------------------------
-def _guess(name: str, candidates: Iterable[str], prefix: str = "") -> str:
-    found = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
-    return f"; did you mean `{prefix}{found[0]}`?" if found else ""
-
-
-def _names(names: Iterable[str]) -> str:
-    return ", ".join(f"`{name}`" for name in names)
