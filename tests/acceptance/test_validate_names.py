@@ -122,3 +122,18 @@ def test_run_prints_name_warnings_at_start(embedded_env: dict[str, str], tmp_pat
     first = err.splitlines()[0]
     assert first.startswith(warning), err
     assert json.dumps(out)  # stdout stayed one JSON object
+
+
+def test_run_refuses_an_iterator_typo_before_anything_runs(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    items = Path(__file__).resolve().parents[1] / "playbooks" / "items_fail.yaml"
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(items.read_text().replace('x: "{{ iter.x }}"', 'x: "{{ iter.y }}"'))
+    rc, out, _ = run_json(["run", str(typo), "--json"], embedded_env)
+    assert (rc, out["status"], out["execution_id"]) == (2, "FAILED", None)
+    assert out["error"] == (
+        f"{typo}:16: step 'each': field 'tool[0].input.x': `iter.y` is not defined: this loop's "
+        "iterator is `x` (`iter.x`) and no `set` writes `iter.y`; use `iter.x.y` for a field "
+        "of the item"
+    )
