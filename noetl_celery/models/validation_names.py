@@ -100,6 +100,8 @@ NOETL_ONLY = {
     "catalog_id": "NoETL's catalog id of the playbook, which noetl-celery does not provide "
     "(use `execution_id` or `job`)",
 }
+# What older playbooks call the outcome of the step being routed (NoETL v1 names)
+_OUTCOME_NAMES = frozenset({"result", "response"})
 _STEP_FIELDS = ("tool", "input", "set", "loop", "next")
 
 
@@ -261,10 +263,15 @@ def _reference_problem(
         return None, False
     if head in NOETL_ONLY:
         return f"`{head}` is {NOETL_ONLY[head]}; rendering fails here", False
+    hint = (
+        "; a step's outcome is `output` in `set` and arcs (`output.data`), `{{ <step> }}` elsewhere"
+        if head in _OUTCOME_NAMES
+        else did_you_mean(head, known)
+    )
     return (
         f"`{head}` is not defined in this playbook (no workload key, step, `set` key, loop "
         f"iterator or input is called so); unless the execution payload supplies it, "
-        f"rendering fails{did_you_mean(head, known - ENGINE_NAMES)}",
+        f"rendering fails{hint}",
         False,
     )
 

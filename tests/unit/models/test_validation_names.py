@@ -103,6 +103,17 @@ BAD = [
         - step: a
           tool: {kind: python, input: {n: "{{ limt }}"}, code: "result = 1"}  # <--
         """, TOP), "did you mean `limit`?", "a", "tool.input.n", "warning"),
+    bad("engine-name-typo", pb("""
+        - step: a
+          tool: {kind: noop}
+          set: {total: "{{ outptu.data }}"}  # <--
+        """), "did you mean `output`?", "a", "set.total", "warning"),
+    bad("noetl-v1-outcome-name", pb("""
+        - step: a
+          tool: {kind: noop}
+          next: {arcs: [{step: a, when: "{{ response.status_code == 200 }}"}]}  # <--
+        """), "a step's outcome is `output` in `set` and arcs (`output.data`)", "a",
+        "next.arcs[0].when", "warning"),
     bad("unknown-ctx-key", pb("""
         - step: a
           tool: {kind: noop}
