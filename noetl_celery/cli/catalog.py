@@ -14,14 +14,15 @@ from noetl_celery.cli.views import catalog_renderable, stdout_console
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.errors import CatalogNotFound, PlaybookInvalid, Problem
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.models.validation import ValidationReport, validate_file
+from noetl_celery.models.validation import CredentialAliases, ValidationReport, validate_file
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
+from noetl_celery.tools.credentials import CredentialStore
 
 
-def check_file(path: Path) -> ValidationReport:
+def check_file(path: Path, credentials: CredentialAliases | None = None) -> ValidationReport:
     """`validate_file`, plus the `script:` files it names: a missing one is an error here,
     as it is when the playbook is registered (engine.scripts)."""
-    report = validate_file(path)
+    report = validate_file(path, credentials=credentials)
     if report.playbook is not None:
         try:
             capture_scripts(report.playbook, str(path), path.read_text(encoding="utf-8"))
@@ -55,8 +56,11 @@ def problem_json(file: Path, problem: Problem) -> dict[str, Any]:
 )
 def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Check playbooks without running them; every problem is listed with its location.
-    Exit 2 if any has an error."""
-    reports = {f: check_file(f) for target in files for f in playbook_files(target)}
+    Exit 2 if any has an error. `auth:` aliases are checked against NOETL_CREDENTIALS_FILE."""
+    credentials = credential_aliases()
+    reports = {
+        f: check_file(f, credentials) for target in files for f in playbook_files(target)
+    }
     if as_json:
         dump_json([problem_json(f, p) for f, r in reports.items() for p in r.problems])
     else:
@@ -66,6 +70,16 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
             if report.ok:
                 click.echo(f"{path}: ok")
     sys.exit(0 if all(r.ok for r in reports.values()) else EXIT_INVALID)
+
+
+def credential_aliases() -> CredentialAliases:
+    """The aliases of NOETL_CREDENTIALS_FILE (a bad file raises ConfigurationError naming
+    it: exit 2); none configured: aliases cannot be checked (a warning per alias)."""
+    path = load_settings().credentials_file
+    if not path:
+        return CredentialAliases(None)
+    store = CredentialStore.from_file(path)
+    return CredentialAliases(frozenset(store.aliases()), store.source)
 
 
 @click.group()

@@ -9,7 +9,9 @@ field, so a user fixes a playbook in one pass:
 3. semantic checks on the raw data (`validation_steps`, `validation_tools`,
    `validation_values`): unknown keys, tool requirements, python syntax, template syntax,
    arc targets, pipelines, loops, `set` keys. They run even when step 2 failed;
-4. every string storable in Postgres (no NUL, no lone surrogate) and no NaN.
+4. names templates read that nothing defines, and credential aliases
+   (`validation_names`);
+5. every string storable in Postgres (no NUL, no lone surrogate) and no NaN.
 
 Warnings (ignored keys, `keychain`, ...) never reject a playbook.
 """
@@ -26,11 +28,20 @@ from noetl_celery.models.payload_walk import find_problem
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.text_files import read_text_file
 from noetl_celery.models.validation_base import ERROR, WARNING, Collector, type_word
+from noetl_celery.models.validation_credentials import CredentialAliases
+from noetl_celery.models.validation_names import check_names
 from noetl_celery.models.validation_schema import validate_model
 from noetl_celery.models.validation_steps import check_document
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
 
-__all__ = ["ValidationReport", "load_playbook", "read_playbook", "validate_file", "validate_text"]
+__all__ = [
+    "CredentialAliases",
+    "ValidationReport",
+    "load_playbook",
+    "read_playbook",
+    "validate_file",
+    "validate_text",
+]
 
 
 @dataclass
@@ -57,8 +68,11 @@ class ValidationReport:
         return not self.errors
 
 
-def validate_text(text: str, file: str | None = None) -> ValidationReport:
-    """Validate playbook YAML text; `file` only labels the problems."""
+def validate_text(
+    text: str, file: str | None = None, *, credentials: CredentialAliases | None = None
+) -> ValidationReport:
+    """Validate playbook YAML text; `file` only labels the problems. `credentials` (what
+    the CLI read from NOETL_CREDENTIALS_FILE) checks `auth:` aliases; None skips that."""
     size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_PLAYBOOK_BYTES:
         message = f"the playbook is larger than the limit of {size_words(MAX_PLAYBOOK_BYTES)}"
@@ -85,6 +99,7 @@ def validate_text(text: str, file: str | None = None) -> ValidationReport:
         )
     playbook = validate_model(collector)
     check_document(collector)
+    check_names(collector, credentials)
     _check_storable(collector)
     problems = collector.sorted_problems()
     report = ValidationReport(None, problems)
@@ -108,14 +123,16 @@ def read_playbook(path: str | Path) -> str:
     return read_text_file(path, max_bytes=MAX_PLAYBOOK_BYTES, what="playbook")
 
 
-def validate_file(path: str | Path) -> ValidationReport:
+def validate_file(
+    path: str | Path, *, credentials: CredentialAliases | None = None
+) -> ValidationReport:
     """Validate a playbook file; an unreadable file yields one problem naming it."""
     name = str(path)
     try:
         text = read_playbook(path)
     except InputInvalid as exc:
         return ValidationReport(None, [Problem(exc.reason, file=exc.subject)])
-    return validate_text(text, file=name)
+    return validate_text(text, file=name, credentials=credentials)
 
 
 def load_playbook(text: str, file: str | None = None) -> Playbook:

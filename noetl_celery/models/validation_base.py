@@ -6,6 +6,8 @@ run when the models reject the document; every accessor here therefore tolerates
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 from noetl_celery.errors import Problem
@@ -60,6 +62,12 @@ def nonblank(value: Any) -> bool:
 
 def names_list(names: list[str]) -> str:
     return ", ".join(f"`{name}`" for name in names) if names else "(none)"
+
+
+def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "") -> str:
+    """`; did you mean `<prefix><closest>`?` or "" when no candidate is close."""
+    found = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
+    return f"; did you mean `{prefix}{found[0]}`?" if found else ""
 
 
 class Collector:

@@ -27,7 +27,7 @@ def is_template(text: str) -> bool:
 
 def check_templates(collector: Collector, path: Path, value: Any) -> None:
     """Every string below `value` that looks like a template must be valid Jinja syntax."""
-    for where, text in _strings(value, path):
+    for where, text in template_strings(value, path):
         if not is_template(text):
             continue
         try:
@@ -43,7 +43,7 @@ def check_templates(collector: Collector, path: Path, value: Any) -> None:
             )
 
 
-def _strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
+def template_strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
     """Every string leaf below `value` with its path, except tool `code`: python code is
     not a template (`{{ }}` there is a set display)."""
     if isinstance(value, str):
@@ -52,10 +52,10 @@ def _strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
         is_tool = "kind" in value
         for key, item in value.items():
             if not (is_tool and key == "code"):
-                yield from _strings(item, (*path, key))
+                yield from template_strings(item, (*path, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _strings(item, (*path, index))
+            yield from template_strings(item, (*path, index))
 
 
 def check_set_keys(collector: Collector, path: Path, mapping: Any) -> None:

@@ -27,6 +27,8 @@ metadata:
   path: tests/valid
 workload:
   api: http://localhost:1
+  slots: 2
+  pg_auth: pg
 workbook:
   - name: score
     tool: {kind: python, code: "result = {'score': 1}"}

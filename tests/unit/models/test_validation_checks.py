@@ -153,7 +153,7 @@ CASES = [
             spec:
               policy:
                 rules:
-                  - when: "{{ x }}"  # <--
+                  - when: "{{ output.ok }}"  # <--
         """), "a rule needs `then`", "a", "tool.spec.policy.rules[0]"),
     case("rule-expr", pb("""
         - step: a
