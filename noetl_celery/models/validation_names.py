@@ -95,8 +95,8 @@ OTHER_EVENTS = frozenset(
 )
 # Names NoETL's render context has and noetl-celery's does not (reference §3.2)
 NOETL_ONLY = {
-    "token": "NoETL's template function for OAuth tokens (`token(<credential>)`), which "
-    "noetl-celery does not provide",
+    "token": "the keychain's token function (`token('<entry>')` reads a `keychain` entry's "
+    "token), and this playbook declares no `keychain`",
     "catalog_id": "NoETL's catalog id of the playbook, which noetl-celery does not provide "
     "(use `execution_id` or `job`)",
 }
@@ -152,6 +152,7 @@ def _definitions(data: dict[str, Any]) -> _Defined:
     defined = _Defined()
     defined.variables.update(str(key) for key in as_dict(data.get("workload")))
     for entry in as_list(data.get("keychain")):  # NoETL's keychain: `keychain.<name>`
+        defined.variables.add("token")  # `token('<entry>')` reads the keychain
         name = as_dict(entry).get("name")
         defined.variables.update(("keychain", name) if isinstance(name, str) else ("keychain",))
     for raw in as_list(data.get("workflow")):

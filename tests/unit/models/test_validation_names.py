@@ -144,7 +144,7 @@ BAD = [
     bad("noetl-token-function", pb("""
         - step: a
           tool: {kind: http, url: "http://x", headers: {A: "{{ token('g') }}"}}  # <--
-        """), "NoETL's template function for OAuth tokens", "a", "tool.headers.A", "warning"),
+        """), "this playbook declares no `keychain`", "a", "tool.headers.A", "warning"),
     # --- event names ---------------------------------------------------------------------------
     bad("event-unknown", pb("""
         - step: a
@@ -273,7 +273,11 @@ GOOD = [
     good("keychain-names", pb("""
         - step: a
           tool: {kind: http, url: "{{ keychain.api.token }} {{ api }}"}
-        """, "keychain:\n  - {name: api, kind: secret_manager}\n")),
+        """, "keychain:\n  - {name: api, kind: static, map: {token: t}}\n")),
+    good("token-reads-the-keychain", pb("""
+        - step: a
+          tool: {kind: http, url: "http://x", headers: {A: "Bearer {{ token('api') }}"}}
+        """, "keychain:\n  - {name: api, kind: static, map: {access_token: t}}\n")),
     good("credential-known", pb(PG % "auth: pg_local"), FILE_CREDS),
     good("credential-template-not-checked", pb(PG % "auth: '{{ limit }}'", TOP), FILE_CREDS),
     good("credential-duckdb-not-checked", pb("""
