@@ -923,6 +923,7 @@ def test_script_forms_that_validate_clean() -> None:
           tool:
             kind: duckdb
             script: {uri: q.sql, source: {type: http, endpoint: "http://h/q.sql", method: get}}
-        """
+        """,
+        "workload: {script_url: 'https://h/s.py', kind: file}\n",
     )
     assert validate_text(text).problems == []
