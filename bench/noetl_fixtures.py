@@ -45,7 +45,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "paginated-api.test-server.svc.cluster.
 URL = re.compile(r"https?://([A-Za-z0-9_.-]+)")
 # credential names the fixtures give postgres steps (`auth: pg_k8s`, `pg_auth: pg_local`,
 # the literal `pg_auth`): all of them point at the scratch database
-PG_NAME = re.compile(r"\b(pg_[A-Za-z0-9_]+|postgres_[A-Za-z0-9_]+|noetl_connection)\b")
+PG_NAME = re.compile(r"\b(pg_\w+|postgres_\w+|\w+_postgres|noetl_connection)\b")
 
 
 @dataclass

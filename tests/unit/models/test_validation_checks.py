@@ -442,6 +442,23 @@ CASES = [
           - {name: wb, tool: {kind: noop}}
           - {name: wb, tool: {kind: noop}}  # <--
         """), "workbook entry `wb` is defined twice", None, "workbook[1].name"),
+    case("workbook-playbook-without-path-never-called", pb(NOOP, top="""
+        workbook:
+          - name: wb
+            tool:  # <--
+              kind: playbook
+        """), "a playbook tool needs `path:` (the catalog path to run); no step calls this "
+         "entry yet", None, "workbook[0].tool.path", "warning"),
+    case("workbook-playbook-without-path-called", pb("""
+        - step: a
+          tool: {kind: workbook, name: wb}
+        """, top="""
+        workbook:
+          - name: wb
+            tool:  # <--
+              kind: playbook
+        """), "a playbook tool needs `path:` (the catalog path to run)", None,
+         "workbook[0].tool.path"),
     case("playbook-without-path", pb("""
         - step: a
           tool:  # <--
