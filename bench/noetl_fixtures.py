@@ -37,11 +37,15 @@ from typing import Any
 import yaml
 
 from bench.harness import COMPAT_KIT, ROOT, env_for, python
+from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 
 FIXTURES = "tests/fixtures/playbooks"
 RUNNABLE_KINDS = frozenset({"python", "postgres", "duckdb", "noop", "workbook", "playbook", "http"})
 TEST_SERVER = "http://paginated-api.test-server.svc.cluster.local:5555"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "paginated-api.test-server.svc.cluster.local")
+# with --noetl-kinds, fixtures with steps of NoETL kinds this engine lacks run too (they
+# should run until such a step and fail naming it)
+NOETL_ONLY_KINDS = set(UNSUPPORTED_NOETL_KINDS)
 URL = re.compile(r"https?://([A-Za-z0-9_.-]+)")
 # credential names the fixtures give postgres steps (`auth: pg_k8s`, `pg_auth: pg_local`,
 # the literal `pg_auth`): all of them point at the scratch database
@@ -110,7 +114,7 @@ def walk_tools(node: Any) -> list[dict[str, Any]]:
     return found
 
 
-def classify(fx: Fixture) -> None:
+def classify(fx: Fixture, noetl_kinds: bool = False) -> None:
     try:
         fx.data = yaml.safe_load(fx.text)
     except yaml.YAMLError as exc:
@@ -125,7 +129,7 @@ def classify(fx: Fixture) -> None:
         fx.kinds.add(tool["kind"])
         if tool["kind"] == "playbook" and isinstance(tool.get("path"), str):
             fx.children.add(tool["path"])
-    foreign = sorted(fx.kinds - RUNNABLE_KINDS)
+    foreign = sorted(fx.kinds - RUNNABLE_KINDS - (NOETL_ONLY_KINDS if noetl_kinds else set()))
     hosts = sorted({h for h in URL.findall(fx.text) if h not in LOCAL_HOSTS})
     if foreign:
         fx.skip = f"kinds {', '.join(foreign)}"
@@ -188,6 +192,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--commit", default="HEAD")
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds per playbook run")
     ap.add_argument("--template-mode", choices=("strict", "noetl"), default="strict")
+    ap.add_argument(
+        "--noetl-kinds",
+        action="store_true",
+        help="also run fixtures with steps of NoETL kinds this engine lacks",
+    )
     ap.add_argument("--only", help="only fixtures whose path contains this text")
     ap.add_argument(
         "--data-db",
@@ -206,7 +215,7 @@ def main(argv: list[str]) -> int:
     kit = load_kit(args.compat_kit)
     fixtures = read_fixtures(args.noetl_repo, args.commit, args.only)
     for fx in fixtures:
-        classify(fx)
+        classify(fx, args.noetl_kinds)
         validate(fx)
     selected = [fx for fx in fixtures if fx.skip is None]
     wanted_children = {c for fx in selected for c in fx.children}

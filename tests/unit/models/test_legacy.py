@@ -165,3 +165,28 @@ def test_validate_reports_the_legacy_key_as_a_warning_on_its_line() -> None:
     tool = report.playbook.workflow[0].tool
     assert tool is not None and not isinstance(tool, list)
     assert tool.fields()["auth"] == "pg" and "credential" not in tool.fields()
+
+
+def test_fields_of_a_noetl_only_kind_are_not_checked_as_templates_but_its_rules_are() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: noetl.io/v2
+        kind: Playbook
+        metadata: {name: p}
+        workflow:
+          - step: a
+            tool:
+              kind: shell
+              cmds: ["docker system df --format '{{`{{json .}}`}}'"]
+              spec:
+                policy:
+                  rules:
+                    - when: "{{ output.status == }}"
+                      then: {do: continue}
+        """
+    )
+    report = validate_text(text, "pb.yaml")
+    assert [(p.severity, p.field) for p in report.problems] == [
+        ("warning", "tool.kind"),
+        ("error", "tool.spec.policy.rules[0].when"),
+    ]
