@@ -88,26 +88,33 @@ PIPELINE_STATUS_FAILED: Final = "failed"
 TOOL_KINDS: Final = frozenset(
     {"python", "http", "postgres", "duckdb", "noop", "workbook", "playbook"}
 )
-# Kinds NoETL defines that this engine does not implement (validation names them clearly).
+# Kinds NoETL has that this engine does not run. A playbook containing such a step is
+# valid (with a warning) and runs until the step is reached, which then fails naming it.
+# Taken from NoETL's `ToolSpec.kind` (noetl/core/dsl/engine/models/tools.py) and its
+# worker dispatch (noetl/worker/nats_worker.py, noetl/tools/__init__.py). Anything in
+# neither set is a typo: a validation error with did-you-mean.
 UNSUPPORTED_NOETL_KINDS: Final = frozenset(
     {
-        "ducklake",
-        "playbooks",
-        "secrets",
-        "iterator",
-        "container",
-        "script",
-        "snowflake",
-        "transfer",
-        "snowflake_transfer",
-        "gcs",
-        "gateway",
-        "nats",
         "agent",
-        "shell",
         "artifact",
-        "task_sequence",
+        "container",
+        "cursor_worker",
+        "ducklake",
+        "gateway",
+        "gcs",
+        "iterator",
+        "mcp",
+        "nats",
+        "playbooks",
+        "result_fetch",
         "rhai",
+        "script",
+        "secrets",
+        "shell",
+        "snowflake",
+        "snowflake_transfer",
+        "task_sequence",
+        "transfer",
     }
 )
 

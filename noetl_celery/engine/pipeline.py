@@ -23,7 +23,7 @@ from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import make_outcome, output_view
 from noetl_celery.models.playbook import ToolSpec
-from noetl_celery.models.policy import PREVIOUS_ALIASES, Then
+from noetl_celery.models.policy import FAIL_WITHOUT_THEN, PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
 from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolOutcome
@@ -213,12 +213,19 @@ def run_pipeline(
 def _match(
     step: str, label: str, tool: ToolSpec, context: Mapping[str, Any], renderer: Renderer
 ) -> Then | None:
+    # NoETL's order (task_sequence_executor `_evaluate_policy_rules`), see models.policy.Rule
     for i, rule in enumerate(tool.rules):
-        if rule.is_else:
-            return rule.action
+        if rule.else_ is not None:
+            if rule.else_.then is not None:
+                return rule.else_.then
+            continue
+        if rule.when is None:
+            if rule.then is not None:
+                return rule.then
+            continue
         where = f"step '{step}' task '{label}' spec.policy.rules[{i}].when"
         if renderer.condition(rule.when, context, where):
-            return rule.action
+            return rule.then or FAIL_WITHOUT_THEN
     return None
 
 

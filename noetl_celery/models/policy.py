@@ -51,33 +51,28 @@ class Then(BaseModel):
 class ElseClause(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    then: Then
+    # None: an `else` without `then`, which NoETL skips (`models.legacy` empties it)
+    then: Then | None = None
+
+
+# The fallback of a rule that matches but has no `then` (NoETL raises, failing the task).
+FAIL_WITHOUT_THEN = Then(do="fail", attempts=1, delay=0.0, max_delay=None)
 
 
 class Rule(BaseModel):
-    """`{when, then}` or `{else: {then}}`. A YAML boolean `when` is accepted."""
+    """`{when, then}` or `{else: {then}}`. A YAML boolean `when` is accepted.
+
+    As NoETL's runtime (noetl/worker/task_sequence_executor.py `_evaluate_policy_rules`):
+    an `else` without `then` and a rule with neither `when` nor `then` are skipped; a
+    `then` without `when` always matches; a matching `when` without `then` fails the task.
+    `models.legacy` warns about each of these.
+    """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     when: str | bool | None = None
     then: Then | None = None
     else_: ElseClause | None = Field(None, alias="else")
-
-    @model_validator(mode="after")
-    def _shape(self) -> Rule:
-        if self.else_ is not None:
-            if self.when is not None or self.then is not None:
-                raise ValueError("an `else` rule takes no `when`/`then` of its own")
-        elif self.then is None:
-            raise ValueError("a rule needs `then` (or use `else: {then: ...}`)")
-        return self
-
-    @property
-    def action(self) -> Then:
-        if self.else_ is not None:
-            return self.else_.then
-        assert self.then is not None
-        return self.then
 
     @property
     def is_else(self) -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.errors import InputInvalid, PlaybookInvalid, Problem
 from noetl_celery.models.inputs import size_words
+from noetl_celery.models.legacy import normalise_legacy
 from noetl_celery.models.payload_walk import find_problem
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.text_files import read_text_file
@@ -97,6 +98,10 @@ def validate_text(
             f"`{path[-1]}` is given twice in this mapping; YAML keeps "
             "only the last one, remove the other",
         )
+    # legacy spellings NoETL accepts become the current ones before anything checks them,
+    # so the validator and the runtime (which loads through here) agree on them
+    for note in normalise_legacy(document.data):
+        collector.warning(note.path, note.message)
     playbook = validate_model(collector)
     check_document(collector)
     check_names(collector, credentials)

@@ -8,6 +8,7 @@ from typing import Any
 
 import jinja2
 
+from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 from noetl_celery.models.validation_base import Collector, type_word
 from noetl_celery.models.yaml_positions import Path
 
@@ -45,13 +46,17 @@ def check_templates(collector: Collector, path: Path, value: Any) -> None:
 
 def template_strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
     """Every string leaf below `value` with its path, except tool `code`: python code is
-    not a template (`{{ }}` there is a set display)."""
+    not a template (`{{ }}` there is a set display); and of a tool of a NoETL-only kind,
+    only `spec`."""
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, dict):
         is_tool = "kind" in value
+        # a tool of a NoETL kind this engine lacks is never rendered here (it fails when
+        # reached), so only its `spec` (policy rules still route that failure) is checked
+        foreign = is_tool and value.get("kind") in UNSUPPORTED_NOETL_KINDS
         for key, item in value.items():
-            if not (is_tool and key == "code"):
+            if not (is_tool and key == "code") and not (foreign and key != "spec"):
                 yield from template_strings(item, (*path, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):

@@ -10,6 +10,7 @@ import importlib
 import threading
 from typing import TYPE_CHECKING
 
+from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 from noetl_celery.errors import UnknownTool
 from noetl_celery.tools.base import Tool
 
@@ -43,6 +44,11 @@ def get_tool(kind: str) -> Tool:
     if target is None:
         if key in _RUNNER_KINDS:
             raise UnknownTool(f"tool kind '{kind}' is run by the step runner, not a tool")
+        if key in UNSUPPORTED_NOETL_KINDS:  # validated with a warning; fails when reached
+            raise UnknownTool(
+                f"kind {key} is not supported by noetl-celery (a NoETL tool kind this "
+                "engine does not run; see the README's NoETL compatibility section)"
+            )
         known = ", ".join(sorted(_IMPLEMENTATIONS))
         raise UnknownTool(f"unknown tool kind '{kind}' (known kinds: {known})")
     with _lock:

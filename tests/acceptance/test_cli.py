@@ -71,8 +71,8 @@ INVALID = {
     "bad yaml": ("workflow: [\n  - step: a\n    tool: {kind: noop\n", "line"),
     "unknown tool kind": (
         "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x}\nworkflow:\n"
-        "  - step: a\n    tool: {kind: snowflake}\n",
-        "snowflake",
+        "  - step: a\n    tool: {kind: snowflak}\n",
+        "did you mean `snowflake`?",
     ),
     "arc to a missing step": (
         "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x}\nworkflow:\n"

@@ -167,6 +167,13 @@ def test_jump_pagination_with_iter_state() -> None:
         ("[{else: {then: {do: break}}}]", ToolOutcome.success({}), "break", ["a"]),
         ("[{else: {then: {do: fail}}}]", ToolOutcome.success({}), "error", ["a"]),
         ("[{when: true, then: {do: continue}}]", http_error(404), "ok", ["a", "b"]),
+        # shapes NoETL's runtime tolerates (models.legacy warns): evaluated as NoETL does
+        ("[{else: {}}, {else: {then: {do: break}}}]", ToolOutcome.success({}), "break", ["a"]),
+        ("[{else: {}}]", http_error(500), "error", ["a"]),  # skipped: no rule matched
+        ("[{then: {do: break}}]", http_error(500), "break", ["a"]),  # no `when`: always
+        ("[{}, {then: {do: break}}]", ToolOutcome.success({}), "break", ["a"]),
+        ("[{when: true}]", ToolOutcome.success({}), "error", ["a"]),  # matched, no `then`
+        ("[{when: false}]", ToolOutcome.success({}), "ok", ["a", "b"]),
     ],
 )
 def test_actions(rules: str, outcome: ToolOutcome, status: str, calls: list[str]) -> None:

@@ -154,7 +154,8 @@ CASES = [
               policy:
                 rules:
                   - when: "{{ output.ok }}"  # <--
-        """), "a rule needs `then`", "a", "tool.spec.policy.rules[0]"),
+        """), "a rule with `when` and no `then` fails the task when it matches", "a",
+         "tool.spec.policy.rules[0]", "warning"),
     case("rule-expr", pb("""
         - step: a
           tool:
@@ -328,7 +329,18 @@ CASES = [
         - step: a
           tool:
             kind: snowflake  # <--
-        """), "is a NoETL tool kind that noetl-celery does not implement", "a", "tool.kind"),
+        """), "`kind: snowflake` is a NoETL tool kind that noetl-celery does not run; the "
+         "playbook runs, and fails when this step is reached", "a", "tool.kind", "warning"),
+    case("kind-typo-did-you-mean", pb("""
+        - step: a
+          tool:
+            kind: pythn  # <--
+        """), "`kind: pythn` is not a tool kind; did you mean `python`?", "a", "tool.kind"),
+    case("kind-typo-of-a-noetl-kind", pb("""
+        - step: a
+          tool:
+            kind: snowflak  # <--
+        """), "did you mean `snowflake`?", "a", "tool.kind"),
     case("python-without-code", pb("""
         - step: a
           tool:  # <--
@@ -410,7 +422,8 @@ CASES = [
             kind: postgres
             credential: pg  # <--
             command: select 1
-        """), "use `auth:` instead of legacy `credential:`", "a", "tool.credential"),
+        """), "`credential:` is NoETL's legacy spelling of `auth:` (deprecated)", "a",
+         "tool.credential", "warning"),
     case("postgres-without-sql", pb("""
         - step: a
           tool:  # <--
@@ -475,6 +488,23 @@ CASES = [
           - {name: wb, tool: {kind: noop}}
           - {name: wb, tool: {kind: noop}}  # <--
         """), "workbook entry `wb` is defined twice", None, "workbook[1].name"),
+    case("workbook-playbook-without-path-never-called", pb(NOOP, top="""
+        workbook:
+          - name: wb
+            tool:  # <--
+              kind: playbook
+        """), "a playbook tool needs `path:` (the catalog path to run); no step calls this "
+         "entry yet", None, "workbook[0].tool.path", "warning"),
+    case("workbook-playbook-without-path-called", pb("""
+        - step: a
+          tool: {kind: workbook, name: wb}
+        """, top="""
+        workbook:
+          - name: wb
+            tool:  # <--
+              kind: playbook
+        """), "a playbook tool needs `path:` (the catalog path to run)", None,
+         "workbook[0].tool.path"),
     case("playbook-without-path", pb("""
         - step: a
           tool:  # <--

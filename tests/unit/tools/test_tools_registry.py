@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
 from noetl_celery.errors import ToolError, UnknownTool
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.registry import get_tool, tool_kinds
@@ -37,12 +38,25 @@ def test_kind_lookup_ignores_case() -> None:
     assert get_tool("NoOp") is get_tool("noop")
 
 
-@pytest.mark.parametrize("kind", ["workbook", "playbook", "snowflake", ""])
+@pytest.mark.parametrize("kind", ["workbook", "playbook", "bash", ""])
 def test_unknown_kinds(kind: str) -> None:
     with pytest.raises(UnknownTool) as info:
         get_tool(kind)
     assert isinstance(info.value, ToolError)
     assert f"'{kind}'" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", sorted(UNSUPPORTED_NOETL_KINDS))
+def test_noetl_kinds_this_engine_lacks_fail_naming_the_kind(kind: str) -> None:
+    with pytest.raises(UnknownTool) as info:
+        get_tool(kind)
+    assert str(info.value).startswith(f"kind {kind} is not supported by noetl-celery")
+
+
+def test_kind_tables_do_not_overlap() -> None:
+    """A kind is either run here or listed as NoETL's-only, never both."""
+    assert not (UNSUPPORTED_NOETL_KINDS & TOOL_KINDS)
+    assert tool_kinds() | {"workbook", "playbook"} == TOOL_KINDS
 
 
 def test_noop(run_tool: RunTool) -> None:

@@ -1,0 +1,301 @@
+"""Measure how many of NoETL's own fixture playbooks this engine runs, unchanged.
+
+    python -m bench.noetl_fixtures --noetl-repo /work/.mirror/noetl+noetl/repo --commit 832c9a1e
+    python -m bench.noetl_fixtures ... --template-mode noetl --only pagination
+
+The playbooks are read from the NoETL git checkout at run time (`git show`) into a
+temporary directory; nothing of NoETL's is copied into this project. Every `.yaml` under
+tests/fixtures/playbooks is validated in-process; the *self-contained* ones (tool kinds
+this engine runs, http only to 127.0.0.1/localhost or to the compat kit's test API server)
+are registered and run embedded (SQLite, in-process workers) with a timeout. The test API
+server's in-cluster address (`paginated-api.test-server...:5555`) is rewritten in the
+temporary copy to the server the compat kit starts; credentials come from the kit
+(`pg_k8s`, `pg_local` on a scratch Postgres database).
+
+One line per playbook: COMPLETED, FAILED (the error's first line), REFUSED (a validation
+problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent)
+or SKIPPED (not self-contained: the reason, and VALID/REFUSED from validation); totals last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from bench.harness import COMPAT_KIT, ROOT, env_for, python
+from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
+
+FIXTURES = "tests/fixtures/playbooks"
+RUNNABLE_KINDS = frozenset({"python", "postgres", "duckdb", "noop", "workbook", "playbook", "http"})
+TEST_SERVER = "http://paginated-api.test-server.svc.cluster.local:5555"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "paginated-api.test-server.svc.cluster.local")
+# with --noetl-kinds, fixtures with steps of NoETL kinds this engine lacks run too (they
+# should run until such a step and fail naming it)
+NOETL_ONLY_KINDS = set(UNSUPPORTED_NOETL_KINDS)
+URL = re.compile(r"https?://([A-Za-z0-9_.-]+)")
+# credential names the fixtures give postgres steps (`auth: pg_k8s`, `pg_auth: pg_local`,
+# the literal `pg_auth`): all of them point at the scratch database
+PG_NAME = re.compile(r"\b(pg_\w+|postgres_\w+|\w+_postgres|noetl_connection)\b")
+
+
+@dataclass
+class Fixture:
+    path: str  # relative to tests/fixtures/playbooks
+    text: str
+    data: Any = None
+    kinds: set[str] = field(default_factory=set)
+    children: set[str] = field(default_factory=set)  # catalog paths of `kind: playbook`
+    catalog_path: str | None = None
+    skip: str | None = None  # why it is not self-contained
+    problems: list[str] = field(default_factory=list)  # validation errors
+    warnings: int = 0
+    status: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def load_kit(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compat_run", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        raise SystemExit(f"compat kit not found at {path}; pass --compat-kit")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_fixtures(repo: str, commit: str, only: str | None) -> list[Fixture]:
+    names = subprocess.run(
+        ["git", "-C", repo, "ls-tree", "-r", "--name-only", commit, FIXTURES],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    out = []
+    for name in names:
+        if not name.endswith((".yaml", ".yml")) or (only and only not in name):
+            continue
+        text = subprocess.run(
+            ["git", "-C", repo, "show", f"{commit}:{name}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        out.append(Fixture(name[len(FIXTURES) + 1 :], text))
+    return out
+
+
+def walk_tools(node: Any) -> list[dict[str, Any]]:
+    """Every mapping with a string `kind` under a `tool`/`workbook` entry (tasks included)."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if isinstance(node.get("kind"), str):
+            found.append(node)
+        for key, value in node.items():
+            if key in ("auth", "credential", "credentials", "keychain", "spec", "cursor"):
+                continue  # `kind` there is an auth type or a cursor driver, not a tool
+            found.extend(walk_tools(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(walk_tools(item))
+    return found
+
+
+def classify(fx: Fixture, noetl_kinds: bool = False) -> None:
+    try:
+        fx.data = yaml.safe_load(fx.text)
+    except yaml.YAMLError as exc:
+        fx.skip = f"not YAML: {str(exc).splitlines()[0]}"
+        return
+    if not isinstance(fx.data, dict) or "workflow" not in fx.data:
+        fx.skip = "not a playbook (no workflow)"
+        return
+    meta = fx.data.get("metadata")
+    fx.catalog_path = meta.get("path") if isinstance(meta, dict) else None
+    for tool in walk_tools(fx.data.get("workflow")) + walk_tools(fx.data.get("workbook")):
+        fx.kinds.add(tool["kind"])
+        if tool["kind"] == "playbook" and isinstance(tool.get("path"), str):
+            fx.children.add(tool["path"])
+    foreign = sorted(fx.kinds - RUNNABLE_KINDS - (NOETL_ONLY_KINDS if noetl_kinds else set()))
+    hosts = sorted({h for h in URL.findall(fx.text) if h not in LOCAL_HOSTS})
+    if foreign:
+        fx.skip = f"kinds {', '.join(foreign)}"
+    elif hosts:
+        fx.skip = f"external hosts {', '.join(hosts[:3])}"
+
+
+def validate(fx: Fixture) -> None:
+    from noetl_celery.models.validation import validate_text
+
+    report = validate_text(fx.text, fx.path)
+    fx.problems = [str(p) for p in report.errors]
+    fx.warnings = len(report.warnings)
+
+
+def first_line(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0][:240] if lines else ""
+
+
+def run_one(fx: Fixture, file: Path, env: dict[str, str], timeout: float) -> None:
+    cmd = [python(), "-m", "noetl_celery.cli.main", "run", str(file), "--json"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        fx.status, fx.seconds = "TIMEOUT", time.monotonic() - t0
+        return
+    fx.seconds = time.monotonic() - t0
+    try:
+        out = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
+    except ValueError:
+        out = None
+    if not isinstance(out, dict):
+        fx.status, fx.detail = "FAILED", f"no JSON (exit {proc.returncode}): {first_line(stderr)}"
+        return
+    status = out.get("status")
+    if status == "COMPLETED":
+        fx.status = "COMPLETED"
+    elif proc.returncode == 2:
+        fx.status, fx.detail = "REFUSED", first_line(out.get("error"))
+    else:
+        fx.status, fx.detail = "FAILED", first_line(out.get("error") or stderr)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.noetl_fixtures", description=__doc__)
+    ap.add_argument("--noetl-repo", required=True, help="a NoETL git checkout (bare is fine)")
+    ap.add_argument("--commit", default="HEAD")
+    ap.add_argument("--timeout", type=float, default=90.0, help="seconds per playbook run")
+    ap.add_argument("--template-mode", choices=("strict", "noetl"), default="strict")
+    ap.add_argument(
+        "--noetl-kinds",
+        action="store_true",
+        help="also run fixtures with steps of NoETL kinds this engine lacks",
+    )
+    ap.add_argument("--only", help="only fixtures whose path contains this text")
+    ap.add_argument(
+        "--data-db",
+        default="noetl_fixtures_bench_data",
+        help="scratch Postgres database for the fixtures' own tables",
+    )
+    ap.add_argument(
+        "--compat-kit",
+        type=Path,
+        default=COMPAT_KIT,
+        help="the compat kit's run.py (its test API server and credentials)",
+    )
+    ap.add_argument("--json-report", help="also write every result as JSON to this file")
+    args = ap.parse_args(argv)
+
+    kit = load_kit(args.compat_kit)
+    fixtures = read_fixtures(args.noetl_repo, args.commit, args.only)
+    for fx in fixtures:
+        classify(fx, args.noetl_kinds)
+        validate(fx)
+    selected = [fx for fx in fixtures if fx.skip is None]
+    wanted_children = {c for fx in selected for c in fx.children}
+
+    work = Path(tempfile.mkdtemp(prefix="noetl-fixtures-"))
+    db = kit.Database(f"postgresql://postgres@127.0.0.1:5432/{args.data_db}")
+    db.ensure(fresh=True)
+    creds = work / "credentials.json"
+    entry = next(iter(db.credentials().values()))
+    names = {n for fx in selected for n in PG_NAME.findall(fx.text)} | set(kit.PG_ALIASES)
+    creds.write_text(json.dumps({n: entry for n in sorted(names)}), encoding="utf-8")
+    server = kit.ApiServer("127.0.0.1")
+    server.start()
+    try:
+        files = work / "playbooks"
+        for fx in selected:
+            target = files / fx.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(fx.text.replace(TEST_SERVER, server.url), encoding="utf-8")
+        env = env_for(
+            NOETL_HOME=str(work / "home"),
+            NOETL_CREDENTIALS_FILE=str(creds),
+            NOETL_TEMPLATE_MODE=args.template_mode,
+        )
+        print(
+            f"fixtures {args.commit}: {len(fixtures)} files, {len(selected)} self-contained; "
+            f"template mode {args.template_mode}; work dir {work}",
+            flush=True,
+        )
+        if selected:
+            register = [python(), "-m", "noetl_celery.cli.main", "catalog", "register", str(files)]
+            subprocess.run(register, env=env, cwd=ROOT, capture_output=True, timeout=600)
+        for fx in selected:
+            if fx.problems:
+                fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
+            elif fx.catalog_path in wanted_children:
+                fx.status = "CHILD"
+            else:
+                run_one(fx, files / fx.path, env, args.timeout)
+            report_line(fx)
+    finally:
+        server.stop()
+        db.close()
+    for fx in fixtures:
+        if fx.skip is not None:
+            fx.status = "SKIPPED"
+            fx.detail = f"{fx.skip}; " + (
+                "REFUSED: " + first_line(fx.problems[0]) if fx.problems else "VALID"
+            )
+            report_line(fx)
+    totals(fixtures)
+    if args.json_report:
+        rows = [
+            {k: getattr(fx, k) for k in ("path", "status", "detail", "seconds", "warnings")}
+            for fx in fixtures
+        ]
+        Path(args.json_report).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    return 0
+
+
+def report_line(fx: Fixture) -> None:
+    extra = f" ({fx.seconds:.1f}s)" if fx.seconds else ""
+    detail = f": {fx.detail}" if fx.detail else ""
+    print(f"{fx.status:<9} {fx.path}{extra}{detail}", flush=True)
+
+
+def totals(fixtures: list[Fixture]) -> None:
+    counts = Counter(fx.status for fx in fixtures)
+    ran = sum(counts[s] for s in ("COMPLETED", "FAILED", "TIMEOUT", "REFUSED"))
+    skipped = [fx for fx in fixtures if fx.status == "SKIPPED"]
+    refused_skipped = sum(1 for fx in skipped if fx.problems)
+    print(
+        f"totals: {counts['COMPLETED']} COMPLETED, {counts['FAILED']} FAILED, "
+        f"{counts['REFUSED']} REFUSED, {counts['TIMEOUT']} TIMEOUT of {ran} self-contained run; "
+        f"{counts['CHILD']} CHILD; {len(skipped)} SKIPPED ({refused_skipped} of them REFUSED "
+        f"by validation); all files: {sum(1 for fx in fixtures if not fx.problems)} valid, "
+        f"{sum(1 for fx in fixtures if fx.problems)} refused",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
