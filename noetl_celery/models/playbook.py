@@ -134,7 +134,10 @@ class Loop(BaseModel):
 
 
 class Arc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NoETL's Arc ignores keys it does not know (pydantic's default): so do we, with a
+    # validation warning (models.validation_flow.check_arcs); legacy `args` is refused
+    # there, as NoETL refuses it
+    model_config = ConfigDict(extra="ignore")
 
     step: str
     when: str | bool | None = None

@@ -6,7 +6,13 @@ import difflib
 from typing import Any
 
 from noetl_celery.constants import CURSOR_KINDS
-from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
+from noetl_celery.models.validation_base import (
+    Collector,
+    as_dict,
+    as_list,
+    did_you_mean,
+    names_list,
+)
 from noetl_celery.models.validation_values import check_set_keys, check_when
 from noetl_celery.models.yaml_positions import Path
 
@@ -16,12 +22,45 @@ def check_arcs(collector: Collector, path: Path, nxt: Any, names: list[str]) -> 
         if not isinstance(arc, dict):
             continue
         arc_path = (*path, "arcs", index)
+        _check_arc_keys(collector, arc_path, arc)
         target = arc.get("step")
         if isinstance(target, str) and target not in names:
             collector.error((*arc_path, "step"), no_such_step("the arc", target, names))
         if "when" in arc:
             check_when(collector, (*arc_path, "when"), arc["when"])
         check_set_keys(collector, (*arc_path, "set"), arc.get("set"))
+
+
+ARC_KEYS = ("step", "when", "set", "spec")
+# what other engines call an arc's condition
+_CONDITION_WORDS = frozenset({"cond", "condition", "if", "where", "guard"})
+
+
+def _check_arc_keys(collector: Collector, arc_path: Path, arc: dict[str, Any]) -> None:
+    """`args` is refused (NoETL refuses it too); any other unknown key is ignored, as
+    NoETL ignores it, with a warning: a condition under another name means the arc is
+    always taken, in both engines."""
+    for key in arc:
+        if key in ARC_KEYS or not isinstance(key, str):
+            continue
+        if key == "args":
+            collector.error(
+                (*arc_path, key),
+                "arc `args` is not supported (NoETL rejects it too); pass values with the "
+                "arc's `set:` or the target step's `input:`",
+            )
+            continue
+        hint = (
+            "; an arc's condition is `when:` (as written, the arc is always taken)"
+            if key in _CONDITION_WORDS
+            else did_you_mean(key, ARC_KEYS)
+        )
+        allowed = ", ".join(f"`{k}`" for k in ARC_KEYS)
+        collector.warning(
+            (*arc_path, key),
+            f"unknown key `{key}` in an arc is ignored (NoETL ignores it too); allowed "
+            f"keys: {allowed}{hint}",
+        )
 
 
 def no_such_step(what: str, target: str, names: list[str]) -> str:

@@ -212,6 +212,25 @@ CASES = [
               - step: a
                 args: {x: 1}  # <--
         """), "arc `args` is not supported", "a", "next.arcs[0].args"),
+    # NoETL ignores other unknown arc keys: a warning, and the arc still routes
+    case("arc-cond-ignored", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            arcs:
+              - step: a
+                cond: exit_code == 0  # <--
+        """), "an arc's condition is `when:` (as written, the arc is always taken)", "a",
+        "next.arcs[0].cond", "warning"),
+    case("arc-key-typo", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            arcs:
+              - step: a
+                whne: "{{ true }}"  # <--
+        """), "is ignored (NoETL ignores it too); allowed keys: `step`, `when`, `set`, `spec`; "
+        "did you mean `when`?", "a", "next.arcs[0].whne", "warning"),
     case("tool-string", pb("""
         - step: a
           tool: python  # <--
