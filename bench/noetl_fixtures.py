@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from bench.harness import COMPAT_KIT, ROOT, env_for, python
+from bench.harness import COMPAT_KIT, env_for, python
 from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 
 FIXTURES = "tests/fixtures/playbooks"
@@ -77,15 +77,36 @@ def load_kit(path: Path) -> ModuleType:
     return module
 
 
-def read_fixtures(repo: str, commit: str, only: str | None) -> list[Fixture]:
-    names = subprocess.run(
+def fixture_names(repo: str, commit: str) -> list[str]:
+    return subprocess.run(
         ["git", "-C", repo, "ls-tree", "-r", "--name-only", commit, FIXTURES],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split()
+
+
+def write_support_files(repo: str, commit: str, root: Path) -> int:
+    """The fixtures' other files (the scripts `script:` names) at their repository paths
+    under `root`: NoETL resolves `script.uri` against its working directory, the
+    repository's root, and the runs here start there too."""
+    count = 0
+    for name in fixture_names(repo, commit):
+        if name.endswith((".yaml", ".yml")):
+            continue
+        blob = subprocess.run(
+            ["git", "-C", repo, "show", f"{commit}:{name}"], check=True, capture_output=True
+        ).stdout
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob)
+        count += 1
+    return count
+
+
+def read_fixtures(repo: str, commit: str, only: str | None) -> list[Fixture]:
     out = []
-    for name in names:
+    for name in fixture_names(repo, commit):
         if not name.endswith((".yaml", ".yml")) or (only and only not in name):
             continue
         text = subprocess.run(
@@ -150,13 +171,13 @@ def first_line(text: Any) -> str:
     return lines[0][:240] if lines else ""
 
 
-def run_one(fx: Fixture, file: Path, env: dict[str, str], timeout: float) -> None:
+def run_one(fx: Fixture, file: Path, env: dict[str, str], timeout: float, cwd: Path) -> None:
     cmd = [python(), "-m", "noetl_celery.cli.main", "run", str(file), "--json"]
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -230,7 +251,11 @@ def main(argv: list[str]) -> int:
     server = kit.ApiServer("127.0.0.1")
     server.start()
     try:
-        files = work / "playbooks"
+        # a NoETL checkout's layout: the playbooks and their scripts at their repository
+        # paths, the runs started from its root
+        root = work / "repo"
+        files = root / FIXTURES
+        write_support_files(args.noetl_repo, args.commit, root)
         for fx in selected:
             target = files / fx.path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -247,14 +272,14 @@ def main(argv: list[str]) -> int:
         )
         if selected:
             register = [python(), "-m", "noetl_celery.cli.main", "catalog", "register", str(files)]
-            subprocess.run(register, env=env, cwd=ROOT, capture_output=True, timeout=600)
+            subprocess.run(register, env=env, cwd=root, capture_output=True, timeout=600)
         for fx in selected:
             if fx.problems:
                 fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
             elif fx.catalog_path in wanted_children:
                 fx.status = "CHILD"
             else:
-                run_one(fx, files / fx.path, env, args.timeout)
+                run_one(fx, files / fx.path, env, args.timeout, root)
             report_line(fx)
     finally:
         server.stop()
