@@ -1,0 +1,193 @@
+"""What the engine answers about executions: the CLI's `run --json` summary and `status`,
+and the read models of the HTTP API and the pages (engine.readmodels), as methods of
+`Engine` (engine.service), kept apart from the engine's writes."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from noetl_celery.constants import COMPLETED
+from noetl_celery.engine import readmodels
+from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.views import execution_line, run_errors, status_view
+from noetl_celery.store.history import events_page, logs_page
+from noetl_celery.store.repository import Store
+from noetl_celery.tools.services import ToolServices
+
+
+class EngineReads:
+    """Mixed into `Engine`, which provides the store, the playbook cache and the tools'
+    services (their redactor masks what leaves the machine)."""
+
+    store: Store
+    playbooks: PlaybookCache
+    services: ToolServices
+
+    def summary(self, execution_id: str) -> dict[str, Any]:
+        """The `run --json` object: execution_id, status, result, error, errors,
+        duration, steps. Only a COMPLETED execution has a result; a FAILED or CANCELLED
+        one lists what failed in `errors` (`{step, item, kind, message}`, first 20)."""
+        row = self.store.execution(execution_id)
+        summary = self.store.summary(row)
+        if row.status != COMPLETED:
+            summary["result"] = None
+        summary["errors"] = run_errors(self.store, row)
+        return summary
+
+    def status(self, execution_id: str) -> dict[str, Any]:
+        return status_view(self.store, self.store.execution(execution_id))
+
+    def executions(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        limit: int = 20,
+    ) -> list[dict[str, Any]]:
+        """Recent executions, newest first, optionally by status, catalog path and how
+        they were started (`constants.TRIGGERS`)."""
+        rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
+        return [execution_line(r) for r in rows]
+
+    # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
+    # Each answer goes through the tools' redactor once more: messages are masked where
+    # they are made, but a step's result, a rerun's overrides or a payload echoed in an
+    # error may hold a credential's secret, and these answers leave the machine.
+    def _masked(self, view: dict[str, Any]) -> dict[str, Any]:
+        masked: dict[str, Any] = self.services.redactor.redact_value(view)
+        return masked
+
+    def executions_page(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        trigger: str | None = None,
+        parent: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
+        `execution_line` plus `items_done` (loop iterations finished, failed included)
+        and `items_failed`, over all its loop epochs (open ones live)."""
+        return self._masked(
+            readmodels.executions_page(
+                self.store,
+                status=status,
+                path=path,
+                trigger=trigger,
+                parent=parent,
+                limit=limit,
+                offset=offset,
+            )
+        )
+
+    def detail(self, execution_id: str) -> dict[str, Any]:
+        """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
+        lists them (the state's raw step failures under `failures`), and per loop
+        `started_at`, `rate_per_second`, `eta_seconds`."""
+        return self._masked(readmodels.detail(self.store, self.store.execution(execution_id)))
+
+    def failed_items(
+        self,
+        execution_id: str,
+        step: str,
+        *,
+        epoch: int | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        """`{"items": [{epoch, iteration, value, kind, message}], "total"}`: a page of the
+        failed iterations of loop step `step`, in iteration order. InputInvalid for a
+        step the playbook does not have."""
+        row = self.store.execution(execution_id)
+        readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return self._masked(
+            readmodels.failed_items(self.store, row, step, epoch=epoch, offset=offset, limit=limit)
+        )
+
+    def events_since(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        failed: bool = False,
+        step: str | None = None,
+        since: int = 0,
+        limit: int = 200,
+    ) -> dict[str, Any]:
+        """`{"events", "next_since", "left_out"}`: events after event id `since`, oldest
+        first, of any of `types` (failures only with `failed`, as `events --failed`) and
+        of `step`. InputInvalid for an unknown type or step."""
+        row = self.store.execution(execution_id)
+        chosen = readmodels.event_types(types, failed)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return self._masked(
+            readmodels.events_since(
+                self.store, row, types=chosen, step=step, since=since, limit=limit
+            )
+        )
+
+    def logs_since(
+        self, execution_id: str, *, step: str | None = None, since: int = 0, limit: int = 200
+    ) -> dict[str, Any]:
+        """`{"logs", "next_since", "left_out"}`: captured output after log id `since`."""
+        row = self.store.execution(execution_id)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        return self._masked(
+            readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
+        )
+
+    def graph(self, execution_id: str) -> dict[str, Any]:
+        """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}`: the
+        playbook's `next` arcs with each step's status in this execution."""
+        row = self.store.execution(execution_id)
+        return readmodels.graph(self.playbooks.get(row.catalog_id), row)
+
+    def events(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Events oldest first: of any of `types` and of `step` when given, newer than
+        event id `after`, the newest `limit` (all by default)."""
+        return self.events_page(execution_id, types=types, step=step, after=after, limit=limit)[0]
+
+    def events_page(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """`events` plus how many matching events the limit left out."""
+        if after is None:
+            self.store.execution(execution_id)  # raises ExecutionNotFound
+        page = events_page(
+            self.store, execution_id, types=types, step=step, after=after, limit=limit
+        )
+        return [e.to_json() for e in page.rows], page.left_out
+
+    def logs_page(
+        self,
+        execution_id: str,
+        *,
+        step: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Captured command output, in the order it was stored (see `events_page`)."""
+        if after is None:
+            self.store.execution(execution_id)  # raises ExecutionNotFound
+        page = logs_page(self.store, execution_id, step=step, after=after, limit=limit)
+        return [r.to_json() for r in page.rows], page.left_out
