@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from noetl_celery.models.outcome import ErrorKind
+
 if TYPE_CHECKING:
     from noetl_celery.tools.services import ToolServices
 
@@ -32,7 +34,7 @@ class ClaimRequest:
 class CursorError(Exception):
     """A claim failed; `kind` and `retryable` follow the tools' error kinds."""
 
-    def __init__(self, kind: str, message: str, retryable: bool = False) -> None:
+    def __init__(self, kind: ErrorKind, message: str, retryable: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable

@@ -16,7 +16,7 @@ from typing import Any
 from noetl_celery.cursors.base import ClaimRequest, CursorError, HeldClaim
 from noetl_celery.cursors.registry import get_driver
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.outcome import Outcome, StepError
 from noetl_celery.models.playbook import Step
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.templating import Renderer
@@ -38,7 +38,7 @@ def frame_names(command: ClaimedCommand) -> dict[str, Any]:
 class HeldFrame:
     """A claim's outcome, and its transaction to end once the outcome is recorded."""
 
-    outcome: dict[str, Any]
+    outcome: Outcome
     claim: HeldClaim
 
 
@@ -48,7 +48,7 @@ def run_claim(
     context: Mapping[str, Any],
     services: ToolServices,
     renderer: Renderer,
-) -> dict[str, Any] | HeldFrame:
+) -> Outcome | HeldFrame:
     assert step.loop is not None and step.loop.cursor is not None
     cursor = step.loop.cursor
     names = frame_names(command)
@@ -64,14 +64,12 @@ def run_claim(
         )
         held = get_driver(cursor.kind).claim(request, services)
     except CursorError as exc:
-        error = {"kind": exc.kind, "message": str(exc), "retryable": exc.retryable}
-        return make_outcome("error", None, error)
+        return Outcome.failed(StepError(exc.kind, str(exc), exc.retryable))
     except NoetlError as exc:
-        return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
-    outcome = make_outcome(
+        return Outcome.failed(StepError("config_error", str(exc)))
+    outcome = Outcome(
         "ok",
         {"rows": held.rows, "row_count": len(held.rows)},
-        None,
         meta={"lane": names["__cursor_lane"], "frame": names["__cursor_frame"]},
     )
     return HeldFrame(outcome, held)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
 from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import make_outcome, output_view
+from noetl_celery.models.outcome import ErrorKind, Outcome, StepError, output_view
 from noetl_celery.models.playbook import ToolSpec
 from noetl_celery.models.policy import FAIL_WITHOUT_THEN, PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
@@ -31,7 +31,7 @@ from noetl_celery.tools.base import ToolOutcome
 # runs one task: (label, tool, context, spawn key) -> outcome (or raises Suspend)
 TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any], str], ToolOutcome]
 # asked before every task: None to go on, or (error kind, message) to stop there
-StopCheck = Callable[[], tuple[str, str] | None]
+StopCheck = Callable[[], tuple[ErrorKind, str] | None]
 
 
 @dataclass
@@ -85,8 +85,8 @@ def _as_error(outcome: ToolOutcome) -> ToolOutcome:
 
 def _retry_delay(then: Then, retry_number: int, outcome: ToolOutcome, cap: float) -> float:
     delay = then.retry_delay(retry_number)
-    retry_after = (outcome.error or {}).get("retry_after")
-    if isinstance(retry_after, int | float) and retry_after > delay:
+    retry_after = outcome.error.retry_after if outcome.error is not None else None
+    if retry_after is not None and retry_after > delay:
         delay = float(retry_after)  # the server said how long to back off: honour it
     return min(delay, cap)
 
@@ -100,7 +100,7 @@ def run_pipeline(
     limits: PipelineLimits,
     resume: Mapping[str, Any] | None = None,
     stop: StopCheck | None = None,
-) -> dict[str, Any] | Suspended:
+) -> Outcome | Suspended:
     """Run the tasks; return the step's outcome (see models.outcome), or `Suspended`.
 
     `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
@@ -111,12 +111,13 @@ def run_pipeline(
         child: Mapping[str, Any] | None = resume["child"]
     else:
         run, child = RunState(iter=dict(iter_scope or {})), None
-    status, failure = "ok", None
+    status = "ok"
+    failure: StepError | None = None
     base_ctx = base.get("ctx") or {}
     while run.index < len(tasks):
         reason = stop() if stop is not None else None
         if reason is not None:  # cancelled, taken over, or past the step's deadline
-            status, failure = PIPELINE_STATUS_FAILED, {"kind": reason[0], "message": reason[1]}
+            status, failure = PIPELINE_STATUS_FAILED, StepError(*reason)
             break
         label, tool = tasks[run.index]
         attempt = run.attempts.get(label, 1)
@@ -145,32 +146,27 @@ def run_pipeline(
         run.last = {
             "status": outcome.status,
             "data": outcome.data,
-            "error": outcome.error,
+            "error": outcome.error.to_json() if outcome.error is not None else None,
             "detail": outcome.detail,
         }
         if outcome.ok:
             run.prev = outcome.data
-        output = output_view(
-            {
-                "status": outcome.status,
-                "result": outcome.data,
-                "error": outcome.error,
-                "detail": outcome.detail,
-                "meta": {"attempt": attempt},
-            },
-            step_level=False,
+        task = Outcome(
+            outcome.status,
+            outcome.data,
+            outcome.error,
+            detail=outcome.detail,
+            meta={"attempt": attempt},
         )
-        rule_context = {**context, "output": output, "error": outcome.error}
+        output = output_view(task, step_level=False)
+        rule_context = {**context, "output": output, "error": output["error"]}
         try:
             then = _match(step, label, tool, rule_context, limits.renderer)
             if then is not None and then.set:
                 where_set = f"step '{step}' task '{label}' set"
                 _apply_set(then.set, rule_context, run, where_set, limits.renderer)
         except NoetlError as exc:
-            status, failure = (
-                PIPELINE_STATUS_FAILED,
-                {"kind": "template_error", "message": str(exc)},
-            )
+            status, failure = PIPELINE_STATUS_FAILED, StepError("template_error", str(exc))
             break
         action = then.do if then is not None else ("continue" if outcome.ok else "fail")
         if action == "continue":
@@ -189,10 +185,9 @@ def run_pipeline(
             run.jumps += 1
             if run.jumps > limits.max_jumps:
                 status = PIPELINE_STATUS_FAILED
-                failure = {
-                    "kind": "config_error",
-                    "message": f"step '{step}': more than {limits.max_jumps} jumps",
-                }
+                failure = StepError(
+                    "config_error", f"step '{step}': more than {limits.max_jumps} jumps"
+                )
                 break
             target = run.index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
             run.index = max(target, 0)
@@ -202,10 +197,7 @@ def run_pipeline(
             break
         else:  # fail
             status = PIPELINE_STATUS_FAILED
-            failure = outcome.error or {
-                "kind": "policy",
-                "message": f"task '{label}' failed by policy",
-            }
+            failure = outcome.error or StepError("policy", f"task '{label}' failed by policy")
             break
     return _finish(run, status, failure, multi=len(tasks) > 1)
 
@@ -243,16 +235,14 @@ def _apply_set(
         (run.iter if scope == "iter" else run.ctx)[name] = value
 
 
-def _exhausted(outcome: ToolOutcome, attempts: int) -> dict[str, Any]:
-    error = dict(outcome.error or {"kind": "result_error", "message": "task failed"})
-    error["message"] = f"{error.get('message')} (gave up after {attempts} attempts)"
-    error["attempts"] = attempts
-    return error
+def _exhausted(outcome: ToolOutcome, attempts: int) -> StepError:
+    error = outcome.error or StepError("result_error", "task failed")
+    return replace(
+        error, message=f"{error.message} (gave up after {attempts} attempts)", attempts=attempts
+    )
 
 
-def _finish(
-    run: RunState, status: str, failure: dict[str, Any] | None, multi: bool
-) -> dict[str, Any]:
+def _finish(run: RunState, status: str, failure: StepError | None, multi: bool) -> Outcome:
     last = run.last["data"] if run.last is not None else None
     result: dict[str, Any] = dict(last) if isinstance(last, dict) else {"data": last}
     result["status"] = status
@@ -263,15 +253,14 @@ def _finish(
     detail = dict(run.last["detail"] or {}) if run.last is not None else {}
     meta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
     if status == PIPELINE_STATUS_FAILED:
-        return make_outcome(
-            "error", result, failure, ctx=run.ctx, iter_scope=run.iter, detail=detail, meta=meta
-        )
-    return make_outcome(
+        assert failure is not None  # every way to fail a pipeline says why
+        return Outcome("error", result, failure, run.ctx, run.iter, detail, meta)
+    return Outcome(
         "ok" if status == "ok" else PIPELINE_STATUS_BREAK,
         result,
         None,
-        ctx=run.ctx,
-        iter_scope=run.iter,
-        detail=detail,
-        meta=meta,
+        run.ctx,
+        run.iter,
+        detail,
+        meta,
     )

@@ -34,6 +34,7 @@ from noetl_celery.constants import FAILED
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.termination import end_tree
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.history import write_logs
 from noetl_celery.store.reaper import (
     LostCommand,
@@ -207,7 +208,7 @@ class Reaper:
             )
         return new_id
 
-    def _give_up(self, lost: LostCommand, kind: str, message: str, report: Sweep) -> None:
+    def _give_up(self, lost: LostCommand, kind: ErrorKind, message: str, report: Sweep) -> None:
         if give_up(self.store, lost, kind, message):
             report.failed += 1
             log.warning("command %s failed: %s", lost.command_id, message, extra=_about(lost))

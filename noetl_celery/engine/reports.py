@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.ids import base_command_id
 
 COMPLETED, FAILED, WAITING, DUPLICATE, SUPERSEDED = (
@@ -64,20 +65,14 @@ class CommandReport:
         return f"{where}: {self.kind or 'error'}: {self.message or 'failed'}"
 
 
-def report_of(command_id: str, outcome: dict[str, Any], *, recorded: bool) -> CommandReport:
+def report_of(command_id: str, outcome: Outcome, *, recorded: bool) -> CommandReport:
     """The report of a command that ran to an `outcome` (models.outcome), `recorded` when
     the outcome was stored as this run's."""
     if not recorded:
         return CommandReport(command_id, SUPERSEDED)
-    if outcome.get("status") != "error":
+    if outcome.error is None:
         return CommandReport(command_id, COMPLETED)
-    error = outcome.get("error")
-    kind = message = None
-    if isinstance(error, dict):
-        kind = str(error.get("kind") or "error")
-        message = str(error.get("message") or "")
-    elif error is not None:
-        message = str(error)
-    if message is not None and len(message) > MESSAGE_CHARS:
+    message = outcome.error.message
+    if len(message) > MESSAGE_CHARS:
         message = message[: MESSAGE_CHARS - 1] + "…"
-    return CommandReport(command_id, FAILED, kind or "error", message)
+    return CommandReport(command_id, FAILED, outcome.error.kind or "error", message)

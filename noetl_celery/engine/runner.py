@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -19,7 +20,7 @@ from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
-from noetl_celery.models.outcome import make_outcome, normalise_status
+from noetl_celery.models.outcome import Outcome, StepError, normalise_status
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
@@ -118,7 +119,7 @@ class StepRunner:
         command: ClaimedCommand,
         children: Children | None = None,
         stop: StopCheck | None = None,
-    ) -> dict[str, Any] | Suspended | HeldFrame:
+    ) -> Outcome | Suspended | HeldFrame:
         """The command's outcome, `Suspended` when it must wait for a child, or a claim's
         `HeldFrame`."""
         started = time.monotonic()
@@ -132,9 +133,9 @@ class StepRunner:
                 if self._needs_keychain(playbook, command.catalog_id, step):
                     context["keychain"] = self.keychain(playbook, command, context)
             except KeychainInvalid as exc:
-                return make_outcome("error", None, {"kind": "config_error", "message": str(exc)})
+                return Outcome.failed(StepError("config_error", str(exc)))
             except KeychainError as exc:
-                return make_outcome("error", None, {"kind": exc.kind, "message": str(exc)})
+                return Outcome.failed(StepError(exc.kind, str(exc)))
         if command.kind == KIND_CLAIM:
             return run_claim(step, command, context, self.services, self.renderer)
         resume = command.resume if command.resume and "child" in command.resume else None
@@ -161,12 +162,12 @@ class StepRunner:
                 spawn_key=f"{command.command_id}#{key}",
             )
 
-        outcome: dict[str, Any] | Suspended
+        outcome: Outcome | Suspended
         if step.is_pipeline:
             try:
                 step_input = self.renderer.value(step.input, context, f"step '{step.step}' input")
             except NoetlError as exc:
-                return make_outcome("error", None, {"kind": "template_error", "message": str(exc)})
+                return Outcome.failed(StepError("template_error", str(exc)))
             context = {**context, **step_input}
             outcome = run_pipeline(
                 step.step, step.tasks(), context, scope, run_task, self.limits, resume, stop
@@ -191,16 +192,15 @@ class StepRunner:
             outcome = single_outcome(single, scope if step.set else None)
         if isinstance(outcome, Suspended):
             return outcome
-        meta = dict(outcome.get("meta") or {})
+        meta = dict(outcome.meta)
         meta["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
         meta["attempt"] = command.attempt
-        outcome["meta"] = meta
-        if scope is not None and not step.set:
-            outcome.pop("iter", None)  # only steps with `set` read the iteration scope back
-        return outcome
+        # only steps with `set` read the iteration scope back
+        keep_iter = scope is None or bool(step.set)
+        return replace(outcome, meta=meta, iter=outcome.iter if keep_iter else None)
 
 
-def single_outcome(outcome: ToolOutcome, iter_scope: dict[str, Any] | None) -> dict[str, Any]:
+def single_outcome(outcome: ToolOutcome, iter_scope: dict[str, Any] | None) -> Outcome:
     """A single-tool step fails when its result says `status: error|failed|failure`
     (NoETL: python steps use `{"status": "failed"}` as an assertion)."""
     if outcome.ok and isinstance(outcome.data, dict):
@@ -210,13 +210,8 @@ def single_outcome(outcome: ToolOutcome, iter_scope: dict[str, Any] | None) -> d
             text = f"result has status '{outcome.data.get('status')}'"
             if message:
                 text = f"{text}: {message}"
-            return make_outcome(
-                "error",
-                outcome.data,
-                {"kind": "result_error", "message": text},
-                iter_scope=iter_scope,
-                detail=outcome.detail,
-            )
-    return make_outcome(
-        outcome.status, outcome.data, outcome.error, iter_scope=iter_scope, detail=outcome.detail
+            error = StepError("result_error", text)
+            return Outcome("error", outcome.data, error, iter=iter_scope, detail=outcome.detail)
+    return Outcome(
+        outcome.status, outcome.data, outcome.error, iter=iter_scope, detail=outcome.detail
     )

@@ -21,7 +21,6 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_celery import logcapture
 from noetl_celery.constants import CMD_RUNNING, RUNNING
@@ -39,7 +38,7 @@ from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.subplaybook import Suspended
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
-from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
@@ -72,7 +71,7 @@ class _Recorded:
     publish: list[str] | None  # what to publish; None: nothing more is to be done
     ran_pass: bool
     as_given: bool  # the outcome recorded is the one the command produced
-    outcome: dict[str, Any]  # the outcome recorded (or offered, when not closed)
+    outcome: Outcome  # the outcome recorded (or offered, when not closed)
 
 
 class CommandExecutor:
@@ -123,14 +122,12 @@ class CommandExecutor:
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command_id)
             redact = self.runner.services.redactor.redact
-            result = make_outcome(
-                "error",
-                None,
-                {
-                    "kind": "engine_error",
-                    "message": redact(f"{type(exc).__name__}: {exc}"),
-                    "traceback": redact(traceback.format_exc(limit=8)),
-                },
+            result = Outcome.failed(
+                StepError(
+                    "engine_error",
+                    redact(f"{type(exc).__name__}: {exc}"),
+                    traceback=redact(traceback.format_exc(limit=8)),
+                )
             )
         finally:
             self.heartbeats.stop(command_id)
@@ -158,7 +155,7 @@ class CommandExecutor:
             deadline = time.monotonic() + timeout
         checked = time.monotonic()
 
-        def check() -> tuple[str, str] | None:
+        def check() -> tuple[ErrorKind, str] | None:
             nonlocal checked
             now = time.monotonic()
             if deadline is not None and now > deadline:
@@ -188,7 +185,7 @@ class CommandExecutor:
     def _finish(
         self,
         command: ClaimedCommand,
-        outcome: dict[str, Any],
+        outcome: Outcome,
         held: HeldClaim | None = None,
         capture: logcapture.Capture | None = None,
     ) -> _Recorded:
@@ -232,7 +229,7 @@ class CommandExecutor:
     def _record(
         self,
         command: ClaimedCommand,
-        outcome: dict[str, Any],
+        outcome: Outcome,
         capture: logcapture.Capture | None = None,
     ) -> _Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
@@ -266,7 +263,7 @@ class CommandExecutor:
     def _record_once(
         self,
         command: ClaimedCommand,
-        outcome: dict[str, Any],
+        outcome: Outcome,
         capture: logcapture.Capture | None,
         fold: bool,
     ) -> tuple[bool, list[str] | None, bool]:
@@ -283,7 +280,7 @@ class CommandExecutor:
         self,
         completion: CompletionTx,
         command: ClaimedCommand,
-        outcome: dict[str, Any],
+        outcome: Outcome,
         fold: bool = True,
     ) -> tuple[bool, list[str] | None, bool]:
         closed = completion.close(outcome)
@@ -305,14 +302,14 @@ class CommandExecutor:
         return True, None if passed.deferred else passed.publish, True
 
     def _not_storable(
-        self, command: ClaimedCommand, outcome: dict[str, Any], exc: ResultNotStorable
-    ) -> dict[str, Any]:
+        self, command: ClaimedCommand, outcome: Outcome, exc: ResultNotStorable
+    ) -> Outcome:
         """The failure that replaces an outcome the database refused: it names the step,
         the item, and where in the outcome the value is and what is wrong with it."""
         where = f"step '{command.step}'"
         if command.iteration is not None:
             where += f" item {command.iteration}"
-        found = find_problem(outcome)
+        found = find_problem(outcome.to_json())
         if found is not None and found[0]:
             keys, reason = found
             what = f"{format_path(str(keys[0]), keys[1:])} {reason}"
@@ -324,8 +321,8 @@ class CommandExecutor:
         log.error(
             "command %s: %s", command.command_id, message, extra=of_command(command.command_id)
         )
-        error = {"kind": "result_not_storable", "message": message, "retryable": False}
-        return make_outcome("error", None, error, meta=outcome.get("meta"))
+        error = StepError("result_not_storable", message, retryable=False)
+        return Outcome.failed(error, meta=outcome.meta)
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:
@@ -335,20 +332,22 @@ class CommandExecutor:
         return may_defer_loop(progress, command.epoch, closed.waiting)
 
 
-def _masked(
-    result: dict[str, Any] | Suspended | HeldFrame,
-) -> dict[str, Any] | Suspended | HeldFrame:
+def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:
     """The outcome with the command's keychain values masked: a step that returns,
     echoes or fails with one stores `***` (what a child is started with, too)."""
-    if isinstance(result, dict):
-        masked: dict[str, Any] = mask_command_value(result)
-        return masked
+    if isinstance(result, Outcome):
+        return _masked_outcome(result)
     if isinstance(result, HeldFrame):
-        return dataclasses.replace(result, outcome=mask_command_value(result.outcome))
+        return dataclasses.replace(result, outcome=_masked_outcome(result.outcome))
     request = dataclasses.replace(
         result.request, payload=mask_command_value(result.request.payload)
     )
     return Suspended(mask_command_value(result.continuation), request)
+
+
+def _masked_outcome(outcome: Outcome) -> Outcome:
+    # masked as the JSON it is stored as: a value may hide anywhere in it
+    return Outcome.from_json(mask_command_value(outcome.to_json()))
 
 
 class _Children:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import KIND_CLAIM
-from noetl_celery.models.outcome import error_message
+from noetl_celery.models.outcome import Outcome, error_message
 from noetl_celery.models.playbook import Step
 from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
 from noetl_celery.orchestrator.ids import attempt_of, claim_command_id, parse_claim, with_attempt
@@ -136,10 +136,10 @@ def _claim_failed(
     are left; otherwise the lane is drained and the step fails with the claim's error."""
     progress = st.loop
     assert progress is not None and progress.lanes is not None
-    error = completion.outcome.get("error")
+    error = completion.outcome.error
     attempt = attempt_of(completion.command_id)
     attempts = progress.claim_attempts or run.limits.claim_attempts
-    retryable = isinstance(error, dict) and error.get("retryable") is True
+    retryable = error is not None and error.retryable is True
     if retryable and attempt < attempts:
         _claim(run, step, st, lane_no, attempt + 1, claim_backoff(run.limits, attempt + 1))
         return
@@ -153,13 +153,13 @@ def _claim_failed(
     )
 
 
-def _duplicates(outcome: dict[str, Any]) -> int:
-    result = outcome.get("result")
+def _duplicates(outcome: Outcome) -> int:
+    result = outcome.result
     return int(result.get("duplicates") or 0) if isinstance(result, dict) else 0
 
 
-def _rows(outcome: dict[str, Any]) -> list[Any]:
-    result = outcome.get("result")
+def _rows(outcome: Outcome) -> list[Any]:
+    result = outcome.result
     rows = result.get("rows") if isinstance(result, dict) else None
     return rows if isinstance(rows, list) else []
 

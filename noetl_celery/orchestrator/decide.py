@@ -34,7 +34,7 @@ from noetl_celery.constants import (
     RUNNING,
 )
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import error_message, output_view
+from noetl_celery.models.outcome import StepError, error_message, output_view
 from noetl_celery.models.playbook import Playbook, Step
 from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
@@ -116,19 +116,20 @@ class Pass:
         self.state.step(step).result_epoch = epoch
         self.touch()
 
-    def fail(self, step: str, epoch: int, message: str, error: Any = None) -> None:
+    def fail(self, step: str, epoch: int, message: str, error: StepError | None = None) -> None:
         """Record an unhandled failure of `step`; the execution will end FAILED."""
         st = self.state.step(step)
         st.status = "failed"
-        failure = {"step": step, "epoch": epoch, "message": message}
-        if isinstance(error, dict):
-            failure["error"] = error
+        failure: dict[str, Any] = {"step": step, "epoch": epoch, "message": message}
+        stored = error.to_json() if error is not None else None
+        if stored is not None:
+            failure["error"] = stored
         if len(self.state.failures) < FAILURES_KEPT:
             self.state.failures.append(failure)
         else:  # a step that fails every epoch must not grow the snapshot without bound
             self.state.failures_dropped += 1
         self.decision.events.append(
-            loops.event(EV_STEP_FAILED, step, epoch, {"message": message, "error": error})
+            loops.event(EV_STEP_FAILED, step, epoch, {"message": message, "error": stored})
         )
 
     # ---- entering steps ---------------------------------------------------------------------
@@ -222,11 +223,9 @@ class Pass:
         self.state.in_flight -= 1
         outcome = completion.outcome
         ok = completion.ok
-        self.record_result(
-            step.step, completion.epoch, "ok" if ok else "error", outcome.get("result")
-        )
-        if outcome.get("ctx"):
-            self.state.vars.update(outcome["ctx"])
+        self.record_result(step.step, completion.epoch, "ok" if ok else "error", outcome.result)
+        if outcome.ctx:
+            self.state.vars.update(outcome.ctx)
             self.touch()
         output = output_view(outcome)
         if ok:
@@ -245,8 +244,7 @@ class Pass:
             return
         st.status = "failed"
         if not self.route(step, completion.epoch, output, CALL_ERROR):
-            error = outcome.get("error")
-            self.fail(step.step, completion.epoch, error_message(error), error)
+            self.fail(step.step, completion.epoch, error_message(outcome.error), outcome.error)
 
     # ---- end of pass ------------------------------------------------------------------------
     def finish(self) -> Decision:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.state import ExecutionState
 
 
@@ -17,11 +18,11 @@ class Completion:
     step: str
     epoch: int
     iteration: int | None
-    outcome: dict[str, Any]
+    outcome: Outcome
 
     @property
     def ok(self) -> bool:
-        return self.outcome.get("status") != "error"
+        return self.outcome.ok
 
 
 class Facts(Protocol):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import error_message, output_view
+from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
 from noetl_celery.models.playbook import FrameSpec, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import (
@@ -40,9 +40,9 @@ ITEM_ERROR_CHARS = 500
 
 def item_error(completion: Completion) -> dict[str, Any]:
     """`{item, kind, message}` of a failed iteration (item: its index in the epoch)."""
-    error = completion.outcome.get("error")
-    kind = error.get("kind") if isinstance(error, dict) else None
-    message = error_message(error) if error is not None else "failed"
+    error = completion.outcome.error
+    kind = error.kind if error is not None else None
+    message = error_message(error)
     if len(message) > ITEM_ERROR_CHARS:
         message = message[: ITEM_ERROR_CHARS - 1] + "…"
     return {"item": completion.iteration, "kind": kind or "error", "message": message}
@@ -219,8 +219,8 @@ def apply_iteration(run: Pass, step: Step, completion: Completion, weight: int =
     else:
         progress.failed += weight
         keep_item_error(progress.errors, item_error(completion))
-    if outcome.get("ctx"):
-        run.state.vars.update(outcome["ctx"])
+    if outcome.ctx:
+        run.state.vars.update(outcome.ctx)
         run.touch()
     if completion.ok and step.set:
         _iteration_set(run, step, completion)
@@ -246,7 +246,7 @@ def on_iteration(run: Pass, step: Step, completion: Completion) -> None:
 def _iteration_set(run: Pass, step: Step, completion: Completion) -> None:
     """Step-level `set` runs after every successful iteration (NoETL semantics)."""
     assert step.loop is not None
-    scope = dict(completion.outcome.get("iter") or {})
+    scope = dict(completion.outcome.iter or {})
     item = scope.get(step.loop.iterator)
     names = iteration_names(step.loop.iterator, item, completion.iteration or 0, None, scope)
     extra = {"output": output_view(completion.outcome), "event": {"name": "call.done"}, **names}
@@ -282,7 +282,7 @@ def finish_loop(run: Pass, step: Step, st: StepState) -> None:
         # and routes; the execution ends FAILED once its flow is done. A body policy that
         # continues past the error (or a retry that succeeds) makes the item a success.
         fail_items(run, step, progress)
-    output = output_view({"status": "ok", "result": aggregate})
+    output = output_view(Outcome("ok", aggregate))
     run.route(step, progress.epoch, output, LOOP_DONE)
 
 
@@ -293,13 +293,8 @@ def fail_items(run: Pass, step: Step, progress: LoopProgress) -> None:
     message = f"{progress.failed} of {progress.total} {noun} failed"
     if first:
         message += f" (first: {first})"
-    error = {
-        "kind": "items_failed",
-        "message": message,
-        "failed": progress.failed,
-        "total": progress.total,
-        "items": list(progress.errors),
-    }
+    counts = {"failed": progress.failed, "total": progress.total, "items": list(progress.errors)}
+    error = StepError("items_failed", message, extra=counts)
     run.fail(step.step, progress.epoch, message, error)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
 from noetl_celery.errors import ResultNotStorable, StoreError
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.store.schema import utcnow
@@ -75,7 +76,7 @@ class CompletionTx:
         self.conn = conn
         self.command = command
 
-    def close(self, outcome: dict[str, Any]) -> Closed:
+    def close(self, outcome: Outcome) -> Closed:
         """Close the command with `outcome`; ResultNotStorable when the database refuses
         a value in it (Postgres: a NUL character in text, a lone surrogate). The
         transaction is then aborted: the caller closes again, in a new one."""
@@ -85,9 +86,9 @@ class CompletionTx:
             reason = str(exc.orig or exc).strip().splitlines()
             raise ResultNotStorable(reason[0] if reason else type(exc).__name__) from exc
 
-    def _close(self, outcome: dict[str, Any]) -> Closed:
+    def _close(self, outcome: Outcome) -> Closed:
         cmd, now = self.command, utcnow()
-        ok = outcome.get("status") != "error"
+        ok = outcome.ok
         if self.conn.dialect.name == "postgresql":
             row = self.conn.execute(
                 _CLOSE_PG,
@@ -96,7 +97,7 @@ class CompletionTx:
                     "b_status": "completed" if ok else "failed",
                     "b_now": now,
                     "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-                    "b_payload": outcome,
+                    "b_payload": outcome.to_json(),
                     "b_eid": cmd.execution_id,
                     "b_step": cmd.step,
                     "b_epoch": cmd.epoch,

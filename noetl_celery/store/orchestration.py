@@ -24,6 +24,7 @@ from noetl_celery.constants import (
     KIND_ITERATION,
     KIND_STEP,
 )
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import Completion, Decision
 from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store.children import resume_parent
@@ -99,7 +100,7 @@ class OrchestrationTx:
                 step=row.step or "",
                 epoch=row.epoch or 0,
                 iteration=row.iteration,
-                outcome=row.payload or {},
+                outcome=Outcome.from_json(row.payload or {}),
             )
             for row in rows
         ]
@@ -115,11 +116,11 @@ class OrchestrationTx:
             if rows:
                 fresh = self._fresh(completion, rows)
                 if len(fresh) != len(rows):
-                    result = {**completion.outcome["result"], "rows": fresh}
+                    result = {**completion.outcome.result, "rows": fresh}
                     result["row_count"] = len(fresh)
                     result["duplicates"] = len(rows) - len(fresh)
                     completion = replace(
-                        completion, outcome={**completion.outcome, "result": result}
+                        completion, outcome=replace(completion.outcome, result=result)
                     )
             out.append(completion)
         return out
@@ -323,6 +324,6 @@ def claimed_rows(completion: Completion) -> list[Any]:
     """The rows a cursor claim's completion carries (none for anything else)."""
     if parse_claim(completion.command_id) is None or not completion.ok:
         return []
-    result = completion.outcome.get("result")
+    result = completion.outcome.result
     rows = result.get("rows") if isinstance(result, dict) else None
     return rows if isinstance(rows, list) else []

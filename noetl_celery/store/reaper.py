@@ -30,6 +30,7 @@ from noetl_celery.constants import (
     EV_COMMAND_FAILED,
     RUNNING,
 )
+from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.orchestrator.ids import with_attempt
 from noetl_celery.store.counters import (
     COUNTER_LEASES_EXPIRED,
@@ -206,7 +207,7 @@ def reissue(store: Store, lost: LostCommand) -> str | None:
     return new_id
 
 
-def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
+def give_up(store: Store, lost: LostCommand, kind: ErrorKind, message: str) -> bool:
     """Fail a lost command for good: a terminal event in the inbox, as a worker would."""
     now = utcnow()
     with store.db.engine.begin() as conn:
@@ -214,7 +215,6 @@ def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
             return False
         # a lost run given up for good: its lease expired (or its deadline passed)
         add_to_counter(conn, counters, give_up_counter(kind), 1)
-        error = {"kind": kind, "message": message, "retryable": False}
         append_terminal(
             conn,
             lost.execution_id,
@@ -223,7 +223,7 @@ def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
             lost.epoch,
             lost.iteration,
             EV_COMMAND_FAILED,
-            {"status": "error", "result": None, "error": error},
+            Outcome.failed(StepError(kind, message, retryable=False)).to_json(),
             now,
         )
     return True

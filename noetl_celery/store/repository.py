@@ -25,6 +25,7 @@ from noetl_celery.constants import (
     TRIGGER_MANUAL,
 )
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import overview
 from noetl_celery.store.cache import ImmutableCache
 from noetl_celery.store.completion import CompletionTx
@@ -340,10 +341,8 @@ class Store:
             )
         return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
-    def close_command(
-        self, conn: Connection, command: ClaimedCommand, outcome: dict[str, Any]
-    ) -> bool:
-        ok = outcome.get("status") != "error"
+    def close_command(self, conn: Connection, command: ClaimedCommand, outcome: Outcome) -> bool:
+        ok = outcome.ok
         now = utcnow()
         closed = conn.execute(
             CLOSE_COMMAND,
@@ -363,12 +362,12 @@ class Store:
             command.epoch,
             command.iteration,
             EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-            outcome,
+            outcome.to_json(),
             now,
         )
         return True
 
-    def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
+    def complete(self, command: ClaimedCommand, outcome: Outcome) -> bool:
         """Close a running command and append its terminal event (the inbox entry), in one
         transaction. False when the command is no longer ours (cancelled, re-issued)."""
         with self.db.engine.begin() as conn:

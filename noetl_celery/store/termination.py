@@ -39,6 +39,7 @@ from noetl_celery.constants import (
     KIND_ITERATION,
     RUNNING,
 )
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.children import WAITING, resume_parent
@@ -221,7 +222,8 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
     for event_id, command_id, step, epoch, payload in pending:
         if parse_claim(command_id or "") is None:
             continue
-        completion = Completion(event_id, command_id, step, epoch, None, payload or {})
+        outcome = Outcome.from_json(payload or {})
+        completion = Completion(event_id, command_id, step, epoch, None, outcome)
         keyed = {row_key(row): row for row in claimed_rows(completion)}
         if not keyed:
             continue

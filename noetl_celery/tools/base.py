@@ -3,9 +3,10 @@
 A tool receives a `ToolCall` whose `config` is already rendered (every field except the
 ones the tool lists in `raw_fields`, e.g. python `code`) and returns a `ToolOutcome`.
 A tool never raises for a failure of the work itself (HTTP 500, SQL error, exception in
-user code): it returns `ToolOutcome.failure(...)` with an error `kind` so that policies
-can match on it. Raising is reserved for bugs and for `ToolError` (misconfiguration),
-which the runner turns into a failed outcome with kind `config_error`.
+user code): it returns `ToolOutcome.failure(...)` with an error `kind` (one of
+models.outcome.ErrorKind) so that policies can match on it. Raising is reserved for bugs
+and for `ToolError` (misconfiguration), which the runner turns into a failed outcome with
+kind `config_error`.
 """
 
 from __future__ import annotations
@@ -14,37 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from noetl_celery.models.outcome import ErrorKind, StepError
+
 if TYPE_CHECKING:
     from noetl_celery.tools.services import ToolServices
-
-# Error kinds a tool may report, and (last) the ones the engine gives a command that
-# could not finish normally. Policies and arcs match on `output.error.kind`.
-ERROR_KINDS = frozenset(
-    {
-        "connection",  # could not reach the remote end
-        "timeout",  # the call took longer than its timeout
-        "rate_limit",  # HTTP 429
-        "auth",  # HTTP 401/403, bad database password
-        "not_found",  # HTTP 404
-        "client_error",  # other HTTP 4xx
-        "server_error",  # HTTP 5xx
-        "db_error",  # SQL error not covered below
-        "db_connection",
-        "db_constraint",
-        "db_deadlock",
-        "db_timeout",
-        "python_error",  # exception raised by user python code
-        "syntax_error",  # user code / SQL does not parse
-        "template_error",  # a template in the tool config failed to render
-        "config_error",  # the tool is misconfigured (missing field, unknown credential)
-        "result_error",  # the tool ran but its result says status error/failed
-        "cancelled",
-        # set by the engine
-        "result_not_storable",  # the outcome holds a value Postgres cannot store (NUL)
-        "engine_error",  # the engine crashed running the command, or orchestrating
-        "worker_lost",  # the command's worker died NOETL_MAX_ATTEMPTS times
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -58,7 +32,7 @@ class ToolOutcome:
 
     status: Literal["ok", "error"]
     data: Any = None
-    error: dict[str, Any] | None = None
+    error: StepError | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -72,16 +46,26 @@ class ToolOutcome:
     @classmethod
     def failure(
         cls,
-        kind: str,
+        kind: ErrorKind,
         message: str,
         *,
         data: Any = None,
         retryable: bool = False,
         detail: dict[str, Any] | None = None,
-        **extra: Any,
+        code: str | None = None,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        exception: str | None = None,
     ) -> ToolOutcome:
-        error: dict[str, Any] = {"kind": kind, "message": message, "retryable": retryable}
-        error.update({k: v for k, v in extra.items() if v is not None})
+        error = StepError(
+            kind,
+            message,
+            retryable,
+            code=code,
+            status_code=status_code,
+            retry_after=retry_after,
+            exception=exception,
+        )
         return cls(status="error", data=data, error=error, detail=dict(detail or {}))
 
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import duckdb
 
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.sql_text import (
@@ -101,7 +102,7 @@ def _result(con: duckdb.DuckDBPyConnection, statement: str, max_rows: int) -> di
     return result
 
 
-def _error_kind(exc: duckdb.Error) -> tuple[str, bool]:
+def _error_kind(exc: duckdb.Error) -> tuple[ErrorKind, bool]:
     if isinstance(exc, duckdb.ParserException | duckdb.SyntaxException):
         return "syntax_error", False
     if isinstance(exc, duckdb.ConstraintException):

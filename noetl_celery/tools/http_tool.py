@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.http_request import (
     RequestConfigError,
@@ -101,7 +102,7 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> int 
     return max(0, math.ceil((when - now).total_seconds()))
 
 
-def status_kind(code: int) -> str:
+def status_kind(code: int) -> ErrorKind:
     if code == 429:
         return "rate_limit"
     if code in (401, 403):

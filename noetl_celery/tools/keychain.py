@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl_celery.errors import CredentialError, NoetlError, TemplateError, ToolError
 from noetl_celery.models.keychain import KeychainEntry, check_startable
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.templating import STRICT
 from noetl_celery.tools.redaction import (
     PUBLIC_FIELDS,
@@ -65,7 +66,7 @@ class KeychainError(ToolError):
     `kind` is the error kind the command fails with (`connection`, `timeout` and `auth`
     as for an HTTP step, else `config_error`)."""
 
-    def __init__(self, message: str, kind: str = "config_error") -> None:
+    def __init__(self, message: str, kind: ErrorKind = "config_error") -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -250,7 +251,7 @@ class Keychain:
         if response.status_code >= 400:
             code = body.get("error") if isinstance(body, dict) else None
             said = f" ({code})" if isinstance(code, str) and code.isidentifier() else ""
-            kind = "auth" if response.status_code in (400, 401, 403) else "config_error"
+            kind: ErrorKind = "auth" if response.status_code in (400, 401, 403) else "config_error"
             raise KeychainError(f"{where} answered HTTP {response.status_code}{said}", kind)
         if not isinstance(body, dict):
             raise KeychainError(f"{where} answered with no JSON object")

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import psycopg
 
 from noetl_celery.errors import ConfigurationError, CredentialError
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.pg_session import (
@@ -35,7 +36,7 @@ def auth_alias(config: Mapping[str, Any]) -> str | None:
     return (auth.strip() or None) if isinstance(auth, str) else None
 
 
-def sqlstate_kind(sqlstate: str | None) -> tuple[str, bool]:
+def sqlstate_kind(sqlstate: str | None) -> tuple[ErrorKind, bool]:
     """(error kind, retryable) for a SQLSTATE."""
     code = sqlstate or ""
     if code.startswith("08") or code in ("57P01", "57P02", "57P03"):  # link or server gone
@@ -130,6 +131,7 @@ def connection_target(conninfo: str) -> str:
 
 def _connect_failure(exc: psycopg.Error, alias: str, conninfo: str, redact: Redact) -> ToolOutcome:
     text = " ".join(str(exc).split())
+    kind: ErrorKind
     kind, retryable = sqlstate_kind(exc.sqlstate)
     if kind == "auth" or "authentication failed" in text:
         kind, retryable = "auth", False  # a wrong password stays wrong on retry

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from types import TracebackType
 
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolOutcome
 
 TRACEBACK_LINES = 20
@@ -58,6 +59,7 @@ def failure_outcome(exc: BaseException, filename: str, redact: Callable[[str], s
     deepest line of the user's code on the traceback (a library's frames below it are
     left to the traceback in `detail`), redacted like everything a step reports."""
     name = type(exc).__name__
+    kind: ErrorKind
     if isinstance(exc, SyntaxError):
         kind = "syntax_error"
         # compiler errors ('return' outside function) come without the text: read it

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.models.script_source import ScriptSource
 from noetl_celery.tools.services import ToolServices
 
 
 @dataclass(frozen=True)
 class ScriptFetchError(Exception):
-    kind: str
+    kind: ErrorKind
     message: str
     retryable: bool = False
 
@@ -20,7 +21,7 @@ class ScriptFetchError(Exception):
         return self.message
 
 
-def _status_kind(status: int) -> tuple[str, bool]:
+def _status_kind(status: int) -> tuple[ErrorKind, bool]:
     if status == 404:
         return "not_found", False
     if status in (401, 403):

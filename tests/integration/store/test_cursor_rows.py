@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
@@ -27,7 +28,7 @@ def claim(eid: str, frame: int, ids: list[int], epoch: int = 1) -> Completion:
         step="drain",
         epoch=epoch,
         iteration=None,
-        outcome={"status": "ok", "result": {"rows": rows, "row_count": len(rows)}},
+        outcome=Outcome("ok", {"rows": rows, "row_count": len(rows)}),
     )
 
 
@@ -41,9 +42,9 @@ def test_rows_claimed_again_in_an_epoch_are_dropped(store_url: str, tmp_path: Pa
             [again, body] = tx.first_claims(
                 [claim(eid, 2, [2, 3, 4, 4]), claim(eid, 1, [1], epoch=2)]
             )
-        assert first.outcome["result"]["rows"] == [{"id": 1}, {"id": 2}, {"id": 3}]
-        assert again.outcome["result"]["rows"] == [{"id": 4}]
-        assert again.outcome["result"]["duplicates"] == 3
-        assert body.outcome["result"]["rows"] == [{"id": 1}]  # a new epoch starts afresh
+        assert first.outcome.result["rows"] == [{"id": 1}, {"id": 2}, {"id": 3}]
+        assert again.outcome.result["rows"] == [{"id": 4}]
+        assert again.outcome.result["duplicates"] == 3
+        assert body.outcome.result["rows"] == [{"id": 1}]  # a new epoch starts afresh
     finally:
         engine.close()

@@ -13,6 +13,7 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.settings import Settings
 from noetl_celery.store.counters import (
     COUNTER_LEASES_EXPIRED,
@@ -120,7 +121,7 @@ def test_lost_message_then_lost_worker_then_give_up(
         COUNTER_LEASES_EXPIRED: 2,  # the first run's and the last attempt's
     }
     # a late outcome of the dead attempt changes nothing
-    assert not built.store.complete(claimed, {"status": "ok", "result": {}})
+    assert not built.store.complete(claimed, Outcome("ok", {}))
     assert [e["type"] for e in built.events(eid)].count("command.failed") == 1
     # the sweep runs outside any command, yet its lines name the command they are about
     about = [

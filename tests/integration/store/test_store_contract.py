@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select
 
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import (
     Decision,
     EngineEvent,
@@ -99,8 +100,8 @@ def test_one_terminal_event_per_command(store: Store) -> None:
     apply(store, eid, decision(eid, commands=[cmd]))
     claimed = store.claim(cmd.command_id, "w1", 60)
     assert claimed is not None
-    assert store.complete(claimed, {"status": "ok", "result": 1}) is True
-    assert store.complete(claimed, {"status": "ok", "result": 2}) is False
+    assert store.complete(claimed, Outcome("ok", 1)) is True
+    assert store.complete(claimed, Outcome("ok", 2)) is False
     with store.db.engine.connect() as conn:
         terminal = conn.execute(
             select(func.count()).select_from(events).where(events.c.command_id == cmd.command_id)
@@ -110,7 +111,7 @@ def test_one_terminal_event_per_command(store: Store) -> None:
     with store.orchestration(eid, wait=True) as tx:
         assert tx is not None
         inbox = tx.inbox(10)
-        assert [c.outcome["result"] for c in inbox] == [1]
+        assert [c.outcome.result for c in inbox] == [1]
         tx.mark_handled([c.event_id for c in inbox])
     assert not store.has_unhandled(eid)
 

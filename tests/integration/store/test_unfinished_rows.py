@@ -10,7 +10,7 @@ from typing import Any
 
 from noetl_celery.constants import EV_CURSOR_UNFINISHED
 from noetl_celery.engine.service import Engine
-from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
@@ -33,7 +33,7 @@ def claimed(engine: Engine, command_id: str, rows: list[dict[str, Any]]) -> None
     command = engine.store.claim(command_id, "test-worker", 60)
     assert command is not None
     result = {"rows": rows, "row_count": len(rows)}
-    assert engine.store.complete(command, make_outcome("ok", result, None))
+    assert engine.store.complete(command, Outcome("ok", result))
 
 
 def test_a_cancel_records_every_claimed_row_no_body_will_process(

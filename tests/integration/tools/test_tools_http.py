@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -13,9 +14,9 @@ from noetl_celery.tools.services import ToolServices
 RunTool = Callable[..., ToolOutcome]
 
 
-def _error(out: ToolOutcome) -> dict[str, object]:
+def _error(out: ToolOutcome) -> dict[str, Any]:
     assert not out.ok and out.error is not None, out
-    return out.error
+    return out.error.to_json()  # as `output.error` shows it
 
 
 def test_get_json(run_http: RunTool, http_base: str) -> None:

@@ -128,8 +128,8 @@ def test_server_restart_does_not_poison_the_pool(
         started = time.monotonic()
         down = call()
         assert time.monotonic() - started < 5
-        assert down.error is not None and down.error["kind"] == "db_connection", down.error
-        assert down.error["retryable"] is True
+        assert down.error is not None and down.error.kind == "db_connection", down.error
+        assert down.error.retryable is True
     proxy.start()  # server back on the same port
     for _ in range(5):
         back = call()

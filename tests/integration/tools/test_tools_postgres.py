@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -26,9 +27,9 @@ def table(pg_test_dsn: str) -> Iterator[str]:
         conn.execute(f"DROP TABLE IF EXISTS {name}")
 
 
-def _error(out: ToolOutcome) -> dict[str, object]:
+def _error(out: ToolOutcome) -> dict[str, Any]:
     assert not out.ok and out.error is not None, out
-    return out.error
+    return out.error.to_json()  # as `output.error` shows it
 
 
 def test_select_result_shape(run_pg: RunTool) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Step, ToolSpec
 from noetl_celery.tools.base import ToolOutcome
 
@@ -60,7 +61,9 @@ def run(
 ) -> dict[str, Any]:
     record = sleeps if sleeps is not None else []
     limits = PipelineLimits(max_jumps=50, max_retry_delay=60, sleep=record.append)
-    return run_pipeline("s", step(tasks_yaml).tasks(), {"ctx": {}}, iter_scope, script, limits)
+    outcome = run_pipeline("s", step(tasks_yaml).tasks(), {"ctx": {}}, iter_scope, script, limits)
+    assert isinstance(outcome, Outcome), outcome
+    return outcome.to_json()  # as the terminal event stores it
 
 
 RETRY = """
@@ -293,7 +296,7 @@ def test_a_waiting_sub_playbook_suspends_and_resumes_with_the_childs_outcome() -
         limits,
         resume={"continuation": second.continuation, "child": done},
     )
-    assert isinstance(final, dict) and final["status"] == "ok"
-    assert final["iter"] == {"k": 7, "got": 5}
-    assert final["result"]["results"]["child"]["execution_id"] == "c2"
-    assert final["meta"]["runs"] == 4  # prep, child (failed), child (ok), after
+    assert isinstance(final, Outcome) and final.status == "ok"
+    assert final.iter == {"k": 7, "got": 5}
+    assert final.result["results"]["child"]["execution_id"] == "c2"
+    assert final.meta["runs"] == 4  # prep, child (failed), child (ok), after

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.reports import MESSAGE_CHARS, CommandReport, report_of
+from noetl_celery.models.outcome import Outcome
 
 CID = "587249013456781234:fetch:1:7:a2"
 
@@ -23,9 +24,8 @@ CID = "587249013456781234:fetch:1:7:a2"
             "http_error",
             "503 from api",
         ),
-        ({"status": "error", "error": "boom"}, True, "failed", "error", "boom"),
-        ({"status": "error", "error": {"message": "no kind"}}, True, "failed", "error", "no kind"),
-        ({"status": "error", "error": None}, True, "failed", "error", None),
+        # never written; an error as bare text reads as an engine error with that message
+        ({"status": "error", "error": "boom"}, True, "failed", "engine_error", "boom"),
         # the command was re-issued or cancelled meanwhile: this run's outcome was dropped
         ({"status": "error", "error": {"kind": "x"}}, False, "superseded", None, None),
     ],
@@ -33,12 +33,13 @@ CID = "587249013456781234:fetch:1:7:a2"
 def test_report_of(
     outcome: dict[str, Any], recorded: bool, status: str, kind: str | None, message: str | None
 ) -> None:
-    report = report_of(CID, outcome, recorded=recorded)
+    # outcomes as stored: the report reads what the terminal event holds
+    report = report_of(CID, Outcome.from_json(outcome), recorded=recorded)
     assert (report.status, report.kind, report.message) == (status, kind, message)
 
 
 def test_result_names_the_execution_and_step_but_no_values() -> None:
-    report = report_of(CID, {"status": "ok", "result": {"secret": "s3"}}, recorded=True)
+    report = report_of(CID, Outcome("ok", {"secret": "s3"}), recorded=True)
     assert report.as_result() == {
         "status": "completed",
         "execution_id": "587249013456781234",
@@ -53,5 +54,6 @@ def test_result_names_the_execution_and_step_but_no_values() -> None:
 
 
 def test_long_messages_are_cut() -> None:
-    report = report_of(CID, {"status": "error", "error": {"message": "x" * 5000}}, recorded=True)
+    error = {"kind": "python_error", "message": "x" * 5000}
+    report = report_of(CID, Outcome.from_json({"status": "error", "error": error}), recorded=True)
     assert report.message is not None and len(report.message) == MESSAGE_CHARS

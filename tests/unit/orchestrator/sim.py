@@ -12,23 +12,23 @@ from typing import Any
 import yaml
 
 from noetl_celery.constants import KIND_ITERATION
-from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Limits
 from noetl_celery.orchestrator.ids import iteration_command_id
 from noetl_celery.orchestrator.state import ExecutionState
 
-# run(step, item, iteration) -> outcome dict
-Runner = Callable[[str, Any, int | None], dict[str, Any]]
+# run(step, item, iteration) -> outcome
+Runner = Callable[[str, Any, int | None], Outcome]
 
 
-def ok(result: Any = None, **kw: Any) -> dict[str, Any]:
-    return make_outcome("ok", result, **kw)
+def ok(result: Any = None) -> Outcome:
+    return Outcome("ok", result)
 
 
-def err(message: str, kind: str = "python_error", result: Any = None) -> dict[str, Any]:
-    return make_outcome("error", result, {"kind": kind, "message": message, "retryable": False})
+def err(message: str, kind: ErrorKind = "python_error", result: Any = None) -> Outcome:
+    return Outcome("error", result, StepError(kind, message, retryable=False))
 
 
 @dataclass
@@ -122,10 +122,9 @@ class Sim:
                     "step": cmd["step"],
                     "epoch": cmd["epoch"],
                     "iteration": cmd["iteration"],
-                    "outcome": outcome,
-                    "type": "command.completed"
-                    if outcome["status"] != "error"
-                    else "command.failed",
+                    # stored as the store stores it
+                    "outcome": outcome.to_json(),
+                    "type": "command.completed" if outcome.ok else "command.failed",
                 }
                 self.events.append(event)
                 completions.append(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.models.outcome import make_outcome
+from noetl_celery.models.outcome import Outcome, StepError
 from noetl_celery.orchestrator.cursor import claim_backoff
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
@@ -45,7 +45,7 @@ class Queue:
         self.bad = bad  # the row whose body fails
         self.claims = 0
 
-    def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+    def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
         if step == "drain" and iteration is None:  # a claim
             self.claims += 1
             if self.fail_claim:
@@ -135,7 +135,7 @@ def test_reentry_starts_new_frames() -> None:
     queue = Queue(12, 5, bad=None)
     refills = [list(range(100, 104)), list(range(200, 203))]
 
-    def refill(step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+    def refill(step: str, item: Any, iteration: int | None) -> Outcome:
         if step == "again" and refills:
             queue.pending = refills.pop(0)  # more work arrives between epochs
         return queue(step, item, iteration)
@@ -157,7 +157,7 @@ def test_frame_processing_runs_one_body_per_frame_and_counts_rows() -> None:
     seen: list[int] = []
 
     class FrameQueue(Queue):
-        def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+        def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
             if step == "drain" and iteration is not None:
                 seen.extend(row["id"] for row in item)  # the body gets the frame's rows
                 return ok({"n": len(item)})
@@ -176,7 +176,7 @@ def test_a_frame_of_rows_claimed_before_is_not_the_end_of_the_queue() -> None:
     commit put them back); a frame left empty that way claims again, it is not drained."""
 
     class Replaying(Queue):
-        def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+        def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
             if step == "drain" and iteration is None and self.claims == 1:
                 self.claims += 1  # the second claim: only rows seen before
                 return ok({"rows": [], "row_count": 0, "duplicates": 10})
@@ -190,11 +190,9 @@ def test_a_frame_of_rows_claimed_before_is_not_the_end_of_the_queue() -> None:
     assert sim.results[("drain", 1)]["stats"]["total"] == 30
 
 
-def down(message: str = "connection refused") -> dict[str, Any]:
+def down(message: str = "connection refused") -> Outcome:
     """A claim whose queue database was away: the driver marks it retryable."""
-    return make_outcome(
-        "error", None, {"kind": "db_connection", "message": message, "retryable": True}
-    )
+    return Outcome.failed(StepError("db_connection", message, retryable=True))
 
 
 class Flaky(Queue):
@@ -205,7 +203,7 @@ class Flaky(Queue):
         self.outage = outage
         self.seen = 0
 
-    def __call__(self, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+    def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
         if step == "drain" and iteration is None:
             self.seen += 1
             if self.seen in self.outage:

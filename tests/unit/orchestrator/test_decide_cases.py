@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from noetl_celery.models.outcome import Outcome
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook, terminal_event
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: case}\n"
@@ -38,7 +39,7 @@ class Case:
     batch: int = 1
 
 
-def outcome_for(case: Case, step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+def outcome_for(case: Case, step: str, item: Any, iteration: int | None) -> Outcome:
     spec = case.results.get(step, ok({"status": "ok", "step": step}))
     return spec(item, iteration) if callable(spec) else spec
 

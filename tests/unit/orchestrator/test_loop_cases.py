@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decide import decide
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
@@ -75,7 +76,7 @@ def test_empty_collection_finishes_at_once() -> None:
 
 
 def test_failed_iterations_are_counted_the_loop_routes_and_the_execution_fails() -> None:
-    def run(step: str, item: Any, i: int | None) -> dict[str, Any]:
+    def run(step: str, item: Any, i: int | None) -> Outcome:
         return err(f"bad item {item}") if step == "each" and item % 3 == 0 else ok({"v": item})
 
     sim = Sim(loop_playbook(list(range(9))), run)
@@ -98,7 +99,7 @@ def test_failed_iterations_are_counted_the_loop_routes_and_the_execution_fails()
 
 
 def test_item_errors_kept_in_the_snapshot_are_bounded() -> None:
-    def run(step: str, item: Any, i: int | None) -> dict[str, Any]:
+    def run(step: str, item: Any, i: int | None) -> Outcome:
         return err("x" * 2000) if step == "each" else ok(1)
 
     sim = Sim(loop_playbook(list(range(40))), run)

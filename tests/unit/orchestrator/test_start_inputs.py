@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decide import merge_payload, start
 from noetl_celery.orchestrator.state import ExecutionState
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
@@ -30,7 +31,7 @@ workflow:
 
 
 def runner(bad: set[Any] | None = None) -> Any:
-    def run(step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+    def run(step: str, item: Any, iteration: int | None) -> Outcome:
         if bad and item in bad:
             return err(f"{item} failed")
         return ok({"step": step, "item": item})

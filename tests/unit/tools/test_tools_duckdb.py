@@ -42,7 +42,7 @@ def test_execution_file_is_shared_between_calls(run_tool: RunTool, settings: Set
     }
     # another execution has its own file
     other = run_tool("duckdb", {"query": "SELECT * FROM t"}, execution_id="exec-43")
-    assert other.error is not None and other.error["kind"] == "db_error"
+    assert other.error is not None and other.error.kind == "db_error"
 
 
 def test_execution_id_is_made_a_safe_file_name(run_tool: RunTool, settings: Settings) -> None:
@@ -115,39 +115,39 @@ def test_truncation(run_tool: RunTool, services: ToolServices, tmp_path: Path) -
 def test_errors_stop_at_first_failure(run_tool: RunTool) -> None:
     sql = "CREATE TABLE a (x int); SELECT * FROM no_such_table_xyz; CREATE TABLE b (x int)"
     out = run_tool("duckdb", {"query": sql}, execution_id="err-1")
-    assert out.error is not None and out.error["kind"] == "db_error"
-    assert "no_such_table_xyz" in out.error["message"]
+    assert out.error is not None and out.error.kind == "db_error"
+    assert "no_such_table_xyz" in out.error.message
     assert out.data["errors"][0]["statement_index"] == 1
     assert out.data["statement_count"] == 3
     later = run_tool("duckdb", {"query": "SELECT * FROM b"}, execution_id="err-1")
-    assert later.error is not None and "b" in later.error["message"]
+    assert later.error is not None and "b" in later.error.message
 
 
 def test_parser_error_is_syntax_error(run_tool: RunTool) -> None:
     out = run_tool("duckdb", {"database": ":memory:", "query": "SELEC 1"})
-    assert out.error is not None and out.error["kind"] == "syntax_error"
-    assert "SELEC" in out.error["message"]
+    assert out.error is not None and out.error.kind == "syntax_error"
+    assert "SELEC" in out.error.message
 
 
 def test_constraint_error(run_tool: RunTool) -> None:
     sql = "CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u VALUES (1); INSERT INTO u VALUES (1)"
     out = run_tool("duckdb", {"database": ":memory:", "query": sql})
-    assert out.error is not None and out.error["kind"] == "db_constraint"
+    assert out.error is not None and out.error.kind == "db_constraint"
 
 
 def test_timeout_interrupts(run_tool: RunTool) -> None:
     sql = "SELECT count(*) FROM range(100000000) a, range(100000) b"
     started = time.monotonic()
     out = run_tool("duckdb", {"database": ":memory:", "query": sql, "timeout": 0.3})
-    assert out.error is not None and out.error["kind"] == "db_timeout", out.error
-    assert out.error["retryable"] is True
+    assert out.error is not None and out.error.kind == "db_timeout", out.error
+    assert out.error.retryable is True
     assert time.monotonic() - started < 10
 
 
 def test_missing_sql(run_tool: RunTool) -> None:
     out = run_tool("duckdb", {"database": ":memory:"})
-    assert out.error is not None and out.error["kind"] == "config_error"
-    assert "duckdb tool needs `command` or `query`" in out.error["message"]
+    assert out.error is not None and out.error.kind == "config_error"
+    assert "duckdb tool needs `command` or `query`" in out.error.message
 
 
 def _hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
@@ -170,8 +170,8 @@ def test_file_locked_by_another_process(run_tool: RunTool, tmp_path: Path) -> No
     finally:
         holder.kill()
         holder.wait()
-    assert out.error is not None and out.error["kind"] == "db_connection"
-    assert out.error["retryable"] is True and "lock" in out.error["message"].lower()
+    assert out.error is not None and out.error.kind == "db_connection"
+    assert out.error.retryable is True and "lock" in out.error.message.lower()
 
 
 def test_short_lock_is_waited_out(run_tool: RunTool, tmp_path: Path) -> None:

@@ -92,9 +92,9 @@ def test_exception_becomes_python_error(run_tool: RunTool) -> None:
     code = "def main():\n    values = {}\n    return values['nope']\n"
     out = run_tool("python", {"code": code})
     assert not out.ok and out.error is not None
-    assert out.error["kind"] == "python_error"
-    assert out.error["message"] == "KeyError: 'nope' (line 3: return values['nope'])"
-    assert out.error["retryable"] is False
+    assert out.error.kind == "python_error"
+    assert out.error.message == "KeyError: 'nope' (line 3: return values['nope'])"
+    assert out.error.retryable is False
     py = out.detail["py"]
     assert py["exception"] == "KeyError"
     assert "line 3, in main" in py["traceback"] and "values['nope']" in py["traceback"]
@@ -103,13 +103,12 @@ def test_exception_becomes_python_error(run_tool: RunTool) -> None:
 
 def test_assert_without_message_names_the_line(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "x = 1\nassert x == 2\n"})
-    assert out.error is not None and out.error["kind"] == "python_error"
-    assert out.error["message"] == "AssertionError (line 2: assert x == 2)"
+    assert out.error is not None and out.error.kind == "python_error"
+    assert out.error.message == "AssertionError (line 2: assert x == 2)"
     out = run_tool("python", {"code": "assert False, 'rows missing'"})
     assert out.error is not None
     assert (
-        out.error["message"]
-        == "AssertionError: rows missing (line 1: assert False, 'rows missing')"
+        out.error.message == "AssertionError: rows missing (line 1: assert False, 'rows missing')"
     )
 
 
@@ -122,8 +121,8 @@ def test_assert_without_message_names_the_line(run_tool: RunTool) -> None:
 )
 def test_syntax_error(run_tool: RunTool, code: str, message: str) -> None:
     out = run_tool("python", {"code": code})
-    assert out.error is not None and out.error["kind"] == "syntax_error"
-    assert out.error["message"] == message
+    assert out.error is not None and out.error.kind == "syntax_error"
+    assert out.error.message == message
     assert out.detail["py"]["exception"] == "SyntaxError"
 
 
@@ -161,21 +160,21 @@ FAILING_LINES = {
 def test_python_error_names_the_failing_line(run_tool: RunTool, name: str) -> None:
     code, input_, message = FAILING_LINES[name]
     out = run_tool("python", {"code": code}, input=input_)
-    assert out.error is not None and out.error["kind"] == "python_error"
-    assert out.error["message"] == message
+    assert out.error is not None and out.error.kind == "python_error"
+    assert out.error.message == message
 
 
 def test_the_quoted_line_is_redacted(run_tool: RunTool, unit_secret: str) -> None:
     out = run_tool("python", {"code": f"password = '{unit_secret}'; 1 / 0\n"})
     assert out.error is not None
-    assert out.error["message"] == (
+    assert out.error.message == (
         "ZeroDivisionError: division by zero (line 1: password = ***; 1 / 0)"
     )
 
 
 def test_sys_exit_does_not_end_the_worker(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "import sys\nsys.exit(3)"})
-    assert out.error is not None and out.error["message"] == "SystemExit: 3 (line 2: sys.exit(3))"
+    assert out.error is not None and out.error.message == "SystemExit: 3 (line 2: sys.exit(3))"
 
 
 def test_secrets_are_redacted_from_message_and_traceback(
@@ -184,7 +183,7 @@ def test_secrets_are_redacted_from_message_and_traceback(
     code = "def main(pw):\n    raise ValueError('login failed with ' + pw)\n"
     out = run_tool("python", {"code": code}, input={"pw": unit_secret})
     assert out.error is not None
-    assert unit_secret not in out.error["message"] and "***" in out.error["message"]
+    assert unit_secret not in out.error.message and "***" in out.error.message
     assert unit_secret not in out.detail["py"]["traceback"]
 
 
@@ -213,8 +212,8 @@ def test_code_b64(run_tool: RunTool) -> None:
 )
 def test_config_errors(run_tool: RunTool, config: dict[str, object], needle: str) -> None:
     out = run_tool("python", config)
-    assert out.error is not None and out.error["kind"] == "config_error"
-    assert needle in out.error["message"]
+    assert out.error is not None and out.error.kind == "config_error"
+    assert needle in out.error.message
 
 
 def test_libs(run_tool: RunTool) -> None:
@@ -234,8 +233,8 @@ def test_libs(run_tool: RunTool) -> None:
 
 def test_missing_lib_is_a_config_error(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "result = 1", "libs": {"x": "no_such_module_xyz"}})
-    assert out.error is not None and out.error["kind"] == "config_error"
-    assert "no_such_module_xyz" in out.error["message"]
+    assert out.error is not None and out.error.kind == "config_error"
+    assert "no_such_module_xyz" in out.error.message
 
 
 def test_list_form_libs_are_ignored(run_tool: RunTool) -> None:
@@ -299,8 +298,8 @@ def test_timeout_fails_the_call_on_time(run_tool: RunTool, on_thread: bool) -> N
     elapsed = time.monotonic() - started
     out = box[0]
     assert not out.ok and out.error is not None
-    assert out.error["kind"] == "timeout"
-    assert "timeout of 0.3s" in out.error["message"]
+    assert out.error.kind == "timeout"
+    assert "timeout of 0.3s" in out.error.message
     assert elapsed < 3
 
 
