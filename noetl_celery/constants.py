@@ -2,13 +2,55 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
-# --- execution status (executions.status and the CLI's `status`) -----------------------
-RUNNING: Final = "RUNNING"
-COMPLETED: Final = "COMPLETED"
-FAILED: Final = "FAILED"
-CANCELLED: Final = "CANCELLED"
+# --- statuses -------------------------------------------------------------------------
+# StrEnums: a member is the str it was before (equal to it, hashed like it, stored and
+# serialised as it), so stored values and JSON stay the same. Compare statuses with these,
+# never with a bare string (tests/unit/test_status_literals.py enforces it).
+
+
+class ExecutionStatus(StrEnum):
+    """executions.status, the CLI's `status`, ExecutionState.status."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class StepStatus(StrEnum):
+    """A step's status in the orchestrator's state (StepState.status)."""
+
+    NOT_STARTED = ""  # never entered
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class CommandStatus(StrEnum):
+    """commands.status."""
+
+    # a loop iteration inserted with its epoch, issued when the window reaches it
+    PLANNED = "planned"
+    # parked until its due time (`issued_at`), then issued and published by the reaper's
+    # sweep: a cursor claim retried after a backoff
+    DELAYED = "delayed"
+    ISSUED = "issued"  # inserted, message published (or about to be)
+    RUNNING = "running"  # claimed by a worker, lease running
+    WAITING = "waiting"  # parked until the sub-playbook it started ends
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"  # a run whose worker was lost; its next attempt replaces it
+
+
+# the names the code has always used
+RUNNING: Final = ExecutionStatus.RUNNING
+COMPLETED: Final = ExecutionStatus.COMPLETED
+FAILED: Final = ExecutionStatus.FAILED
+CANCELLED: Final = ExecutionStatus.CANCELLED
 TERMINAL_STATUSES: Final = frozenset({COMPLETED, FAILED, CANCELLED})
 
 # --- how an execution was started (executions.trigger) ---------------------------------
@@ -19,15 +61,15 @@ TRIGGER_PARENT: Final = "parent"  # a sub-playbook started by a parent execution
 TRIGGERS: Final = frozenset({TRIGGER_MANUAL, TRIGGER_SCHEDULE, TRIGGER_RERUN, TRIGGER_PARENT})
 
 # --- command status (commands.status) -------------------------------------------------
-CMD_ISSUED: Final = "issued"  # inserted, message published (or about to be)
-# parked until its due time (`issued_at`), then issued and published by the reaper's
-# sweep: a cursor claim retried after a backoff
-CMD_DELAYED: Final = "delayed"
-CMD_RUNNING: Final = "running"  # claimed by a worker, lease running
-CMD_COMPLETED: Final = "completed"
-CMD_FAILED: Final = "failed"
-CMD_CANCELLED: Final = "cancelled"
-CMD_EXPIRED: Final = "expired"  # a run whose worker was lost; its next attempt replaces it
+CMD_PLANNED: Final = CommandStatus.PLANNED
+CMD_DELAYED: Final = CommandStatus.DELAYED
+CMD_ISSUED: Final = CommandStatus.ISSUED
+CMD_RUNNING: Final = CommandStatus.RUNNING
+CMD_WAITING: Final = CommandStatus.WAITING
+CMD_COMPLETED: Final = CommandStatus.COMPLETED
+CMD_FAILED: Final = CommandStatus.FAILED
+CMD_CANCELLED: Final = CommandStatus.CANCELLED
+CMD_EXPIRED: Final = CommandStatus.EXPIRED
 CMD_TERMINAL: Final = frozenset({CMD_COMPLETED, CMD_FAILED, CMD_CANCELLED, CMD_EXPIRED})
 
 # --- command kinds ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from noetl_celery.cli.fleet import worker_check
 from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_payload, parse_sets
 from noetl_celery.cli.targets import TargetError, read_target, start_target
+from noetl_celery.constants import FAILED
 from noetl_celery.errors import NoetlError, PlaybookInvalid
 from noetl_celery.models.validation import validate_text
 
@@ -22,7 +23,7 @@ def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None 
         dump_json(
             {
                 "execution_id": execution_id,
-                "status": "FAILED",
+                "status": FAILED,
                 "result": None,
                 "error": message,
                 "errors": [{"step": None, "item": None, "kind": "invalid", "message": message}],

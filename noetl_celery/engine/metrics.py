@@ -69,7 +69,7 @@ def loop_items(snapshot: MetricsSnapshot) -> dict[tuple[str, str], tuple[int, in
 
 
 def families(snapshot: MetricsSnapshot, now: datetime) -> Iterator[Family]:
-    by_status = {s: snapshot.executions_by_status.get(s, 0) for s in STATUSES}
+    by_status: dict[str, int] = {s: snapshot.executions_by_status.get(s, 0) for s in STATUSES}
     for status, count in snapshot.executions_by_status.items():
         by_status.setdefault(status, count)
     yield Family(

@@ -150,8 +150,8 @@ class Orchestrator:
         try:
             playbook = self.playbooks.get(row.catalog_id)
         except PlaybookError as exc:  # a catalog row that no longer validates
-            decision = Decision(state=ExecutionState(row.execution_id, status="FAILED"))
-            decision.terminal = Terminal("FAILED", None, {"message": str(exc)})
+            decision = Decision(state=ExecutionState(row.execution_id, status=FAILED))
+            decision.terminal = Terminal(FAILED, None, {"message": str(exc)})
             return PassResult(tx.apply(decision, []), changed=True)
         if row.state is None:
             # a rerun may start elsewhere: its inputs are read from the original it names

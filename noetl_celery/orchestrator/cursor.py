@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noetl_celery.constants import KIND_CLAIM
+from noetl_celery.constants import KIND_CLAIM, StepStatus
 from noetl_celery.models.outcome import Outcome, error_message
 from noetl_celery.models.playbook import Step
 from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
@@ -46,7 +46,7 @@ def enter_cursor(
     per_frame = frame is not None and frame.process == "frame"
     concurrency = 1 if per_frame else row_concurrency
     st = run.state.step(step.step)
-    st.status = "running"
+    st.status = StepStatus.RUNNING
     st.loop = LoopProgress(
         epoch=st.epoch,
         total=0,

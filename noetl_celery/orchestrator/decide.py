@@ -32,6 +32,7 @@ from noetl_celery.constants import (
     FAILED,
     KIND_STEP,
     RUNNING,
+    StepStatus,
 )
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import StepError, error_message, output_view
@@ -119,7 +120,7 @@ class Pass:
     def fail(self, step: str, epoch: int, message: str, error: StepError | None = None) -> None:
         """Record an unhandled failure of `step`; the execution will end FAILED."""
         st = self.state.step(step)
-        st.status = "failed"
+        st.status = StepStatus.FAILED
         failure: dict[str, Any] = {"step": step, "epoch": epoch, "message": message}
         stored = error.to_json() if error is not None else None
         if stored is not None:
@@ -161,7 +162,7 @@ class Pass:
             return  # already issued and not finished: NoETL deduplicates the entry
         st.epoch += 1
         st.in_flight += 1
-        st.status = "running"
+        st.status = StepStatus.RUNNING
         self.state.in_flight += 1
         self.decision.commands.append(
             NewCommand(
@@ -229,7 +230,7 @@ class Pass:
             self.touch()
         output = output_view(outcome)
         if ok:
-            st.status = "completed"
+            st.status = StepStatus.COMPLETED
             self.state.last_step = step.step
             if step.set:
                 try:
@@ -242,7 +243,7 @@ class Pass:
                     return
             self.route(step, completion.epoch, output, CALL_DONE)
             return
-        st.status = "failed"
+        st.status = StepStatus.FAILED
         if not self.route(step, completion.epoch, output, CALL_ERROR):
             self.fail(step.step, completion.epoch, error_message(outcome.error), outcome.error)
 
@@ -327,7 +328,7 @@ def start(
     name = entry or playbook.entry_step
     for step, data in (results or {}).items():
         run.record_result(step, 0, "ok", data)
-        state.step(step).status = "completed"
+        state.step(step).status = StepStatus.COMPLETED
     problem = _start_problem(playbook, name, loop_items or {})
     if problem is not None:
         run.fail(name, 0, problem)

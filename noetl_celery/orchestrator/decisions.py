@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from noetl_celery.constants import ExecutionStatus
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.state import ExecutionState
 
@@ -123,7 +124,7 @@ class LoopMirror:
 
 @dataclass(frozen=True)
 class Terminal:
-    status: str
+    status: ExecutionStatus
     result: Any
     error: dict[str, Any] | None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE
+from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE, StepStatus
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
 from noetl_celery.models.playbook import FrameSpec, Step
@@ -140,7 +140,7 @@ def enter_loop(run: Pass, step: Step) -> None:
     except NoetlError as exc:
         run.fail(step.step, epoch, str(exc))
         return
-    st.status = "running"
+    st.status = StepStatus.RUNNING
     st.loop = LoopProgress(epoch=epoch, total=len(items), window=window, mode=step.loop.spec.mode)
     run.touched_loops.add(step.step)
     if not items:
@@ -169,7 +169,7 @@ def enter_preplanned(run: Pass, step: Step, total: int) -> None:
     except NoetlError as exc:
         run.fail(step.step, st.epoch, str(exc))
         return
-    st.status = "running"
+    st.status = StepStatus.RUNNING
     st.loop = LoopProgress(epoch=st.epoch, total=total, window=window, mode=step.loop.spec.mode)
     run.touched_loops.add(step.step)
     if total == 0:
@@ -267,7 +267,7 @@ def finish_loop(run: Pass, step: Step, st: StepState) -> None:
     progress = st.loop
     assert progress is not None
     progress.done = True
-    st.status = "completed"
+    st.status = StepStatus.COMPLETED
     run.touched_loops.add(step.step)
     cap = run.limits.loop_results_cap
     per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []

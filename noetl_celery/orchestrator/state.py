@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from noetl_celery.constants import RUNNING
+from noetl_celery.constants import RUNNING, ExecutionStatus, StepStatus
 
 
 @dataclass
@@ -68,7 +68,7 @@ class LoopProgress:
 class StepState:
     epoch: int = 0  # how many times the step was entered
     in_flight: int = 0  # commands of a non-loop step not yet terminal (0 or 1)
-    status: str = ""  # "" | running | completed | failed
+    status: StepStatus = StepStatus.NOT_STARTED
     result_epoch: int | None = None  # which epoch's result `{{ step }}` renders
     loop: LoopProgress | None = None
 
@@ -89,7 +89,7 @@ class StepState:
         return cls(
             epoch=data.get("epoch", 0),
             in_flight=data.get("in_flight", 0),
-            status=data.get("status", ""),
+            status=StepStatus(data.get("status", "")),
             result_epoch=data.get("result_epoch"),
             loop=LoopProgress.from_json(loop) if loop else None,
         )
@@ -108,7 +108,7 @@ class ExecutionState:
     failures: list[dict[str, Any]] = field(default_factory=list)  # unhandled failures
     failures_dropped: int = 0  # unhandled failures past the ones kept
     last_step: str | None = None  # last step that completed successfully
-    status: str = RUNNING
+    status: ExecutionStatus = RUNNING
     # loop steps whose first epoch runs items given at start (a rerun of failed items):
     # step -> item count; the items are planned command rows already
     preplanned: dict[str, int] = field(default_factory=dict)
@@ -151,6 +151,6 @@ class ExecutionState:
             failures=list(data.get("failures") or []),
             failures_dropped=data.get("failures_dropped", 0),
             last_step=data.get("last_step"),
-            status=data.get("status", RUNNING),
+            status=ExecutionStatus(data.get("status", RUNNING)),
             preplanned=dict(data.get("preplanned") or {}),
         )

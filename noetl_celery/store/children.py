@@ -16,6 +16,7 @@ from sqlalchemy import Connection, select, update
 from noetl_celery.constants import (
     CMD_ISSUED,
     CMD_RUNNING,
+    CMD_WAITING,
     EV_EXECUTION_STARTED,
     RUNNING,
     TERMINAL_STATUSES,
@@ -30,7 +31,7 @@ from noetl_celery.store.statements import EXECUTION_COLUMNS
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
 
-WAITING = "waiting"
+WAITING = CMD_WAITING  # the name this module has always exported
 
 
 def insert_child(

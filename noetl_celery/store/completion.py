@@ -18,7 +18,12 @@ from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
-from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED
+from noetl_celery.constants import (
+    CMD_COMPLETED,
+    CMD_FAILED,
+    EV_COMMAND_COMPLETED,
+    EV_COMMAND_FAILED,
+)
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.history import add_logs
@@ -94,7 +99,7 @@ class CompletionTx:
                 _CLOSE_PG,
                 {
                     "b_cid": cmd.command_id,
-                    "b_status": "completed" if ok else "failed",
+                    "b_status": CMD_COMPLETED if ok else CMD_FAILED,
                     "b_now": now,
                     "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
                     "b_payload": outcome.to_json(),

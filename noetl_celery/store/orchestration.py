@@ -19,6 +19,7 @@ from sqlalchemy import Connection, select, text, update
 from noetl_celery.constants import (
     CMD_DELAYED,
     CMD_ISSUED,
+    CMD_PLANNED,
     COMMAND_TERMINAL_EVENTS,
     EV_COMMAND_FAILED,
     KIND_ITERATION,
@@ -195,7 +196,7 @@ class OrchestrationTx:
                             "epoch": plan.epoch,
                             "iteration": i,
                             "attempt": 1,
-                            "status": "planned",
+                            "status": CMD_PLANNED,
                             "ctx_version": plan.ctx_version,
                             "item": item,
                             "meta": plan.meta,

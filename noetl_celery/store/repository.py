@@ -16,6 +16,8 @@ from sqlalchemy import Connection, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import (
+    CMD_COMPLETED,
+    CMD_FAILED,
     CMD_ISSUED,
     CMD_RUNNING,
     EV_COMMAND_COMPLETED,
@@ -348,7 +350,7 @@ class Store:
             CLOSE_COMMAND,
             {
                 "b_cid": command.command_id,
-                "b_status": "completed" if ok else "failed",
+                "b_status": CMD_COMPLETED if ok else CMD_FAILED,
                 "b_now": now,
             },
         ).first()

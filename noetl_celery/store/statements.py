@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import bindparam, delete, func, select, update
 
-from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
+from noetl_celery.constants import CMD_ISSUED, CMD_PLANNED, CMD_RUNNING
 from noetl_celery.store.schema import commands, events, executions, inbox
 
 EXECUTION_COLUMNS = (
@@ -110,7 +110,7 @@ ISSUE_RANGE = (
         commands.c.epoch == bindparam("b_epoch"),
         commands.c.iteration >= bindparam("b_start"),
         commands.c.iteration < bindparam("b_stop"),
-        commands.c.status == "planned",
+        commands.c.status == CMD_PLANNED,
     )
     .values(status=CMD_ISSUED, issued_at=bindparam("b_now"), ctx_version=bindparam("b_ctx"))
     .returning(commands.c.command_id, commands.c.iteration)

@@ -30,6 +30,7 @@ from noetl_celery.constants import (
     CMD_CANCELLED,
     CMD_DELAYED,
     CMD_ISSUED,
+    CMD_PLANNED,
     CMD_RUNNING,
     EV_COMMAND_COMPLETED,
     EV_CURSOR_UNFINISHED,
@@ -60,7 +61,7 @@ from noetl_celery.store.statements import EXECUTION_COLUMNS, LOCK_WAIT
 if TYPE_CHECKING:
     from noetl_celery.store.repository import Store
 
-UNFINISHED = ("planned", CMD_DELAYED, "issued", "running", WAITING)
+UNFINISHED = (CMD_PLANNED, CMD_DELAYED, CMD_ISSUED, CMD_RUNNING, WAITING)
 # a body in these had started: its row's work may be done, or half done
 STARTED = (CMD_RUNNING, WAITING)
 # rows kept in each list of a `cursor.unfinished` report (`count` is always exact):

@@ -53,6 +53,7 @@ from noetl_celery.constants import (
     EV_STEP_FAILED,
     FAILED,
     TERMINAL_STATUSES,
+    StepStatus,
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.yaml_safe import safe_load
@@ -287,7 +288,7 @@ def status_body(
     completed, failed = status_flags(status)
     steps = view.get("steps") or []
     done = sorted(
-        (s["step"] for s in steps if s.get("status") == "completed"),
+        (s["step"] for s in steps if s.get("status") == StepStatus.COMPLETED),
         key=lambda name: (order.index(name) if name in order else len(order), name),
     )
     current_step = current_node(view, last_step)

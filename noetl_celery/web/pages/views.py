@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_celery.cli.progress import duration
+from noetl_celery.constants import StepStatus
 
 # status (execution or step, any case) -> CSS class suffix and SVG fill
 STATUS_COLOURS: dict[str, tuple[str, str]] = {
@@ -191,7 +192,7 @@ def node_status(status: str | None, ended: bool) -> str:
     """A step's status as drawn: a step still `running` in the state of an execution that
     has ended was stopped there."""
     status = status or "pending"
-    return "stopped" if ended and status == "running" else status
+    return "stopped" if ended and status == StepStatus.RUNNING else status
 
 
 def graph_layout(graph: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:

@@ -1,0 +1,97 @@
+"""Statuses are compared and set through the enums of `noetl_celery.constants`, never as
+bare strings spread through the code (a typo there is a silent bug: `== "runing"` is
+simply never true)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import noetl_celery
+from noetl_celery.constants import CommandStatus, ExecutionStatus, StepStatus
+
+PACKAGE = Path(noetl_celery.__file__).parent
+STATUS_VALUES = {str(s) for enum in (ExecutionStatus, StepStatus, CommandStatus) for s in enum}
+STATUS_VALUES.discard("")
+
+
+def _status_strings(node: ast.expr) -> list[str]:
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return [
+        i.value
+        for i in items
+        if isinstance(i, ast.Constant) and isinstance(i.value, str) and i.value in STATUS_VALUES
+    ]
+
+
+def _mentions_status(node: ast.expr) -> bool:
+    return "status" in ast.unparse(node).lower()
+
+
+# NoETL's API shapes whose `status` is NoETL's word, not one of ours
+NOETL_SHAPES = "web/noetl_shapes.py"
+
+
+def rel_allowed(filename: str, node: ast.Dict) -> bool:
+    return filename != NOETL_SHAPES
+
+
+def bare_statuses(source: str, filename: str = "<source>") -> list[str]:
+    """`file:line: code` of every comparison of something named status with a bare status
+    string, and of every bare status string assigned to a `status`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for i, operand in enumerate(operands):
+                others = operands[:i] + operands[i + 1 :]
+                if _status_strings(operand) and any(_mentions_status(o) for o in others):
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+                    break
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            named = any(
+                (isinstance(t, ast.Attribute) and t.attr == "status")
+                or (isinstance(t, ast.Name) and t.id == "status")
+                for t in targets
+            )
+            if named and node.value is not None and _status_strings(node.value):
+                found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call):
+            # `ExecutionState(eid, status="FAILED")`
+            for keyword in node.keywords:
+                if keyword.arg == "status" and _status_strings(keyword.value):
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Dict):
+            # `{"status": "planned"}`: a row or bind parameters written with a status
+            for key, value in zip(node.keys, node.values, strict=True):
+                if key is None or not _mentions_status(key):
+                    continue
+                options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                if any(_status_strings(o) for o in options) and rel_allowed(filename, node):
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found, key=lambda f: int(f.split(":")[1]))
+
+
+def test_no_bare_status_literals_in_the_package() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == "constants.py":
+            continue  # where the statuses are defined
+        found += bare_statuses(path.read_text(), rel)
+    assert not found, "compare statuses with noetl_celery.constants enums:\n" + "\n".join(found)
+
+
+def test_the_scan_finds_bare_statuses() -> None:
+    source = """
+if row.status == "running": pass
+if "COMPLETED" != view["status"]: pass
+if cmd.status in ("issued", "planned"): pass
+st.status = "failed"
+row = {"b_status": "completed" if ok else "failed"}
+state = ExecutionState(eid, status="FAILED")
+if status == StepStatus.RUNNING: pass
+if kind == "running": pass
+"""
+    assert [line.split(":")[1] for line in bare_statuses(source)] == ["2", "3", "4", "5", "6", "7"]
