@@ -16,12 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
 from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import ErrorKind, Outcome, StepError, output_view
+from noetl_celery.models.outcome import ErrorKind, Outcome, OutcomeMeta, StepError, output_view
 from noetl_celery.models.playbook import ToolSpec
 from noetl_celery.models.policy import FAIL_WITHOUT_THEN, PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
@@ -42,6 +42,15 @@ class PipelineLimits:
     renderer: Renderer = STRICT
 
 
+class TaskRecord(TypedDict):
+    """A task's outcome as a pipeline's run state keeps it (JSON: the continuation)."""
+
+    status: str
+    data: Any
+    error: dict[str, Any] | None  # models.outcome.StepError.to_json
+    detail: dict[str, Any]
+
+
 @dataclass
 class RunState:
     """Everything a pipeline needs to continue; JSON-serialisable (it is the
@@ -57,7 +66,7 @@ class RunState:
     jumps: int = 0
     spawns: int = 0
     last_label: str | None = None
-    last: dict[str, Any] | None = None  # the last task outcome (status, data, error, detail)
+    last: TaskRecord | None = None  # the last task's outcome
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -251,7 +260,7 @@ def _finish(run: RunState, status: str, failure: StepError | None, multi: bool) 
     if run.ctx:
         result["ctx"] = run.ctx
     detail = dict(run.last["detail"] or {}) if run.last is not None else {}
-    meta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
+    meta: OutcomeMeta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
     if status == PIPELINE_STATUS_FAILED:
         assert failure is not None  # every way to fail a pipeline says why
         return Outcome("error", result, failure, run.ctx, run.iter, detail, meta)

@@ -18,7 +18,7 @@ failure never shows as a clean SUCCESS in Flower; the message is already redacte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.ids import base_command_id
@@ -31,6 +31,15 @@ COMPLETED, FAILED, WAITING, DUPLICATE, SUPERSEDED = (
     "superseded",
 )
 MESSAGE_CHARS = 500
+
+
+class TaskResult(TypedDict):
+    """What `execute_command` returns to Celery."""
+
+    status: str
+    execution_id: str
+    step: str | None
+    kind: NotRequired[str]  # of a failure
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,9 @@ class CommandReport:
         parts = base_command_id(self.command_id).split(":")
         return parts[1] if len(parts) > 1 else None
 
-    def as_result(self) -> dict[str, Any]:
+    def as_result(self) -> TaskResult:
         """The task's return value: small, JSON, no results or payload values."""
-        out: dict[str, Any] = {
+        out: TaskResult = {
             "status": self.status,
             "execution_id": self.execution_id,
             "step": self.step,

@@ -20,7 +20,7 @@ from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_
 from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
-from noetl_celery.models.outcome import Outcome, StepError, normalise_status
+from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError, normalise_status
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
@@ -192,9 +192,11 @@ class StepRunner:
             outcome = single_outcome(single, scope if step.set else None)
         if isinstance(outcome, Suspended):
             return outcome
-        meta = dict(outcome.meta)
-        meta["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
-        meta["attempt"] = command.attempt
+        meta: OutcomeMeta = {
+            **outcome.meta,
+            "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            "attempt": command.attempt,
+        }
         # only steps with `set` read the iteration scope back
         keep_iter = scope is None or bool(step.set)
         return replace(outcome, meta=meta, iter=outcome.iter if keep_iter else None)

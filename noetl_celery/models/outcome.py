@@ -8,7 +8,7 @@ A command's outcome is stored in its terminal event's payload:
      "ctx": {...}          # ctx.* mutations made by pipeline policies
      "iter": {...}         # the iteration scope (loop commands whose step has `set`)
      "detail": {"http": {...}} | {"pg": {...}} | {"py": {...}}
-     "meta": {"attempts": n, "duration_ms": ms}}
+     "meta": {"attempt": n, "duration_ms": ms, ...}}   # OutcomeMeta
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 
 # Every error kind the package emits. Policies and arcs match on `output.error.kind`, so
 # this is the one list: a kind not here does not type-check at its producer (and
@@ -112,6 +112,20 @@ class StepError:
         return dataclasses.replace(self, message=message)
 
 
+class OutcomeMeta(TypedDict, total=False):
+    """How the command ran (`output.meta`)."""
+
+    attempt: int  # the command's attempt (a lost worker's command runs again)
+    duration_ms: float
+    # a pipeline: tasks run, jumps taken, the last task run
+    runs: int
+    jumps: int
+    last_task: str | None
+    # a cursor claim: its lane and frame
+    lane: int
+    frame: int
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a command reports when it finishes (the module docstring shows its JSON).
@@ -128,7 +142,7 @@ class Outcome:
     # the iteration scope: None when the command has none to report (absent from JSON)
     iter: Mapping[str, Any] | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: OutcomeMeta = field(default_factory=lambda: OutcomeMeta())
 
     def __post_init__(self) -> None:
         if self.status not in _OUTCOME_STATUSES:
@@ -145,9 +159,9 @@ class Outcome:
         return self.status != "error"
 
     @classmethod
-    def failed(cls, error: StepError, *, meta: Mapping[str, Any] | None = None) -> Outcome:
+    def failed(cls, error: StepError, *, meta: OutcomeMeta | None = None) -> Outcome:
         """A command that failed before it produced a result."""
-        return cls("error", None, error, meta=dict(meta or {}))
+        return cls("error", None, error, meta=meta or {})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -181,7 +195,7 @@ class Outcome:
             ctx=data.get("ctx") or {},
             iter=data.get("iter"),
             detail=data.get("detail") or {},
-            meta=data.get("meta") or {},
+            meta=cast(OutcomeMeta, data.get("meta") or {}),
         )
 
 

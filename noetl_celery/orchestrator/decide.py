@@ -41,6 +41,7 @@ from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
     Decision,
+    ExecutionError,
     Facts,
     Limits,
     LoopPlan,
@@ -49,7 +50,7 @@ from noetl_celery.orchestrator.decisions import (
     Terminal,
 )
 from noetl_celery.orchestrator.ids import step_command_id
-from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.orchestrator.state import ExecutionState, StepFailure
 from noetl_celery.orchestrator.variables import apply_set
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context
@@ -121,7 +122,7 @@ class Pass:
         """Record an unhandled failure of `step`; the execution will end FAILED."""
         st = self.state.step(step)
         st.status = StepStatus.FAILED
-        failure: dict[str, Any] = {"step": step, "epoch": epoch, "message": message}
+        failure: StepFailure = {"step": step, "epoch": epoch, "message": message}
         stored = error.to_json() if error is not None else None
         if stored is not None:
             failure["error"] = stored
@@ -259,7 +260,7 @@ class Pass:
             if len(state.failures) + state.failures_dropped > 1:
                 more = len(state.failures) + state.failures_dropped - 1
                 message += f" (and {more} more failure{'s' if more > 1 else ''})"
-            error = {"message": message, "failures": state.failures}
+            error: ExecutionError = {"message": message, "failures": state.failures}
             # no result: the last step that happened to succeed is not the run's result
             terminal = Terminal(FAILED, None, error)
             event = EV_EXECUTION_FAILED

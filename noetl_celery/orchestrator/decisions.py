@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from noetl_celery.constants import ExecutionStatus
 from noetl_celery.models.outcome import Outcome
-from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.orchestrator.state import ExecutionState, StepFailure
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,19 @@ class LoopMirror:
     done: bool
 
 
+class ExecutionError(TypedDict):
+    """Why an execution failed (executions.error, its terminal event's `error`)."""
+
+    message: str
+    kind: NotRequired[str]
+    failures: NotRequired[list[StepFailure]]  # the unhandled step failures kept
+
+
 @dataclass(frozen=True)
 class Terminal:
     status: ExecutionStatus
     result: Any
-    error: dict[str, Any] | None
+    error: ExecutionError | None
 
 
 @dataclass

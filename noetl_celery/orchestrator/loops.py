@@ -24,7 +24,7 @@ from noetl_celery.orchestrator.decisions import (
     LoopMirror,
     LoopPlan,
 )
-from noetl_celery.orchestrator.state import LoopProgress, StepState
+from noetl_celery.orchestrator.state import ItemError, LoopProgress, StepState
 from noetl_celery.orchestrator.variables import apply_set
 from noetl_celery.templating.context import iteration_names
 
@@ -38,7 +38,7 @@ ITEM_ERRORS_KEPT = 5
 ITEM_ERROR_CHARS = 500
 
 
-def item_error(completion: Completion) -> dict[str, Any]:
+def item_error(completion: Completion) -> ItemError:
     """`{item, kind, message}` of a failed iteration (item: its index in the epoch)."""
     error = completion.outcome.error
     kind = error.kind if error is not None else None
@@ -48,7 +48,7 @@ def item_error(completion: Completion) -> dict[str, Any]:
     return {"item": completion.iteration, "kind": kind or "error", "message": message}
 
 
-def keep_item_error(kept: list[dict[str, Any]], error: dict[str, Any]) -> None:
+def keep_item_error(kept: list[ItemError], error: ItemError) -> None:
     """Keep the errors of the lowest item indexes, in index order: what an epoch reports
     then does not depend on the order in which parallel items happened to finish."""
     kept.append(error)

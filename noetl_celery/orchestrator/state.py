@@ -10,9 +10,27 @@ orchestration pass, so its size is the per-pass cost (design §2.6).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from noetl_celery.constants import RUNNING, ExecutionStatus, StepStatus
+
+
+class ItemError(TypedDict):
+    """A failed iteration of a loop epoch, as the epoch's failure lists it."""
+
+    item: int | None  # its index in the epoch
+    kind: str
+    message: str
+
+
+class StepFailure(TypedDict):
+    """An unhandled failure of a step kept in the snapshot: the execution ends FAILED
+    with it."""
+
+    step: str
+    epoch: int
+    message: str
+    error: NotRequired[dict[str, Any]]  # the step's error (models.outcome.StepError)
 
 
 @dataclass
@@ -46,9 +64,9 @@ class LoopProgress:
     row_concurrency: int = 0
     per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
     claim_attempts: int = 0  # runs of a claim that fails retryably (0: the engine default)
-    # the first few unhandled item errors `{item, kind, message}`, for the failure the
-    # epoch reports (bounded: the snapshot is rewritten every pass)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    # the first few unhandled item errors, for the failure the epoch reports (bounded:
+    # the snapshot is rewritten every pass)
+    errors: list[ItemError] = field(default_factory=list)
 
     @property
     def finished(self) -> int:
@@ -105,7 +123,7 @@ class ExecutionState:
     ctx_version: int = 0
     context_written: int = -1  # highest version with a `contexts` row
     in_flight: int = 0  # commands of this execution not yet terminal
-    failures: list[dict[str, Any]] = field(default_factory=list)  # unhandled failures
+    failures: list[StepFailure] = field(default_factory=list)  # unhandled failures
     failures_dropped: int = 0  # unhandled failures past the ones kept
     last_step: str | None = None  # last step that completed successfully
     status: ExecutionStatus = RUNNING

@@ -75,7 +75,7 @@ class CommandFailed(Exception):
 
 
 @app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True, throws=(CommandFailed,))
-def execute_command(command_id: str, db: str | None = None) -> dict[str, object]:
+def execute_command(command_id: str, db: str | None = None) -> reports.TaskResult:
     """Claim and run one command, record its outcome, then orchestrate in place. Returns
     `{status, execution_id, step[, kind]}` (engine.reports) for whoever watches tasks."""
     refuse_foreign(db, f"command {command_id}")
