@@ -36,6 +36,7 @@ from noetl_celery.engine.rerun import start_inputs
 from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
+from noetl_celery.models.outcome import StepError
 from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Decision, Limits, Terminal
@@ -116,9 +117,7 @@ class Orchestrator:
             tail,
             extra={"execution_id": execution_id},
         )
-        crashes = record_pass_crash(
-            self.store, execution_id, {"kind": "engine_error", "message": message}
-        )
+        crashes = record_pass_crash(self.store, execution_id, StepError("engine_error", message))
         if crashes < PASS_CRASH_LIMIT:
             return
         end_tree(

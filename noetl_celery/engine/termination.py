@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl_celery.constants import CANCELLED, EV_CURSOR_UNFINISHED
+from noetl_celery.constants import CANCELLED, EV_CURSOR_UNFINISHED, ExecutionStatus
 from noetl_celery.engine.dispatch import Dispatcher
+from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.repository import Store
 from noetl_celery.store.termination import end_execution
 
@@ -41,9 +42,9 @@ def end_tree(
     store: Store,
     dispatcher: Dispatcher,
     execution_id: str,
-    status: str,
+    status: ExecutionStatus,
     message: str,
-    kind: str | None = None,
+    kind: ErrorKind | None = None,
 ) -> Termination | None:
     """End `execution_id` with `status` (its error: `message`, of `kind`) and its
     running descendants with CANCELLED. None when it had already ended."""

@@ -39,8 +39,9 @@ from noetl_celery.constants import (
     EV_PASS_FAILED,
     KIND_ITERATION,
     RUNNING,
+    ExecutionStatus,
 )
-from noetl_celery.models.outcome import Outcome
+from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.children import WAITING, resume_parent
@@ -103,7 +104,11 @@ class _Unfinished:
 
 
 def end_execution(
-    store: Store, execution_id: str, status: str, message: str, kind: str | None = None
+    store: Store,
+    execution_id: str,
+    status: ExecutionStatus,
+    message: str,
+    kind: ErrorKind | None = None,
 ) -> Ended:
     now = utcnow()
     with store.db.engine.begin() as conn:
@@ -258,7 +263,7 @@ def recorded_unfinished_rows(store: Store, execution_id: str) -> dict[str, dict[
     return {str(step): payload or {} for step, payload in rows}
 
 
-def record_pass_crash(store: Store, execution_id: str, error: dict[str, Any]) -> int:
+def record_pass_crash(store: Store, execution_id: str, error: StepError) -> int:
     """Record that an orchestration pass of `execution_id` crashed (a `pass.failed`
     event with `error`, kept in its history) and return how many passes crashed in a row
     at this point of its history, i.e. since its last committed pass (`executions.passes`
@@ -275,7 +280,7 @@ def record_pass_crash(store: Store, execution_id: str, error: dict[str, Any]) ->
             events.insert().values(
                 execution_id=execution_id,
                 type=EV_PASS_FAILED,
-                payload={"passes": row.passes, "error": error},
+                payload={"passes": row.passes, "error": error.to_json()},
                 created_at=utcnow(),
             )
         )

@@ -15,6 +15,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from noetl_celery.engine import orchestrate
 from noetl_celery.engine.orchestrate import PASS_CRASH_LIMIT, Orchestrator, crash_message
 from noetl_celery.errors import StoreError
+from noetl_celery.models.outcome import StepError
 from noetl_celery.store.database import transient
 
 
@@ -39,8 +40,8 @@ class Recorded:
         self.recorded: list[tuple[str, dict[str, Any]]] = []
         self.ended: list[tuple[Any, ...]] = []
 
-    def record(self, store: Any, execution_id: str, error: dict[str, Any]) -> int:
-        self.recorded.append((execution_id, error))
+    def record(self, store: Any, execution_id: str, error: StepError) -> int:
+        self.recorded.append((execution_id, error.to_json()))  # as the event stores it
         return self.crashes
 
     def end(self, *args: Any, **kwargs: Any) -> bool:
