@@ -21,7 +21,14 @@ from typing import Any, TypedDict
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
 from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import ErrorKind, Outcome, OutcomeMeta, StepError, output_view
+from noetl_celery.models.outcome import (
+    Detail,
+    ErrorKind,
+    Outcome,
+    OutcomeMeta,
+    StepError,
+    output_view,
+)
 from noetl_celery.models.playbook import ToolSpec
 from noetl_celery.models.policy import FAIL_WITHOUT_THEN, PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
@@ -48,7 +55,7 @@ class TaskRecord(TypedDict):
     status: str
     data: Any
     error: dict[str, Any] | None  # models.outcome.StepError.to_json
-    detail: dict[str, Any]
+    detail: Detail
 
 
 @dataclass
@@ -259,7 +266,8 @@ def _finish(run: RunState, status: str, failure: StepError | None, multi: bool) 
         result["results"] = run.results
     if run.ctx:
         result["ctx"] = run.ctx
-    detail = dict(run.last["detail"] or {}) if run.last is not None else {}
+    # a continuation written by an older version may hold no detail
+    detail: Detail = {**(run.last["detail"] or {})} if run.last is not None else {}
     meta: OutcomeMeta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
     if status == PIPELINE_STATUS_FAILED:
         assert failure is not None  # every way to fail a pipeline says why

@@ -112,6 +112,14 @@ class StepError:
         return dataclasses.replace(self, message=message)
 
 
+class Detail(TypedDict, total=False):
+    """The protocol part of a tool's output view: `output.http`, `output.pg`, `output.py`."""
+
+    http: dict[str, Any]  # {status, headers}
+    pg: dict[str, Any]  # {code, sqlstate}
+    py: dict[str, Any]  # {exception, traceback}
+
+
 class OutcomeMeta(TypedDict, total=False):
     """How the command ran (`output.meta`)."""
 
@@ -141,7 +149,7 @@ class Outcome:
     ctx: Mapping[str, Any] = field(default_factory=dict)
     # the iteration scope: None when the command has none to report (absent from JSON)
     iter: Mapping[str, Any] | None = None
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    detail: Detail = field(default_factory=lambda: Detail())
     meta: OutcomeMeta = field(default_factory=lambda: OutcomeMeta())
 
     def __post_init__(self) -> None:
@@ -194,7 +202,7 @@ class Outcome:
             error=_stored_error(error),
             ctx=data.get("ctx") or {},
             iter=data.get("iter"),
-            detail=data.get("detail") or {},
+            detail=cast(Detail, data.get("detail") or {}),
             meta=cast(OutcomeMeta, data.get("meta") or {}),
         )
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Unpack
 
-from noetl_celery.models.outcome import ErrorKind, StepError
+from noetl_celery.models.outcome import Detail, ErrorKind, StepError
 
 if TYPE_CHECKING:
     from noetl_celery.tools.services import ToolServices
@@ -33,14 +33,14 @@ class ToolOutcome:
     status: Literal["ok", "error"]
     data: Any = None
     error: StepError | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: Detail = field(default_factory=lambda: Detail())
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     @classmethod
-    def success(cls, data: Any, **detail: Any) -> ToolOutcome:
+    def success(cls, data: Any, **detail: Unpack[Detail]) -> ToolOutcome:
         return cls(status="ok", data=data, detail=detail)
 
     @classmethod
@@ -51,7 +51,7 @@ class ToolOutcome:
         *,
         data: Any = None,
         retryable: bool = False,
-        detail: dict[str, Any] | None = None,
+        detail: Detail | None = None,
         code: str | None = None,
         status_code: int | None = None,
         retry_after: float | None = None,
@@ -66,7 +66,7 @@ class ToolOutcome:
             retry_after=retry_after,
             exception=exception,
         )
-        return cls(status="error", data=data, error=error, detail=dict(detail or {}))
+        return cls(status="error", data=data, error=error, detail=detail or {})
 
 
 @dataclass(frozen=True)
