@@ -46,6 +46,16 @@ class CommandStatus(StrEnum):
     EXPIRED = "expired"  # a run whose worker was lost; its next attempt replaces it
 
 
+class ReportStatus(StrEnum):
+    """What one delivery of a command did, as the Celery task reports it (engine.reports)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    WAITING = "waiting"
+    DUPLICATE = "duplicate"
+    SUPERSEDED = "superseded"
+
+
 # the names the code has always used
 RUNNING: Final = ExecutionStatus.RUNNING
 COMPLETED: Final = ExecutionStatus.COMPLETED

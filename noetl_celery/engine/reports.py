@@ -20,16 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from noetl_celery.constants import ReportStatus
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.ids import base_command_id
 
-COMPLETED, FAILED, WAITING, DUPLICATE, SUPERSEDED = (
-    "completed",
-    "failed",
-    "waiting",
-    "duplicate",
-    "superseded",
-)
+COMPLETED = ReportStatus.COMPLETED
+FAILED = ReportStatus.FAILED
+WAITING = ReportStatus.WAITING
+DUPLICATE = ReportStatus.DUPLICATE
+SUPERSEDED = ReportStatus.SUPERSEDED
 MESSAGE_CHARS = 500
 
 
@@ -45,7 +44,7 @@ class TaskResult(TypedDict):
 @dataclass(frozen=True)
 class CommandReport:
     command_id: str
-    status: str
+    status: ReportStatus
     kind: str | None = None
     message: str | None = None
 

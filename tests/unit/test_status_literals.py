@@ -5,10 +5,12 @@ simply never true)."""
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import noetl_celery
 from noetl_celery.constants import CommandStatus, ExecutionStatus, StepStatus
+from noetl_celery.orchestrator.state import ExecutionState, StepState
 
 PACKAGE = Path(noetl_celery.__file__).parent
 STATUS_VALUES = {str(s) for enum in (ExecutionStatus, StepStatus, CommandStatus) for s in enum}
@@ -95,3 +97,17 @@ if status == StepStatus.RUNNING: pass
 if kind == "running": pass
 """
     assert [line.split(":")[1] for line in bare_statuses(source)] == ["2", "3", "4", "5", "6", "7"]
+
+
+def test_an_enum_status_is_the_string_it_replaced() -> None:
+    # stored values, JSON and lookups by the stored string are unchanged
+    assert CommandStatus.PLANNED == "planned" and "planned" in {CommandStatus.PLANNED}
+    assert {"running": 1}[StepStatus.RUNNING] == 1
+    state = ExecutionState("e1", status=ExecutionStatus.FAILED)
+    state.step("a").status = StepStatus.COMPLETED
+    stored = json.dumps(state.to_json())
+    assert '"status": "FAILED"' in stored and '"status": "completed"' in stored
+    again = ExecutionState.from_json(json.loads(stored))
+    assert again.status is ExecutionStatus.FAILED
+    assert again.step("a").status is StepStatus.COMPLETED
+    assert StepState.from_json({}).status is StepStatus.NOT_STARTED
