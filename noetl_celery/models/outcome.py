@@ -13,7 +13,6 @@ A command's outcome is stored in its terminal event's payload:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
@@ -102,14 +101,13 @@ class StepError:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StepError:
+        if "kind" not in data:
+            raise ValueError(f"a stored error without a kind: {dict(data)!r}")
         known = {k: v for k, v in data.items() if k in _ERROR_FIELDS}
         extra = {k: v for k, v in data.items() if k not in _ERROR_FIELDS}
         known.setdefault("message", "")
         # stored kinds are trusted: they were written by a producer of this package
         return cls(**known, extra=extra)
-
-    def with_message(self, message: str) -> StepError:
-        return dataclasses.replace(self, message=message)
 
 
 class Detail(TypedDict, total=False):

@@ -247,3 +247,8 @@ def test_the_scan_catches_a_kind_not_listed() -> None:
     source = 'def f():\n    return ToolOutcome.failure("http_error", "boom")\n'
     assert _kinds_in(ast.parse(source)) == {"http_error"}
     assert "http_error" not in ERROR_KINDS
+
+
+def test_a_stored_error_without_a_kind_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="without a kind"):
+        Outcome.from_json({"status": "error", "result": None, "error": {"message": "m"}})
