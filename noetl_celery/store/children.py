@@ -97,7 +97,7 @@ def suspend_and_spawn(
     None when the command is no longer ours, whether the parent was resumed at once
     because that child had already finished)."""
     entry = resolve(store, request)  # raises CatalogNotFound before anything is written
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         parked = conn.execute(
             update(commands)
             .where(commands.c.command_id == command.command_id, commands.c.status == CMD_RUNNING)
@@ -146,7 +146,7 @@ def spawn_detached(
 ) -> str:
     """Fire-and-forget: start a linked child; the parent does not wait for it."""
     entry = resolve(store, request)
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         return insert_child(conn, child_id, entry, request, command)
 
 

@@ -77,7 +77,7 @@ def take_lease(store: Store, name: str, owner: str, ttl: float) -> bool:
     """Hold the duty `name` for `ttl` seconds unless another owner holds it unexpired
     (a holder that died loses it when `ttl` runs out)."""
     now = utcnow()
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         conn.execute(
             upsert(
                 conn,
@@ -111,7 +111,7 @@ def republish_stale(store: Store, grace: float, limit: int = 1000) -> list[str]:
     every earlier republish (a long broker backlog is not a lost message; its commands
     are republished a few times at most, not every sweep). Their issue time is renewed."""
     now = utcnow()
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         rows = conn.execute(
             _running_commands(CMD_ISSUED)
             .add_columns(commands.c.issued_at, commands.c.republished)
@@ -137,7 +137,7 @@ def release_delayed(store: Store, limit: int = 1000) -> list[str]:
     """Issue the `delayed` commands whose due time (`issued_at`) has come; returns the
     ids this call issued, to publish (a concurrent sweep issues none of them twice)."""
     now = utcnow()
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         due = (
             conn.execute(
                 select(commands.c.command_id)
@@ -166,7 +166,7 @@ def release_delayed(store: Store, limit: int = 1000) -> list[str]:
 def lost_commands(store: Store, limit: int = 1000) -> list[LostCommand]:
     """Running commands whose lease expired or whose deadline passed."""
     now = utcnow()
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             _running_commands(CMD_RUNNING)
             .where(or_(commands.c.lease_until < now, commands.c.deadline_at < now))
@@ -180,7 +180,7 @@ def reissue(store: Store, lost: LostCommand) -> str | None:
     Returns the new command id to publish, or None if the command moved on meanwhile."""
     now = utcnow()
     new_id = with_attempt(lost.command_id, lost.attempt + 1)
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         if not _expire(conn, lost, CMD_EXPIRED, now):
             return None
         add_to_counter(conn, counters, COUNTER_LEASES_EXPIRED, 1)
@@ -209,7 +209,7 @@ def reissue(store: Store, lost: LostCommand) -> str | None:
 def give_up(store: Store, lost: LostCommand, kind: str, message: str) -> bool:
     """Fail a lost command for good: a terminal event in the inbox, as a worker would."""
     now = utcnow()
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         if not _expire(conn, lost, CMD_FAILED, now):
             return False
         # a lost run given up for good: its lease expired (or its deadline passed)
@@ -247,7 +247,7 @@ def executions_to_wake(store: Store, grace: float, limit: int = 500) -> list[str
     """RUNNING executions with a completion waiting longer than `grace`, or never
     started (no state yet: the process that created them died before its first pass)."""
     cutoff = utcnow() - dt.timedelta(seconds=grace)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         waiting = (
             conn.execute(
                 select(inbox.c.execution_id)
@@ -280,7 +280,7 @@ def executions_to_wake(store: Store, grace: float, limit: int = 500) -> list[str
 def executions_past(store: Store, seconds: float, limit: int = 500) -> list[str]:
     """RUNNING executions started more than `seconds` ago."""
     cutoff = utcnow() - dt.timedelta(seconds=seconds)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = (
             conn.execute(
                 select(executions.c.execution_id)
@@ -294,7 +294,7 @@ def executions_past(store: Store, seconds: float, limit: int = 500) -> list[str]
 
 
 def release_lease(store: Store, name: str, owner: str) -> None:
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         conn.execute(
             update(leases)
             .where(leases.c.name == name, leases.c.owner == owner)

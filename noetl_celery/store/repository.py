@@ -155,7 +155,7 @@ class Store:
     def _register_once(
         self, path: str, name: str, content: str, digest: str, scripts: dict[str, Any] | None
     ) -> CatalogEntry:
-        with self.db.engine.begin() as conn:
+        with self.db.write() as conn:
             latest = conn.execute(
                 select(catalog.c.catalog_id, catalog.c.version, catalog.c.content_sha256)
                 .where(catalog.c.path == path)
@@ -186,7 +186,7 @@ class Store:
         )
         if version is not None:
             query = query.where(catalog.c.version == version)
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(query.order_by(catalog.c.version.desc()).limit(1)).first()
         if row is None:
             suffix = f" version {version}" if version is not None else ""
@@ -195,7 +195,7 @@ class Store:
 
     def catalog_entry(self, catalog_id: int) -> CatalogEntry:
         """The catalog row `catalog_id` (a rerun starts the very version its original ran)."""
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(catalog.c.path, catalog.c.version, catalog.c.name).where(
                     catalog.c.catalog_id == catalog_id
@@ -207,7 +207,7 @@ class Store:
 
     def catalog_content(self, catalog_id: int) -> str:
         def load() -> str:
-            with self.db.read_engine.connect() as conn:
+            with self.db.read() as conn:
                 value = conn.execute(
                     select(catalog.c.content).where(catalog.c.catalog_id == catalog_id)
                 ).scalar_one()
@@ -217,7 +217,7 @@ class Store:
 
     def catalog_scripts(self, catalog_id: int) -> dict[str, Any] | None:
         """The `script:` files stored with a catalog version (engine.scripts), or None."""
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             value = conn.execute(
                 select(catalog.c.scripts).where(catalog.c.catalog_id == catalog_id)
             ).scalar_one_or_none()
@@ -241,7 +241,7 @@ class Store:
         """A RUNNING execution and its `execution.started` event (in `conn`'s transaction
         when given: a schedule firing creates it together with its idempotency key)."""
         if conn is None:
-            with self.db.engine.begin() as own:
+            with self.db.write() as own:
                 self.create_execution(
                     execution_id,
                     entry,
@@ -289,7 +289,7 @@ class Store:
         )
 
     def execution(self, execution_id: str) -> ExecutionRow:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
             ).first()
@@ -298,7 +298,7 @@ class Store:
         return _execution(row)
 
     def execution_status(self, execution_id: str) -> str:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             status = conn.execute(STATUS_OF, {"b_eid": execution_id}).scalar()
         if status is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
@@ -309,7 +309,7 @@ class Store:
     def orchestration(self, execution_id: str, *, wait: bool) -> Iterator[OrchestrationTx | None]:
         """Lock the execution for one pass; yield None when another pass holds the lock
         (that pass re-checks the inbox before it lets go, so nothing is lost)."""
-        with self.db.engine.begin() as conn:
+        with self.db.write() as conn:
             yield self._lock(conn, execution_id, wait=wait)
 
     def _lock(self, conn: Connection, execution_id: str, *, wait: bool) -> OrchestrationTx | None:
@@ -317,7 +317,7 @@ class Store:
         return None if row is None else OrchestrationTx(self, conn, _execution(row))
 
     def has_unhandled(self, execution_id: str) -> bool:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             return conn.execute(HAS_UNHANDLED, {"b_eid": execution_id}).first() is not None
 
     # ---- commands (worker side) -------------------------------------------------------------
@@ -371,14 +371,14 @@ class Store:
     def complete(self, command: ClaimedCommand, outcome: dict[str, Any]) -> bool:
         """Close a running command and append its terminal event (the inbox entry), in one
         transaction. False when the command is no longer ours (cancelled, re-issued)."""
-        with self.db.engine.begin() as conn:
+        with self.db.write() as conn:
             return self.close_command(conn, command, outcome)
 
     @contextmanager
     def completion(self, command: ClaimedCommand) -> Iterator[CompletionTx]:
         """A transaction to close `command` and maybe orchestrate right after (see
         store.completion)."""
-        with self.db.engine.begin() as conn:
+        with self.db.write() as conn:
             yield CompletionTx(self, conn, command)
 
     def try_lock(self, conn: Connection, execution_id: str) -> OrchestrationTx | None:
@@ -404,7 +404,7 @@ class Store:
     def any_claimed(self, execution_id: str) -> bool:
         """True once a worker has claimed any command of the execution (a client uses it
         to tell "workers are busy" from "no worker of this database is there")."""
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(commands.c.command_id)
                 .where(commands.c.execution_id == execution_id, commands.c.started_at.is_not(None))
@@ -413,7 +413,7 @@ class Store:
         return row is not None
 
     def command_status(self, command_id: str) -> str | None:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             value = conn.execute(
                 select(commands.c.status).where(commands.c.command_id == command_id)
             ).scalar()
@@ -430,7 +430,7 @@ class Store:
     # ---- immutable lookups ------------------------------------------------------------------
     def context(self, execution_id: str, version: int) -> dict[str, Any]:
         def load() -> dict[str, Any]:
-            with self.db.read_engine.connect() as conn:
+            with self.db.read() as conn:
                 value = conn.execute(
                     select(contexts.c.data).where(
                         contexts.c.execution_id == execution_id, contexts.c.version == version
@@ -451,7 +451,7 @@ class Store:
             )
             if conn is not None:
                 return conn.execute(query).scalar_one()
-            with self.db.read_engine.connect() as own:
+            with self.db.read() as own:
                 return own.execute(query).scalar_one()
 
         return self._results.get_or_load((execution_id, step, epoch), load)
@@ -479,7 +479,7 @@ class Store:
 
     # ---- reads for operators ----------------------------------------------------------------
     def events(self, execution_id: str) -> list[EventRow]:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(events)
                 .where(events.c.execution_id == execution_id)
@@ -503,7 +503,7 @@ class Store:
         return overview.count_failed_iterations(self, execution_id, step, epoch=epoch)
 
     def command_counts(self, execution_id: str) -> CommandCounts:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(commands.c.status, func.count())
                 .where(commands.c.execution_id == execution_id)
@@ -512,7 +512,7 @@ class Store:
         return CommandCounts(**{status: count for status, count in rows})
 
     def loops(self, execution_id: str) -> list[LoopRow]:
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(
                     loops.c.step,
@@ -548,13 +548,13 @@ class Store:
             query = query.where(executions.c.path == path)
         if trigger is not None:
             query = query.where(executions.c.trigger == trigger.lower())
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(query).all()
         return [ExecutionRow(state=None, **r._mapping) for r in rows]
 
     def in_flight(self, execution_id: str) -> list[InFlight]:
         """Per step: commands issued (waiting for a worker) and running (claimed)."""
-        with self.db.read_engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(
                     commands.c.step,

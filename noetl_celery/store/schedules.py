@@ -81,7 +81,7 @@ def add(
         "enabled": enabled,
         "next_fire_at": next_fire_at,
     }
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         existing = None
         if name is not None:
             existing = conn.execute(
@@ -104,13 +104,13 @@ def add(
 
 
 def listing(store: Store) -> list[ScheduleRow]:
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(select(schedules).order_by(schedules.c.schedule_id)).all()
     return [_row(r) for r in rows]
 
 
 def get(store: Store, schedule_id: int) -> ScheduleRow | None:
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         row = conn.execute(select(schedules).where(schedules.c.schedule_id == schedule_id)).first()
     return None if row is None else _row(row)
 
@@ -124,7 +124,7 @@ def set_enabled(
     values: dict[str, Any] = {"enabled": enabled}
     if next_fire_at is not None:
         values["next_fire_at"] = next_fire_at
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         changed = conn.execute(
             update(schedules)
             .where(schedules.c.schedule_id == schedule_id, schedules.c.enabled.is_(not enabled))
@@ -136,7 +136,7 @@ def set_enabled(
 
 
 def remove(store: Store, schedule_id: int) -> bool:
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         gone = conn.execute(
             delete(schedules)
             .where(schedules.c.schedule_id == schedule_id)
@@ -146,7 +146,7 @@ def remove(store: Store, schedule_id: int) -> bool:
 
 
 def due(store: Store, now: dt.datetime, limit: int = 100) -> list[ScheduleRow]:
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(schedules)
             .where(schedules.c.enabled.is_(True), schedules.c.next_fire_at <= now)
@@ -167,7 +167,7 @@ def fire(
 ) -> bool:
     """Start the run of `schedule` for `fire_time` unless some firer already did; move
     the schedule on either way. True when this call started it."""
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         # `due` read the schedule outside this transaction: a pause (or remove) since
         # then wins. The row lock orders this firing and a concurrent pause.
         enabled = conn.execute(
@@ -207,7 +207,7 @@ def advance(
     store: Store, schedule: ScheduleRow, fire_time: dt.datetime, next_fire_at: dt.datetime
 ) -> None:
     """Move the schedule on without a run (its playbook is no longer in the catalog)."""
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         _move_on(conn, schedule, fire_time, next_fire_at)
 
 
@@ -225,7 +225,7 @@ def _move_on(
 
 
 def firings(store: Store, schedule_id: int) -> list[tuple[dt.datetime, str | None]]:
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(schedule_firings.c.fire_time, schedule_firings.c.execution_id)
             .where(schedule_firings.c.schedule_id == schedule_id)

@@ -104,7 +104,7 @@ def end_execution(
     store: Store, execution_id: str, status: str, message: str, kind: str | None = None
 ) -> Ended:
     now = utcnow()
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         row = conn.execute(LOCK_WAIT, {"b_eid": execution_id}).first()
         if row is None or row.status != RUNNING:
             return Ended(ended=False)
@@ -243,7 +243,7 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
 
 def recorded_unfinished_rows(store: Store, execution_id: str) -> dict[str, dict[str, Any]]:
     """The `cursor.unfinished` reports of an ended execution, by step."""
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(events.c.step, events.c.payload)
             .where(
@@ -260,7 +260,7 @@ def record_pass_crash(store: Store, execution_id: str, error: dict[str, Any]) ->
     event with `error`, kept in its history) and return how many passes crashed in a row
     at this point of its history, i.e. since its last committed pass (`executions.passes`
     is stored with each crash); 0 when the execution is no longer RUNNING."""
-    with store.db.engine.begin() as conn:
+    with store.db.write() as conn:
         row = conn.execute(
             select(executions.c.status, executions.c.passes).where(
                 executions.c.execution_id == execution_id
