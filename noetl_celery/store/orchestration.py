@@ -24,7 +24,7 @@ from noetl_celery.constants import (
     KIND_ITERATION,
     KIND_STEP,
 )
-from noetl_celery.orchestrator.decisions import Completion, Decision
+from noetl_celery.orchestrator.decisions import Completion, Decision, Terminal
 from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.dialect import insert_ignore, upsert
@@ -152,32 +152,55 @@ class OrchestrationTx:
 
     # ---- persisting a decision --------------------------------------------------------------
     def apply(self, decision: Decision, handled: Sequence[int]) -> list[str]:
-        """Write the decision; return the command ids to publish after commit."""
+        """Write the decision; return the command ids to publish after commit. One helper
+        per kind of row; the order is the one every pass used (the terminal write last)."""
         now = utcnow()
+        self._write_results(decision, now)
+        self._write_contexts(decision, now)
+        self._write_plans(decision)
+        publish = self._write_commands(decision, now)
+        publish += self._issue_ranges(decision, now)
+        self._write_events(decision, now)
+        self._write_loops(decision, now)
+        self.mark_handled(handled)
+        if decision.terminal is None:
+            self._save_state(decision, now)
+        else:
+            publish += self._end(decision, decision.terminal, now)
+        return publish
+
+    def _write_results(self, decision: Decision, now: dt.datetime) -> None:
+        if not decision.results:
+            return
+        self.conn.execute(
+            insert_ignore(self.conn, results),
+            [
+                {
+                    "execution_id": self.execution_id,
+                    "step": r.step,
+                    "epoch": r.epoch,
+                    "status": r.status,
+                    "data": r.data,
+                    "created_at": now,
+                }
+                for r in decision.results
+            ],
+        )
+
+    def _write_contexts(self, decision: Decision, now: dt.datetime) -> None:
+        if not decision.contexts:
+            return
+        self.conn.execute(
+            insert_ignore(self.conn, contexts),
+            [
+                {"execution_id": self.execution_id, "version": v, "data": data, "created_at": now}
+                for v, data in decision.contexts.items()
+            ],
+        )
+
+    def _write_plans(self, decision: Decision) -> None:
+        """Planned (not yet issued) iteration commands of the loops this pass started."""
         conn, eid = self.conn, self.execution_id
-        if decision.results:
-            conn.execute(
-                insert_ignore(conn, results),
-                [
-                    {
-                        "execution_id": eid,
-                        "step": r.step,
-                        "epoch": r.epoch,
-                        "status": r.status,
-                        "data": r.data,
-                        "created_at": now,
-                    }
-                    for r in decision.results
-                ],
-            )
-        if decision.contexts:
-            conn.execute(
-                insert_ignore(conn, contexts),
-                [
-                    {"execution_id": eid, "version": v, "data": data, "created_at": now}
-                    for v, data in decision.contexts.items()
-                ],
-            )
         for plan in decision.plans:
             # rows are built one chunk at a time: a 100k-item loop must not hold 100k row
             # dicts (and one giant INSERT) in memory at once
@@ -202,34 +225,43 @@ class OrchestrationTx:
                         for i, item in enumerate(chunk, plan.start + start)
                     ],
                 )
+
+    def _write_commands(self, decision: Decision, now: dt.datetime) -> list[str]:
+        """Insert the decision's commands; the ids this transaction inserted and that are
+        due now are the ones to publish."""
+        if not decision.commands:
+            return []
+        stmt = insert_ignore(self.conn, commands).returning(commands.c.command_id)
+        rows = [
+            {
+                "command_id": c.command_id,
+                "execution_id": self.execution_id,
+                "step": c.step,
+                "kind": c.kind or KIND_STEP,
+                "epoch": c.epoch,
+                "iteration": c.iteration,
+                "attempt": c.attempt,
+                # a delayed command is parked with its due time; the reaper's sweep
+                # issues and publishes it then (no worker sleeps through a backoff)
+                "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
+                "ctx_version": c.ctx_version,
+                "item": c.item,
+                "meta": c.meta,
+                "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
+            }
+            for c in decision.commands
+        ]
+        delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
+        inserted = [r[0] for r in self.conn.execute(stmt, rows).all()]
+        return [cid for cid in inserted if cid not in delayed]
+
+    def _issue_ranges(self, decision: Decision, now: dt.datetime) -> list[str]:
+        """Issue planned iterations [start, stop); the ids this transaction issued, in
+        iteration order, are the ones to publish."""
         publish: list[str] = []
-        if decision.commands:
-            stmt = insert_ignore(conn, commands).returning(commands.c.command_id)
-            rows = [
-                {
-                    "command_id": c.command_id,
-                    "execution_id": eid,
-                    "step": c.step,
-                    "kind": c.kind or KIND_STEP,
-                    "epoch": c.epoch,
-                    "iteration": c.iteration,
-                    "attempt": c.attempt,
-                    # a delayed command is parked with its due time; the reaper's sweep
-                    # issues and publishes it then (no worker sleeps through a backoff)
-                    "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
-                    "ctx_version": c.ctx_version,
-                    "item": c.item,
-                    "meta": c.meta,
-                    "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
-                }
-                for c in decision.commands
-            ]
-            delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
-            inserted = [r[0] for r in conn.execute(stmt, rows).all()]
-            publish += [cid for cid in inserted if cid not in delayed]
         for issue in decision.issues:
             params = {
-                "b_eid": eid,
+                "b_eid": self.execution_id,
                 "b_step": issue.step,
                 "b_epoch": issue.epoch,
                 "b_start": issue.start,
@@ -237,31 +269,38 @@ class OrchestrationTx:
                 "b_now": now,
                 "b_ctx": issue.ctx_version,
             }
-            issued = sorted(conn.execute(ISSUE_RANGE, params).all(), key=lambda r: r[1])
+            issued = sorted(self.conn.execute(ISSUE_RANGE, params).all(), key=lambda r: r[1])
             publish += [r[0] for r in issued]
-        if decision.events:
-            conn.execute(
-                insert_ignore(conn, events),
-                [
-                    {
-                        "execution_id": eid,
-                        "type": e.type,
-                        "step": e.step,
-                        "epoch": e.epoch,
-                        "payload": e.payload,
-                        "created_at": now,
-                    }
-                    for e in decision.events
-                ],
-            )
+        return publish
+
+    def _write_events(self, decision: Decision, now: dt.datetime) -> None:
+        if not decision.events:
+            return
+        self.conn.execute(
+            insert_ignore(self.conn, events),
+            [
+                {
+                    "execution_id": self.execution_id,
+                    "type": e.type,
+                    "step": e.step,
+                    "epoch": e.epoch,
+                    "payload": e.payload,
+                    "created_at": now,
+                }
+                for e in decision.events
+            ],
+        )
+
+    def _write_loops(self, decision: Decision, now: dt.datetime) -> None:
+        """The loops table mirrors each loop's counters (what reads and the reaper see)."""
         for mirror in decision.loops:
-            conn.execute(
+            self.conn.execute(
                 upsert(
-                    conn,
+                    self.conn,
                     loops,
                     ["execution_id", "step", "epoch"],
                     {
-                        "execution_id": eid,
+                        "execution_id": self.execution_id,
                         "step": mirror.step,
                         "epoch": mirror.epoch,
                         "mode": mirror.mode,
@@ -276,20 +315,24 @@ class OrchestrationTx:
                     insert_only=["started_at"],
                 )
             )
-        self.mark_handled(handled)
-        if decision.terminal is None:
-            conn.execute(
-                SAVE_STATE, {"b_eid": eid, "b_state": decision.state.to_json(), "b_now": now}
-            )
-            return publish
-        terminal = decision.terminal
+
+    def _save_state(self, decision: Decision, now: dt.datetime) -> None:
+        self.conn.execute(
+            SAVE_STATE,
+            {"b_eid": self.execution_id, "b_state": decision.state.to_json(), "b_now": now},
+        )
+
+    def _end(self, decision: Decision, terminal: Terminal, now: dt.datetime) -> list[str]:
+        """The terminal write: the execution's status, result and state in one UPDATE;
+        a child's end also resumes its parent's waiting command (returned to publish)."""
+        conn = self.conn
         if conn.dialect.name == "postgresql":
             # a terminal status is what clients act on: make it (and, WAL being
             # sequential, everything committed before it) durable before we say it
             conn.execute(SYNC_COMMIT)
         conn.execute(
             update(executions)
-            .where(executions.c.execution_id == eid)
+            .where(executions.c.execution_id == self.execution_id)
             .values(
                 state=decision.state.to_json(),
                 passes=executions.c.passes + 1,
@@ -300,19 +343,18 @@ class OrchestrationTx:
                 finished_at=now,
             )
         )
-        if self.execution.parent_command_id:
-            # a child's end resumes the parent command waiting for it, atomically
-            ended = replace(
-                self.execution,
-                status=terminal.status,
-                result=terminal.result,
-                error=terminal.error,
-                state=decision.state.to_json(),
-            )
-            parent = resume_parent(self.store, conn, ended)
-            if parent is not None:
-                publish.append(parent)
-        return publish
+        if not self.execution.parent_command_id:
+            return []
+        # a child's end resumes the parent command waiting for it, atomically
+        ended = replace(
+            self.execution,
+            status=terminal.status,
+            result=terminal.result,
+            error=terminal.error,
+            state=decision.state.to_json(),
+        )
+        parent = resume_parent(self.store, conn, ended)
+        return [] if parent is None else [parent]
 
 
 def row_key(row: Any) -> str:
