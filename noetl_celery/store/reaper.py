@@ -38,7 +38,7 @@ from noetl_celery.store.counters import (
     give_up_counter,
 )
 from noetl_celery.store.dialect import add_to_counter, insert_ignore, upsert
-from noetl_celery.store.repository import append_terminal
+from noetl_celery.store.queries import append_terminal
 from noetl_celery.store.schema import (
     commands,
     counters,

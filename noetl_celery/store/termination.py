@@ -43,7 +43,8 @@ from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.children import WAITING, resume_parent
 from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.orchestration import SYNC_COMMIT, claimed_rows, row_key
+from noetl_celery.store.orchestration import claimed_rows, row_key
+from noetl_celery.store.queries import SYNC_COMMIT
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import (
     commands,
@@ -164,7 +165,7 @@ def end_execution(
         ended_row = conn.execute(
             select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
         ).one()
-        parent = resume_parent(store, conn, ExecutionRow(**ended_row._mapping))
+        parent = resume_parent(conn, ExecutionRow(**ended_row._mapping), store.result_cache)
         children = (
             conn.execute(
                 select(executions.c.execution_id).where(
