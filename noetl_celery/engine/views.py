@@ -11,7 +11,6 @@ from noetl_celery.models.summary import execution_summary
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import utcnow
-from noetl_celery.store.termination import recorded_unfinished_rows
 
 # errors `run --json` lists for a failed execution, and characters kept of an item
 RUN_ERRORS_LIMIT = 20
@@ -229,5 +228,5 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         # cancelled or timed out (read only once it has ended: they are written then)
         "unfinished_rows": {}
         if row.status == RUNNING
-        else recorded_unfinished_rows(store, row.execution_id),
+        else store.termination.recorded_unfinished_rows(row.execution_id),
     }

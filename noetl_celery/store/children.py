@@ -9,7 +9,8 @@ a parent command that runs again finds its child instead of starting another.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -17,12 +18,10 @@ from noetl_celery.constants import TERMINAL_STATUSES
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.models.summary import execution_summary
 from noetl_celery.store import queries
+from noetl_celery.store.database import Database
 from noetl_celery.store.queries import WAITING_FOR_CHILD, ResultCache
 from noetl_celery.store.rows import CatalogEntry, ClaimedCommand, ExecutionRow, SpawnRequest
 from noetl_celery.store.schema import utcnow
-
-if TYPE_CHECKING:
-    from noetl_celery.store.repository import Store
 
 WAITING = WAITING_FOR_CHILD
 
@@ -40,33 +39,6 @@ def child_summary(conn: Connection, child: ExecutionRow, results: ResultCache) -
     )
 
 
-def resolve(store: Store, request: SpawnRequest) -> CatalogEntry:
-    return store.resolve_catalog(request.path, request.version)
-
-
-def suspend_and_spawn(
-    store: Store,
-    command: ClaimedCommand,
-    continuation: dict[str, Any],
-    request: SpawnRequest,
-    child_id: str,
-) -> tuple[str | None, bool]:
-    """Park `command` as waiting and create its child, atomically. Returns (child id or
-    None when the command is no longer ours, whether the parent was resumed at once
-    because that child had already finished)."""
-    entry = resolve(store, request)  # raises CatalogNotFound before anything is written
-    with store.db.write() as conn:
-        if not queries.park_for_child(conn, command.command_id, continuation, request.key):
-            return None, False
-        child = queries.insert_child(conn, child_id, entry, request, command, utcnow())
-        row = queries.execution(conn, child)
-        if row is not None and row.status in TERMINAL_STATUSES:
-            # the child of an earlier run of this command already ended: resume now
-            resume_parent(conn, row, store.result_cache)
-            return child, True
-    return child, False
-
-
 def resume_parent(conn: Connection, child: ExecutionRow, results: ResultCache) -> str | None:
     """Give the child's summary to its waiting parent command and issue it again.
     Returns the parent command id to publish (None if no parent is waiting)."""
@@ -82,20 +54,53 @@ def resume_parent(conn: Connection, child: ExecutionRow, results: ResultCache) -
     return child.parent_command_id
 
 
-def spawn_detached(
-    store: Store, command: ClaimedCommand, request: SpawnRequest, child_id: str
-) -> str:
-    """Fire-and-forget: start a linked child; the parent does not wait for it."""
-    entry = resolve(store, request)
-    with store.db.write() as conn:
-        return queries.insert_child(conn, child_id, entry, request, command, utcnow())
+class ChildrenManager:
+    """`store.children`: starting child executions (sub-playbooks)."""
+
+    def __init__(
+        self,
+        db: Database,
+        results: ResultCache,
+        resolve_catalog: Callable[[str, int | None], CatalogEntry],
+    ) -> None:
+        self.db = db
+        self.results = results
+        # the façade's lookup (CatalogNotFound names the path and version)
+        self._resolve = resolve_catalog
+
+    def suspend_and_spawn(
+        self,
+        command: ClaimedCommand,
+        continuation: dict[str, Any],
+        request: SpawnRequest,
+        child_id: str,
+    ) -> tuple[str | None, bool]:
+        """Park `command` as waiting and create its child, atomically. Returns (child id
+        or None when the command is no longer ours, whether the parent was resumed at
+        once because that child had already finished)."""
+        # raises CatalogNotFound before anything is written
+        entry = self._resolve(request.path, request.version)
+        with self.db.write() as conn:
+            if not queries.park_for_child(conn, command.command_id, continuation, request.key):
+                return None, False
+            child = queries.insert_child(conn, child_id, entry, request, command, utcnow())
+            row = queries.execution(conn, child)
+            if row is not None and row.status in TERMINAL_STATUSES:
+                # the child of an earlier run of this command already ended: resume now
+                resume_parent(conn, row, self.results)
+                return child, True
+        return child, False
+
+    def spawn_detached(self, command: ClaimedCommand, request: SpawnRequest, child_id: str) -> str:
+        """Fire-and-forget: start a linked child; the parent does not wait for it."""
+        entry = self._resolve(request.path, request.version)
+        with self.db.write() as conn:
+            return queries.insert_child(conn, child_id, entry, request, command, utcnow())
 
 
 __all__ = [
     "CatalogNotFound",
+    "ChildrenManager",
     "child_summary",
-    "resolve",
     "resume_parent",
-    "spawn_detached",
-    "suspend_and_spawn",
 ]

@@ -22,10 +22,12 @@ from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
 from noetl_celery.store import overview, queries
 from noetl_celery.store.cache import ImmutableCache
+from noetl_celery.store.children import ChildrenManager
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
+from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.rows import (
     CatalogEntry,
     ClaimedCommand,
@@ -36,7 +38,9 @@ from noetl_celery.store.rows import (
     InFlight,
     LoopRow,
 )
+from noetl_celery.store.schedules import ScheduleManager
 from noetl_celery.store.schema import utcnow
+from noetl_celery.store.termination import TerminationManager
 
 # tries of one registration against concurrent ones (each lost race means another
 # registration of the same path committed: progress, so a few are plenty)
@@ -55,12 +59,20 @@ def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
 
 
 class Store:
+    """The façade: its own methods for the hot path and the reads, and one sub-manager
+    per area (`schedules`, `reaper`, `children`, `termination`) sharing its database and
+    caches."""
+
     def __init__(self, database: Database) -> None:
         self.db = database
         self.result_cache: ResultCache = ImmutableCache(256)
         self._contexts: ImmutableCache[tuple[str, int], dict[str, Any]] = ImmutableCache(256)
         self._catalog_of: ImmutableCache[str, int] = ImmutableCache(4096)
         self._content: ImmutableCache[int, str] = ImmutableCache(256)
+        self.schedules = ScheduleManager(database)
+        self.reaper = ReaperManager(database)
+        self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
+        self.termination = TerminationManager(database, self.result_cache)
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(

@@ -21,7 +21,7 @@ command cancelled), so their rows stay pending and are not listed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, and_, delete, select, update
 
@@ -42,9 +42,10 @@ from noetl_celery.constants import (
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.children import WAITING, resume_parent
+from noetl_celery.store.database import Database
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.orchestration import claimed_rows, row_key
-from noetl_celery.store.queries import SYNC_COMMIT
+from noetl_celery.store.queries import SYNC_COMMIT, ResultCache
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import (
     commands,
@@ -56,9 +57,6 @@ from noetl_celery.store.schema import (
     utcnow,
 )
 from noetl_celery.store.statements import EXECUTION_COLUMNS, LOCK_WAIT
-
-if TYPE_CHECKING:
-    from noetl_celery.store.repository import Store
 
 UNFINISHED = ("planned", CMD_DELAYED, "issued", "running", WAITING)
 # a body in these had started: its row's work may be done, or half done
@@ -99,84 +97,6 @@ class _Unfinished:
             "interrupted": interrupted[:cap],
             "truncated": len(rows) > cap or len(interrupted) > cap,
         }
-
-
-def end_execution(
-    store: Store, execution_id: str, status: str, message: str, kind: str | None = None
-) -> Ended:
-    now = utcnow()
-    with store.db.write() as conn:
-        row = conn.execute(LOCK_WAIT, {"b_eid": execution_id}).first()
-        if row is None or row.status != RUNNING:
-            return Ended(ended=False)
-        if conn.dialect.name == "postgresql":
-            conn.execute(SYNC_COMMIT)  # what `cancel` reports must survive a crash
-        error = {"message": message} if kind is None else {"kind": kind, "message": message}
-        conn.execute(
-            update(executions)
-            .where(executions.c.execution_id == execution_id)
-            .values(status=status, error=error, finished_at=now, updated_at=now)
-        )
-        conn.execute(
-            insert_ignore(conn, events),
-            {
-                "execution_id": execution_id,
-                "type": EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED,
-                "payload": {"status": status, "error": error},
-                "created_at": now,
-            },
-        )
-        # Freeze what workers could change while we read: the claim of an issued command
-        # (its row would run though we saw it not started) and the close of a running
-        # one (its completion would land in the inbox after we read it, and be dropped
-        # unread). Both wait for our commit, then find the command cancelled. Planned
-        # commands move only under the execution's lock, which this transaction holds.
-        conn.execute(
-            select(commands.c.command_id)
-            .where(
-                commands.c.execution_id == execution_id,
-                commands.c.status.in_((CMD_ISSUED, CMD_RUNNING, WAITING)),
-            )
-            .with_for_update()
-        ).all()
-        # read before the commands are cancelled and the inbox emptied
-        unfinished = _unfinished_cursor_rows(conn, execution_id)
-        if unfinished:
-            conn.execute(
-                insert_ignore(conn, events),
-                [
-                    {
-                        "execution_id": execution_id,
-                        "type": EV_CURSOR_UNFINISHED,
-                        "step": step,
-                        "epoch": report["epoch"],
-                        "payload": report,
-                        "created_at": now,
-                    }
-                    for step, report in unfinished.items()
-                ],
-            )
-        conn.execute(
-            update(commands)
-            .where(commands.c.execution_id == execution_id, commands.c.status.in_(UNFINISHED))
-            .values(status=CMD_CANCELLED, finished_at=now)
-        )
-        conn.execute(delete(inbox).where(inbox.c.execution_id == execution_id))
-        ended_row = conn.execute(
-            select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
-        ).one()
-        parent = resume_parent(conn, ExecutionRow(**ended_row._mapping), store.result_cache)
-        children = (
-            conn.execute(
-                select(executions.c.execution_id).where(
-                    executions.c.parent_execution_id == execution_id,
-                    executions.c.status == RUNNING,
-                )
-            )
-            .scalars()
-            .all()
-        )
-    return Ended(True, [str(c) for c in children], [parent] if parent else [], unfinished)
 
 
 def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, dict[str, Any]]:
@@ -242,44 +162,128 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
     return {step: rows.report() for step, rows in sorted(found.items())}
 
 
-def recorded_unfinished_rows(store: Store, execution_id: str) -> dict[str, dict[str, Any]]:
-    """The `cursor.unfinished` reports of an ended execution, by step."""
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(events.c.step, events.c.payload)
-            .where(
-                events.c.execution_id == execution_id,
-                events.c.type == EV_CURSOR_UNFINISHED,
-            )
-            .order_by(events.c.event_id)
-        ).all()
-    return {str(step): payload or {} for step, payload in rows}
+class TerminationManager:
+    """`store.termination`: ending executions from outside a pass (cancel, the crash
+    limit), recording crashed passes, and the reports of what an end left unfinished."""
 
+    def __init__(self, db: Database, results: ResultCache) -> None:
+        self.db = db
+        self.results = results  # the façade's step results (a cancelled child's summary)
 
-def record_pass_crash(store: Store, execution_id: str, error: dict[str, Any]) -> int:
-    """Record that an orchestration pass of `execution_id` crashed (a `pass.failed`
-    event with `error`, kept in its history) and return how many passes crashed in a row
-    at this point of its history, i.e. since its last committed pass (`executions.passes`
-    is stored with each crash); 0 when the execution is no longer RUNNING."""
-    with store.db.write() as conn:
-        row = conn.execute(
-            select(executions.c.status, executions.c.passes).where(
-                executions.c.execution_id == execution_id
+    def end_execution(
+        self, execution_id: str, status: str, message: str, kind: str | None = None
+    ) -> Ended:
+        now = utcnow()
+        with self.db.write() as conn:
+            row = conn.execute(LOCK_WAIT, {"b_eid": execution_id}).first()
+            if row is None or row.status != RUNNING:
+                return Ended(ended=False)
+            if conn.dialect.name == "postgresql":
+                conn.execute(SYNC_COMMIT)  # what `cancel` reports must survive a crash
+            error = {"message": message} if kind is None else {"kind": kind, "message": message}
+            conn.execute(
+                update(executions)
+                .where(executions.c.execution_id == execution_id)
+                .values(status=status, error=error, finished_at=now, updated_at=now)
             )
-        ).first()
-        if row is None or row.status != RUNNING:
-            return 0
-        conn.execute(
-            events.insert().values(
-                execution_id=execution_id,
-                type=EV_PASS_FAILED,
-                payload={"passes": row.passes, "error": error},
-                created_at=utcnow(),
+            conn.execute(
+                insert_ignore(conn, events),
+                {
+                    "execution_id": execution_id,
+                    "type": EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED,
+                    "payload": {"status": status, "error": error},
+                    "created_at": now,
+                },
             )
-        )
-        crashes = conn.execute(
-            select(events.c.payload).where(
-                events.c.execution_id == execution_id, events.c.type == EV_PASS_FAILED
+            # Freeze what workers could change while we read: the claim of an issued command
+            # (its row would run though we saw it not started) and the close of a running
+            # one (its completion would land in the inbox after we read it, and be dropped
+            # unread). Both wait for our commit, then find the command cancelled. Planned
+            # commands move only under the execution's lock, which this transaction holds.
+            conn.execute(
+                select(commands.c.command_id)
+                .where(
+                    commands.c.execution_id == execution_id,
+                    commands.c.status.in_((CMD_ISSUED, CMD_RUNNING, WAITING)),
+                )
+                .with_for_update()
+            ).all()
+            # read before the commands are cancelled and the inbox emptied
+            unfinished = _unfinished_cursor_rows(conn, execution_id)
+            if unfinished:
+                conn.execute(
+                    insert_ignore(conn, events),
+                    [
+                        {
+                            "execution_id": execution_id,
+                            "type": EV_CURSOR_UNFINISHED,
+                            "step": step,
+                            "epoch": report["epoch"],
+                            "payload": report,
+                            "created_at": now,
+                        }
+                        for step, report in unfinished.items()
+                    ],
+                )
+            conn.execute(
+                update(commands)
+                .where(commands.c.execution_id == execution_id, commands.c.status.in_(UNFINISHED))
+                .values(status=CMD_CANCELLED, finished_at=now)
             )
-        ).scalars()
-        return sum(1 for payload in crashes if (payload or {}).get("passes") == row.passes)
+            conn.execute(delete(inbox).where(inbox.c.execution_id == execution_id))
+            ended_row = conn.execute(
+                select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
+            ).one()
+            parent = resume_parent(conn, ExecutionRow(**ended_row._mapping), self.results)
+            children = (
+                conn.execute(
+                    select(executions.c.execution_id).where(
+                        executions.c.parent_execution_id == execution_id,
+                        executions.c.status == RUNNING,
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        return Ended(True, [str(c) for c in children], [parent] if parent else [], unfinished)
+
+    def recorded_unfinished_rows(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        """The `cursor.unfinished` reports of an ended execution, by step."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(events.c.step, events.c.payload)
+                .where(
+                    events.c.execution_id == execution_id,
+                    events.c.type == EV_CURSOR_UNFINISHED,
+                )
+                .order_by(events.c.event_id)
+            ).all()
+        return {str(step): payload or {} for step, payload in rows}
+
+    def record_pass_crash(self, execution_id: str, error: dict[str, Any]) -> int:
+        """Record that an orchestration pass of `execution_id` crashed (a `pass.failed`
+        event with `error`, kept in its history) and return how many passes crashed in a row
+        at this point of its history, i.e. since its last committed pass (`executions.passes`
+        is stored with each crash); 0 when the execution is no longer RUNNING."""
+        with self.db.write() as conn:
+            row = conn.execute(
+                select(executions.c.status, executions.c.passes).where(
+                    executions.c.execution_id == execution_id
+                )
+            ).first()
+            if row is None or row.status != RUNNING:
+                return 0
+            conn.execute(
+                events.insert().values(
+                    execution_id=execution_id,
+                    type=EV_PASS_FAILED,
+                    payload={"passes": row.passes, "error": error},
+                    created_at=utcnow(),
+                )
+            )
+            crashes = conn.execute(
+                select(events.c.payload).where(
+                    events.c.execution_id == execution_id, events.c.type == EV_PASS_FAILED
+                )
+            ).scalars()
+            return sum(1 for payload in crashes if (payload or {}).get("passes") == row.passes)
