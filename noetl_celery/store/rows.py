@@ -212,3 +212,20 @@ class ScheduleRow:
             "last_fire_at": iso(self.last_fire_at),
             "created_at": iso(self.created_at),
         }
+
+
+@dataclass(frozen=True)
+class LostCommand:
+    command_id: str
+    execution_id: str
+    step: str
+    kind: str
+    epoch: int
+    iteration: int | None
+    attempt: int
+    ctx_version: int
+    item: Any
+    meta: dict[str, Any] | None
+    resume: dict[str, Any] | None
+    lease_until: dt.datetime | None
+    deadline_at: dt.datetime | None
