@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
@@ -149,38 +148,22 @@ class Store:
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
         owner: str | None = None,
-        conn: Connection | None = None,
     ) -> None:
-        """A RUNNING execution and its `execution.started` event (in `conn`'s transaction
-        when given: a schedule firing creates it together with its idempotency key)."""
-        if conn is None:
-            with self.db.write() as own:
-                self.create_execution(
-                    execution_id,
-                    entry,
-                    payload,
-                    parent_execution_id=parent_execution_id,
-                    parent_command_id=parent_command_id,
-                    trigger=trigger,
-                    rerun_of=rerun_of,
-                    trigger_detail=trigger_detail,
-                    owner=owner,
-                    conn=own,
-                )
-            return
-        queries.insert_execution(
-            conn,
-            execution_id,
-            entry,
-            payload,
-            parent_execution_id=parent_execution_id,
-            parent_command_id=parent_command_id,
-            trigger=trigger,
-            rerun_of=rerun_of,
-            trigger_detail=trigger_detail,
-            owner=owner,
-            now=utcnow(),
-        )
+        """A RUNNING execution and its `execution.started` event."""
+        with self.db.write() as conn:
+            queries.insert_execution(
+                conn,
+                execution_id,
+                entry,
+                payload,
+                parent_execution_id=parent_execution_id,
+                parent_command_id=parent_command_id,
+                trigger=trigger,
+                rerun_of=rerun_of,
+                trigger_detail=trigger_detail,
+                owner=owner,
+                now=utcnow(),
+            )
 
     def execution(self, execution_id: str) -> ExecutionRow:
         with self.db.read() as conn:
