@@ -20,6 +20,9 @@
     │   ├── StoreInterrupted      a transaction was cut short (connection lost or ended by
     │   │                         the server, statement timeout, deadlock): rolled back,
     │   │                         safe to do again
+    │   ├── StoreUnavailable      the database could not do a statement right now (out of
+    │   │                         disk or memory, SQLite locked, the connection pool
+    │   │                         exhausted): may work later
     │   └── SchemaOutdated        no engine tables, or another revision than this engine's
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
@@ -151,6 +154,13 @@ class StoreInterrupted(StoreError):
     after the process stalled), or a statement was cancelled (statement timeout,
     deadlock, serialization failure). Nothing it wrote is kept, and every engine
     transaction is safe to do again (conditional updates, `ON CONFLICT DO NOTHING`)."""
+
+
+class StoreUnavailable(StoreError):
+    """The engine's database could not do a statement for a reason of its own, not of
+    the statement's values: out of disk or memory, too many connections, SQLite's
+    "database is locked", every pooled connection in use. The driver's error is the
+    cause; doing the work again later may succeed (see store.database.transient)."""
 
 
 class SchemaOutdated(StoreError):

@@ -44,7 +44,6 @@ from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
-from noetl_celery.store.termination import record_pass_crash
 
 log = logging.getLogger("noetl_celery.orchestrate")
 
@@ -117,7 +116,9 @@ class Orchestrator:
             tail,
             extra={"execution_id": execution_id},
         )
-        crashes = record_pass_crash(self.store, execution_id, StepError("engine_error", message))
+        crashes = self.store.termination.record_pass_crash(
+            execution_id, StepError("engine_error", message)
+        )
         if crashes < PASS_CRASH_LIMIT:
             return
         end_tree(

@@ -10,7 +10,7 @@ from typing import Any
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
 from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.views import execution_line, run_errors, status_view
+from noetl_celery.engine.views import execution_line, run_errors, run_summary, status_view
 from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
 from noetl_celery.tools.services import ToolServices
@@ -29,7 +29,7 @@ class EngineReads:
         duration, steps. Only a COMPLETED execution has a result; a FAILED or CANCELLED
         one lists what failed in `errors` (`{step, item, kind, message}`, first 20)."""
         row = self.store.execution(execution_id)
-        summary = self.store.summary(row)
+        summary = run_summary(self.store, row)
         if row.status != COMPLETED:
             summary["result"] = None
         summary["errors"] = run_errors(self.store, row)

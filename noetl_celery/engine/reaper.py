@@ -36,18 +36,7 @@ from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.history import write_logs
-from noetl_celery.store.reaper import (
-    LostCommand,
-    executions_past,
-    executions_to_wake,
-    give_up,
-    lost_commands,
-    reissue,
-    release_delayed,
-    release_lease,
-    republish_stale,
-    take_lease,
-)
+from noetl_celery.store.reaper import LostCommand
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow
 
@@ -110,7 +99,7 @@ class Reaper:
         self.logs = logs
 
     def sweep(self) -> Sweep:
-        if not take_lease(self.store, LEASE_NAME, self.owner, self.policy.lease_ttl_seconds):
+        if not self.store.reaper.take_lease(LEASE_NAME, self.owner, self.policy.lease_ttl_seconds):
             log.debug("reaper: another process holds the sweep")
             return Sweep(held=False)
         # the sweep's lines about executions (a command re-issued or failed, a timeout)
@@ -120,7 +109,7 @@ class Reaper:
             with logcapture.capturing(collector):
                 report = self._sweep()
         finally:
-            release_lease(self.store, LEASE_NAME, self.owner)
+            self.store.reaper.release_lease(LEASE_NAME, self.owner)
         write_logs(self.store, LogSink.collected_rows(collector))
         # a sweep runs every few seconds: a line at INFO only when it did something
         log.log(logging.INFO if report else logging.DEBUG, "reaper: %s", report)
@@ -130,17 +119,17 @@ class Reaper:
         report = Sweep()
         dispatcher = self.orchestrator.dispatcher
         with self._guard(report, "republishing issued commands"):
-            stale = republish_stale(self.store, self.policy.issued_grace_seconds)
+            stale = self.store.reaper.republish_stale(self.policy.issued_grace_seconds)
             if stale:
                 dispatcher.publish(stale)
                 report.republished = len(stale)
         with self._guard(report, "issuing delayed commands"):
-            due = release_delayed(self.store)
+            due = self.store.reaper.release_delayed()
             if due:
                 dispatcher.publish(due)
                 report.released = len(due)
         wake: set[str] = set()
-        for lost in self._listed(report, "lost commands", lost_commands):
+        for lost in self._listed(report, "lost commands", self.store.reaper.lost_commands):
             with self._guard(report, f"recovering command {lost.command_id}", lost.execution_id):
                 new_id = self._recover(lost, report)
                 if new_id is not None:
@@ -150,13 +139,17 @@ class Reaper:
         timeout = self.policy.execution_timeout_seconds
         if timeout > 0:
             message = f"execution timed out after {timeout:g}s (NOETL_EXECUTION_TIMEOUT_SECONDS)"
-            past = self._listed(report, "timed-out executions", executions_past, timeout)
+            past = self._listed(
+                report, "timed-out executions", self.store.reaper.executions_past, timeout
+            )
             for execution_id in past:
                 with self._guard(report, "ending a timed-out execution", execution_id):
                     if end_tree(self.store, dispatcher, execution_id, FAILED, message):
                         report.timed_out += 1
         grace = self.policy.wake_grace_seconds
-        wake.update(self._listed(report, "executions to wake", executions_to_wake, grace))
+        wake.update(
+            self._listed(report, "executions to wake", self.store.reaper.executions_to_wake, grace)
+        )
         for execution_id in sorted(wake):
             with self._guard(report, "waking an execution", execution_id):
                 self.orchestrator.drive(execution_id, wait=False)
@@ -179,9 +172,9 @@ class Reaper:
     def _listed(
         self, report: Sweep, what: str, query: Callable[..., list[_T]], *args: object
     ) -> list[_T]:
-        """`query(store, *args)`, or nothing when it failed (logged)."""
+        """`query(*args)`, or nothing when it failed (logged)."""
         with self._guard(report, f"listing {what}"):
-            return query(self.store, *args)
+            return query(*args)
         return []
 
     def _recover(self, lost: LostCommand, report: Sweep) -> str | None:
@@ -197,7 +190,7 @@ class Reaper:
             )
             self._give_up(lost, "worker_lost", message, report)
             return None
-        new_id = reissue(self.store, lost)
+        new_id = self.store.reaper.reissue(lost)
         if new_id is not None:
             report.reissued += 1
             log.warning(
@@ -209,7 +202,7 @@ class Reaper:
         return new_id
 
     def _give_up(self, lost: LostCommand, kind: ErrorKind, message: str, report: Sweep) -> None:
-        if give_up(self.store, lost, kind, message):
+        if self.store.reaper.give_up(lost, kind, message):
             report.failed += 1
             log.warning("command %s failed: %s", lost.command_id, message, extra=_about(lost))
 

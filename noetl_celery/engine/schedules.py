@@ -14,7 +14,6 @@ from noetl_celery.engine.orchestrate import Orchestrator
 from noetl_celery.errors import CatalogNotFound, ScheduleNotFound
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
-from noetl_celery.store import schedules as sql
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schedules import ScheduleRow
 from noetl_celery.store.schema import utcnow
@@ -44,8 +43,7 @@ class Schedules:
         check_payload(payload, self.limits)  # every firing stores it: refuse it now
         self.store.resolve_catalog(path)  # raises CatalogNotFound: register it first
         first = next_after(cron, timezone, utcnow())
-        return sql.add(
-            self.store,
+        return self.store.schedules.add(
             path=path,
             cron=cron,
             timezone=timezone,
@@ -56,13 +54,13 @@ class Schedules:
         )
 
     def all(self) -> list[ScheduleRow]:
-        return sql.listing(self.store)
+        return self.store.schedules.listing()
 
     def remove(self, schedule_id: int) -> bool:
-        return sql.remove(self.store, schedule_id)
+        return self.store.schedules.remove(schedule_id)
 
     def get(self, schedule_id: int) -> ScheduleRow:
-        row = sql.get(self.store, schedule_id)
+        row = self.store.schedules.get(schedule_id)
         if row is None:
             raise ScheduleNotFound(f"no schedule {schedule_id} (see `noetl-celery schedule list`)")
         return row
@@ -80,7 +78,7 @@ class Schedules:
     def _set_enabled(
         self, schedule_id: int, enabled: bool, next_fire_at: dt.datetime | None
     ) -> tuple[ScheduleRow, bool]:
-        result = sql.set_enabled(self.store, schedule_id, enabled, next_fire_at)
+        result = self.store.schedules.set_enabled(schedule_id, enabled, next_fire_at)
         if result is None:
             raise ScheduleNotFound(f"no schedule {schedule_id} (see `noetl-celery schedule list`)")
         log.info(
@@ -120,13 +118,13 @@ class Schedules:
         return execution_id
 
     def firings(self, schedule_id: int) -> list[tuple[Any, str | None]]:
-        return sql.firings(self.store, schedule_id)
+        return self.store.schedules.firings(schedule_id)
 
     def fire_due(self) -> list[str]:
         """Start the runs that are due; returns the ids of the executions started here."""
         started: list[str] = []
         now = utcnow()
-        for schedule in sql.due(self.store, now):
+        for schedule in self.store.schedules.due(now):
             firing = due_firing(schedule.cron, schedule.timezone, schedule.next_fire_at, now)
             if firing is None:
                 continue
@@ -135,12 +133,11 @@ class Schedules:
             except CatalogNotFound as exc:
                 # the playbook is gone: skip this firing, keep the schedule
                 log.error("schedule %s skipped a firing: %s", schedule.schedule_id, exc)
-                sql.advance(self.store, schedule, firing.fire_time, firing.next_fire_at)
+                self.store.schedules.advance(schedule, firing.fire_time, firing.next_fire_at)
                 continue
             execution_id = new_execution_id()
             payload = dict(schedule.payload or {})
-            if sql.fire(
-                self.store,
+            if self.store.schedules.fire(
                 schedule,
                 firing.fire_time,
                 firing.next_fire_at,

@@ -18,7 +18,6 @@ from noetl_celery.constants import CANCELLED, EV_CURSOR_UNFINISHED, ExecutionSta
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.repository import Store
-from noetl_celery.store.termination import end_execution
 
 log = logging.getLogger("noetl_celery.termination")
 
@@ -48,7 +47,7 @@ def end_tree(
 ) -> Termination | None:
     """End `execution_id` with `status` (its error: `message`, of `kind`) and its
     running descendants with CANCELLED. None when it had already ended."""
-    ended = end_execution(store, execution_id, status, message, kind)
+    ended = store.termination.end_execution(execution_id, status, message, kind)
     if not ended.ended:
         return None
     extra = {"execution_id": execution_id}

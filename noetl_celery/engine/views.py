@@ -1,5 +1,4 @@
-"""Read models for operators: the `status` view (the `run --json` summary is
-`Store.summary`)."""
+"""Read models for operators: the `run --json` summary and the `status` view."""
 
 from __future__ import annotations
 
@@ -8,14 +7,29 @@ import json
 from typing import Any
 
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
+from noetl_celery.models.summary import execution_summary
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.schema import utcnow
-from noetl_celery.store.termination import recorded_unfinished_rows
 
 # errors `run --json` lists for a failed execution, and characters kept of an item
 RUN_ERRORS_LIMIT = 20
 ITEM_PREVIEW_CHARS = 200
+
+
+def run_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
+    """An execution as `run --json` shows it (before `Engine.summary` adds its errors):
+    `{execution_id, status, result, error, duration_seconds, steps}`, the shape a
+    waiting parent also receives (store.children.child_summary)."""
+    return execution_summary(
+        row.execution_id,
+        row.status,
+        row.result,
+        row.error,
+        row.duration_seconds,
+        row.state,
+        lambda step, epoch: store.result(row.execution_id, step, epoch),
+    )
 
 
 def error_kind(error: Any, default: str = "error") -> str:
@@ -214,5 +228,5 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         # cancelled or timed out (read only once it has ended: they are written then)
         "unfinished_rows": {}
         if row.status == RUNNING
-        else recorded_unfinished_rows(store, row.execution_id),
+        else store.termination.recorded_unfinished_rows(row.execution_id),
     }

@@ -43,7 +43,6 @@ from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_loop
 from noetl_celery.orchestrator.state import LoopProgress
-from noetl_celery.store.children import spawn_detached, suspend_and_spawn
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.history import write_logs
@@ -172,8 +171,8 @@ class CommandExecutor:
 
     def _wait_for_child(self, command: ClaimedCommand, suspended: Suspended) -> None:
         """Park the command and start its child (one transaction), then drive the child."""
-        child, resumed = suspend_and_spawn(
-            self.store, command, suspended.continuation, suspended.request, new_execution_id()
+        child, resumed = self.store.children.suspend_and_spawn(
+            command, suspended.continuation, suspended.request, new_execution_id()
         )
         if child is None:
             return  # no longer ours
@@ -362,6 +361,8 @@ class _Children:
 
     def start_detached(self, request: SpawnRequest) -> str:
         request = dataclasses.replace(request, payload=mask_command_value(request.payload))
-        child = spawn_detached(self.executor.store, self.command, request, new_execution_id())
+        child = self.executor.store.children.spawn_detached(
+            self.command, request, new_execution_id()
+        )
         self.executor.orchestrator.drive(child, wait=True)
         return child

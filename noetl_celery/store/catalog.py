@@ -96,7 +96,7 @@ def listing(store: Store) -> list[CatalogSummary]:
         )
         .order_by(catalog.c.path)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return [
         CatalogSummary(
@@ -114,7 +114,7 @@ def listing(store: Store) -> list[CatalogSummary]:
 
 def versions(store: Store, path: str) -> list[CatalogVersion]:
     """The versions of `path`, oldest first; empty when nothing is registered there."""
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(
                 catalog.c.catalog_id,

@@ -48,7 +48,7 @@ def catalog_rows(store: Store, path: str | None = None) -> list[CatalogRow]:
     )
     if path is not None:
         query = query.where(catalog.c.path == path)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return [CatalogRow(**r._mapping) for r in rows]
 
@@ -68,7 +68,7 @@ def catalog_row(
         query = query.where(catalog.c.path == path)
     if version is not None:
         query = query.where(catalog.c.version == version)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         row = conn.execute(query.order_by(catalog.c.version.desc()).limit(1)).first()
     return None if row is None else CatalogRow(**row._mapping)
 
@@ -77,7 +77,7 @@ def catalog_versions(store: Store, catalog_ids: Collection[int]) -> dict[int, in
     """catalog_id -> version, for the ids given."""
     if not catalog_ids:
         return {}
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(catalog.c.catalog_id, catalog.c.version).where(
                 catalog.c.catalog_id.in_(sorted(set(catalog_ids)))
@@ -91,7 +91,7 @@ def command_progress(store: Store, execution_ids: Sequence[str]) -> dict[str, tu
     if not execution_ids:
         return {}
     ended = func.sum(case((commands.c.status.in_(sorted(CMD_TERMINAL)), 1), else_=0))
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(commands.c.execution_id, ended, func.count())
             .where(commands.c.execution_id.in_(list(execution_ids)))
@@ -103,7 +103,7 @@ def command_progress(store: Store, execution_ids: Sequence[str]) -> dict[str, tu
 def event_counts(store: Store, execution_ids: Sequence[str]) -> dict[str, int]:
     if not execution_ids:
         return {}
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(events.c.execution_id, func.count())
             .where(events.c.execution_id.in_(list(execution_ids)))
@@ -128,7 +128,7 @@ def events_slice(
         where.append(events.c.type.in_(sorted(types)))
     if after is not None:
         where.append(events.c.event_id > after)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(events).where(*where).order_by(events.c.event_id).offset(offset).limit(limit)
         ).all()
@@ -139,7 +139,7 @@ def events_slice(
 def stuck_executions(store: Store, started_before: dt.datetime, limit: int = 1000) -> list[str]:
     """Top-level executions still RUNNING that started before `started_before`, oldest
     first (children end with their parent)."""
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(executions.c.execution_id)
             .where(

@@ -10,17 +10,24 @@ engine with plain deferred transactions so polling does not take the write lock.
 reads the database's identity once. A driver error that means the database cannot be
 used at all (no connection, or a lost one) becomes a StoreError of one line naming the
 URL (password masked) and what to do, so no command shows a driver traceback.
+
+Every driver error that says the database (not the statement's values) is the problem
+leaves this module as a StoreError subclass: callers above the store catch those, never
+SQLAlchemy's or psycopg's classes. Connections are taken with `read()`, `write()` and
+`single_write()`, which also turn an exhausted pool into StoreUnavailable.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, select, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import (
     ArgumentError,
@@ -32,7 +39,13 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import NullPool, StaticPool
 
-from noetl_celery.errors import ConfigurationError, SchemaOutdated, StoreError, StoreInterrupted
+from noetl_celery.errors import (
+    ConfigurationError,
+    SchemaOutdated,
+    StoreError,
+    StoreInterrupted,
+    StoreUnavailable,
+)
 from noetl_celery.settings import (
     DB_IDLE_IN_TRANSACTION_SECONDS,
     DB_STATEMENT_TIMEOUT_SECONDS,
@@ -173,7 +186,11 @@ class Database:
         lost or ended by the server in use (a restart; a transaction idle past
         `idle_in_transaction_session_timeout`) or a statement the server cancelled
         (timeout, deadlock) become StoreInterrupted: the transaction is rolled back and
-        callers may do it again. Other errors of a statement stay as they are."""
+        callers may do it again. Any other operational error (out of disk or memory,
+        SQLite locked) becomes StoreUnavailable. Errors about the statement's values
+        (IntegrityError, DataError, ...) stay as they are: the store's own code handles
+        those (a lost registration race, an outcome the database refuses).
+        SQLAlchemy raises what this raises `from` the driver's error."""
         original = context.original_exception
         if context.connection is None:
             raise StoreError(unusable_message(self.shown, self.url, original))
@@ -184,6 +201,8 @@ class Database:
                 f"a statement on the engine database {self.shown} was cancelled: "
                 f"{_masked_reason(self.url, original)}"
             )
+        if isinstance(context.sqlalchemy_exception, OperationalError | InterfaceError):
+            raise StoreUnavailable(failed_message(self.shown, self.url, original))
 
     @classmethod
     def empty(cls, *, shown: str) -> Database:
@@ -208,12 +227,34 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
-    def single_write(self) -> Any:
+    def read(self) -> Connection:
+        """A connection for reads (autocommit on Postgres, deferred on SQLite)."""
+        return self._checkout(self.read_engine)
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction, committed when the block ends without an error."""
+        with self._checkout(self.engine) as conn, conn.begin():
+            yield conn
+
+    def single_write(self) -> AbstractContextManager[Connection]:
         """A connection for one write statement: autocommit on Postgres; on SQLite a
         transaction (its BEGIN IMMEDIATE is what serialises writers)."""
         if self.is_sqlite:
-            return self.engine.begin()
-        return self.read_engine.connect()
+            return self.write()
+        return self.read()
+
+    def _checkout(self, engine: Engine) -> Connection:
+        # a pool with every connection in use raises without reaching the driver (no
+        # handle_error event): it is the database being busy, as a lock timeout is
+        try:
+            return engine.connect()
+        except PoolTimeout as exc:
+            raise StoreUnavailable(
+                f"no connection to the engine database {self.shown} came free in time "
+                f"({_short(exc)}); lower the concurrency of this process or raise "
+                "max_connections on the server"
+            ) from exc
 
     def _sqlite_engine(self, *, write: bool) -> Engine:
         # no directory is made here: only a migration creates the file (see upgrade)
@@ -248,9 +289,14 @@ class Database:
         if path is not None and not path.exists():
             return None
         try:
-            with self.read_engine.connect() as conn:
+            with self.read() as conn:
                 row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
-        except (OperationalError, ProgrammingError) as exc:
+        except StoreUnavailable as exc:
+            # SQLite says "no such table" with an OperationalError (wrapped by _unusable)
+            if "alembic_version" in str(exc.__cause__):
+                return None
+            raise
+        except ProgrammingError as exc:  # Postgres: undefined table
             if "alembic_version" in str(exc):
                 return None
             raise StoreError(
@@ -283,7 +329,7 @@ class Database:
         """`<engine_info.database_id>/<database name>` on Postgres: a copy made with
         CREATE DATABASE ... TEMPLATE shares the id row, so the name tells them apart.
         None for tables that never had the row (made without the migrations)."""
-        with self.read_engine.connect() as conn:
+        with self.read() as conn:
             row = conn.execute(
                 select(engine_info.c.value).where(engine_info.c.key == "database_id")
             ).first()
@@ -347,6 +393,18 @@ def unusable_message(shown: str, url: str, exc: BaseException) -> str:
     else:
         hint = "check NOETL_DATABASE_URL (host, port, options) and that Postgres runs there"
     return f"the engine database {shown} cannot be used: {reason}; {hint}"
+
+
+def failed_message(shown: str, url: str, exc: BaseException) -> str:
+    """One line: the database could not do a statement for a reason of its own."""
+    hint = (
+        "check the disk and that no other process holds the file's write lock"
+        if url.startswith("sqlite")
+        else "check the server's log (disk, memory, connections)"
+    )
+    return (
+        f"the engine database {shown} could not do a statement: {_masked_reason(url, exc)}; {hint}"
+    )
 
 
 def interrupted_message(shown: str, url: str, exc: BaseException) -> str:

@@ -57,7 +57,7 @@ def write_logs(store: Store, rows: Sequence[LogRow]) -> None:
     if not rows:
         return
     try:
-        with store.db.engine.begin() as conn:
+        with store.db.write() as conn:
             add_logs(conn, rows)
     except (SQLAlchemyError, StoreError):
         log.warning("could not store %d captured log block(s)", len(rows), exc_info=True)
@@ -74,7 +74,7 @@ def _page(
 ) -> tuple[list[Any], int]:
     """(rows oldest first, rows left out) of `table` matching `where`."""
     query = select(table).where(*where)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         if after is not None:
             chunk = limit or FOLLOW_CHUNK
             rows = conn.execute(query.where(key > after).order_by(key).limit(chunk)).all()
@@ -95,7 +95,7 @@ def _forward(
     """(the first `limit` rows newer than id `after`, oldest first; how many newer
     matching rows remain after them): a cursor that pages to the end with no gap."""
     query = select(table).where(*where, key > after).order_by(key).limit(limit)
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
         left_out = 0
         if len(rows) == limit:  # maybe more: count what is past this page

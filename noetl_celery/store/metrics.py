@@ -45,7 +45,7 @@ def read_snapshot(db: Any) -> MetricsSnapshot:
     """`db` is the store's `Database`."""
     snap = MetricsSnapshot()
     running = executions.c.status == RUNNING
-    with db.read_engine.connect() as conn:
+    with db.read() as conn:
         for status, count in conn.execute(
             select(executions.c.status, func.count()).group_by(executions.c.status)
         ):

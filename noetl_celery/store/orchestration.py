@@ -3,6 +3,8 @@
 Everything a pass writes (commands, results, contexts, engine events, the handled marks
 of the inbox and the new state) commits together; the command ids it returns are the
 ones *this* transaction inserted or issued, and only those get published, after commit.
+The transaction holds its connection and the locked row, not the Store: its statements
+are the named queries of store.queries.
 """
 
 from __future__ import annotations
@@ -12,99 +14,36 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection
 
-from noetl_celery.constants import (
-    CMD_DELAYED,
-    CMD_ISSUED,
-    CMD_PLANNED,
-    COMMAND_TERMINAL_EVENTS,
-    EV_COMMAND_FAILED,
-    KIND_ITERATION,
-    KIND_STEP,
-)
-from noetl_celery.models.outcome import Outcome
-from noetl_celery.orchestrator.decisions import Completion, Decision
-from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
+from noetl_celery.orchestrator.decisions import Completion, Decision, Terminal
+from noetl_celery.orchestrator.ids import parse_claim
+from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
-from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.rows import ExecutionRow
-from noetl_celery.store.schema import (
-    commands,
-    contexts,
-    cursor_rows,
-    events,
-    executions,
-    loops,
-    results,
-    utcnow,
-)
-from noetl_celery.store.statements import (
-    INBOX,
-    ISSUE_RANGE,
-    MARK_HANDLED,
-    SAVE_STATE,
-    WAITING,
-)
-
-if TYPE_CHECKING:
-    from noetl_celery.store.repository import Store
-
-_PLAN_CHUNK = 5000
-SYNC_COMMIT = text(
-    "SET LOCAL synchronous_commit TO on"
-)  # rows per multi-row INSERT when planning a large loop
+from noetl_celery.store.schema import utcnow
 
 
 class OrchestrationTx:
-    def __init__(self, store: Store, conn: Connection, execution: ExecutionRow) -> None:
-        self.store = store
+    def __init__(self, conn: Connection, execution: ExecutionRow, results: ResultCache) -> None:
         self.conn = conn
         self.execution = execution
         self.execution_id = execution.execution_id
+        self._results = results
 
     # ---- Facts (read-only history) ----------------------------------------------------------
     def result(self, step: str, epoch: int) -> Any:
-        return self.store.result(self.execution_id, step, epoch, conn=self.conn)
+        return queries.cached_result(self.conn, self._results, self.execution_id, step, epoch)
 
     def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
-        query = (
-            select(events.c.iteration, events.c.type, events.c.payload)
-            .where(
-                events.c.execution_id == self.execution_id,
-                events.c.step == step,
-                events.c.epoch == epoch,
-                events.c.iteration.is_not(None),
-                events.c.type.in_(COMMAND_TERMINAL_EVENTS),
-            )
-            .order_by(events.c.iteration)
-            .limit(limit)
-        )
-        out: list[Any] = []
-        for _, type_, payload in self.conn.execute(query):
-            payload = payload or {}
-            if type_ == EV_COMMAND_FAILED:
-                out.append({"status": "error", "error": payload.get("error")})
-            else:
-                out.append(payload.get("result"))
-        return out
+        return queries.iteration_results(self.conn, self.execution_id, step, epoch, limit)
 
     # ---- inbox ------------------------------------------------------------------------------
     def inbox(self, limit: int) -> list[Completion]:
-        rows = self.conn.execute(INBOX, {"b_eid": self.execution_id, "b_limit": limit})
-        return [
-            Completion(
-                event_id=row.event_id,
-                command_id=row.command_id or "",
-                step=row.step or "",
-                epoch=row.epoch or 0,
-                iteration=row.iteration,
-                outcome=Outcome.from_json(row.payload or {}),
-            )
-            for row in rows
-        ]
+        return queries.inbox_completions(self.conn, self.execution_id, limit)
 
     def first_claims(self, completions: list[Completion]) -> list[Completion]:
         """Cursor claims keep only rows their epoch has not claimed before (a claim that
@@ -130,191 +69,92 @@ class OrchestrationTx:
         keyed: dict[str, Any] = {}
         for row in rows:
             keyed.setdefault(row_key(row), row)
-        base = {
-            "execution_id": self.execution_id,
-            "step": completion.step,
-            "epoch": completion.epoch,
-        }
-        new = self.conn.execute(
-            insert_ignore(self.conn, cursor_rows).returning(cursor_rows.c.row_key),
-            [{**base, "row_key": key} for key in keyed],
-        ).scalars()
-        fresh = set(new)
+        fresh = queries.first_claimed_keys(
+            self.conn, self.execution_id, completion.step, completion.epoch, keyed
+        )
         return [row for key, row in keyed.items() if key in fresh]
 
     def waiting(self) -> list[tuple[str, int, int, bool]]:
         """The inbox grouped by (step, epoch): count, and whether any entry is not a loop
         iteration (the inbox is small: it holds only what no pass folded yet)."""
-        rows = self.conn.execute(WAITING, {"b_eid": self.execution_id}).all()
-        return [(r[0] or "", r[1] or 0, int(r[2]), bool(r[3])) for r in rows]
+        return queries.waiting(self.conn, self.execution_id)
 
     def mark_handled(self, event_ids: Sequence[int]) -> None:
-        if event_ids:
-            self.conn.execute(MARK_HANDLED, {"b_ids": list(event_ids)})
+        queries.mark_handled(self.conn, event_ids)
 
     # ---- persisting a decision --------------------------------------------------------------
     def apply(self, decision: Decision, handled: Sequence[int]) -> list[str]:
-        """Write the decision; return the command ids to publish after commit."""
+        """Write the decision; return the command ids to publish after commit. One helper
+        per kind of row; the order is the one every pass used (the terminal write last)."""
         now = utcnow()
-        conn, eid = self.conn, self.execution_id
-        if decision.results:
-            conn.execute(
-                insert_ignore(conn, results),
-                [
-                    {
-                        "execution_id": eid,
-                        "step": r.step,
-                        "epoch": r.epoch,
-                        "status": r.status,
-                        "data": r.data,
-                        "created_at": now,
-                    }
-                    for r in decision.results
-                ],
-            )
-        if decision.contexts:
-            conn.execute(
-                insert_ignore(conn, contexts),
-                [
-                    {"execution_id": eid, "version": v, "data": data, "created_at": now}
-                    for v, data in decision.contexts.items()
-                ],
-            )
-        for plan in decision.plans:
-            # rows are built one chunk at a time: a 100k-item loop must not hold 100k row
-            # dicts (and one giant INSERT) in memory at once
-            for start in range(0, len(plan.items), _PLAN_CHUNK):
-                chunk = plan.items[start : start + _PLAN_CHUNK]
-                conn.execute(
-                    insert_ignore(conn, commands),
-                    [
-                        {
-                            "command_id": iteration_command_id(eid, plan.step, plan.epoch, i),
-                            "execution_id": eid,
-                            "step": plan.step,
-                            "kind": KIND_ITERATION,
-                            "epoch": plan.epoch,
-                            "iteration": i,
-                            "attempt": 1,
-                            "status": CMD_PLANNED,
-                            "ctx_version": plan.ctx_version,
-                            "item": item,
-                            "meta": plan.meta,
-                        }
-                        for i, item in enumerate(chunk, plan.start + start)
-                    ],
-                )
-        publish: list[str] = []
-        if decision.commands:
-            stmt = insert_ignore(conn, commands).returning(commands.c.command_id)
-            rows = [
-                {
-                    "command_id": c.command_id,
-                    "execution_id": eid,
-                    "step": c.step,
-                    "kind": c.kind or KIND_STEP,
-                    "epoch": c.epoch,
-                    "iteration": c.iteration,
-                    "attempt": c.attempt,
-                    # a delayed command is parked with its due time; the reaper's sweep
-                    # issues and publishes it then (no worker sleeps through a backoff)
-                    "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
-                    "ctx_version": c.ctx_version,
-                    "item": c.item,
-                    "meta": c.meta,
-                    "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
-                }
-                for c in decision.commands
-            ]
-            delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
-            inserted = [r[0] for r in conn.execute(stmt, rows).all()]
-            publish += [cid for cid in inserted if cid not in delayed]
-        for issue in decision.issues:
-            params = {
-                "b_eid": eid,
-                "b_step": issue.step,
-                "b_epoch": issue.epoch,
-                "b_start": issue.start,
-                "b_stop": issue.stop,
-                "b_now": now,
-                "b_ctx": issue.ctx_version,
-            }
-            issued = sorted(conn.execute(ISSUE_RANGE, params).all(), key=lambda r: r[1])
-            publish += [r[0] for r in issued]
-        if decision.events:
-            conn.execute(
-                insert_ignore(conn, events),
-                [
-                    {
-                        "execution_id": eid,
-                        "type": e.type,
-                        "step": e.step,
-                        "epoch": e.epoch,
-                        "payload": e.payload,
-                        "created_at": now,
-                    }
-                    for e in decision.events
-                ],
-            )
-        for mirror in decision.loops:
-            conn.execute(
-                upsert(
-                    conn,
-                    loops,
-                    ["execution_id", "step", "epoch"],
-                    {
-                        "execution_id": eid,
-                        "step": mirror.step,
-                        "epoch": mirror.epoch,
-                        "mode": mirror.mode,
-                        "total": mirror.total,
-                        "issued": mirror.issued,
-                        "succeeded": mirror.succeeded,
-                        "failed": mirror.failed,
-                        "done": mirror.done,
-                        "updated_at": now,
-                        "started_at": now,  # the epoch's first write is its start
-                    },
-                    insert_only=["started_at"],
-                )
-            )
+        self._write_results(decision, now)
+        self._write_contexts(decision, now)
+        self._write_plans(decision)
+        publish = self._write_commands(decision, now)
+        publish += self._issue_ranges(decision, now)
+        self._write_events(decision, now)
+        self._write_loops(decision, now)
         self.mark_handled(handled)
         if decision.terminal is None:
-            conn.execute(
-                SAVE_STATE, {"b_eid": eid, "b_state": decision.state.to_json(), "b_now": now}
-            )
-            return publish
-        terminal = decision.terminal
-        if conn.dialect.name == "postgresql":
-            # a terminal status is what clients act on: make it (and, WAL being
-            # sequential, everything committed before it) durable before we say it
-            conn.execute(SYNC_COMMIT)
-        conn.execute(
-            update(executions)
-            .where(executions.c.execution_id == eid)
-            .values(
-                state=decision.state.to_json(),
-                passes=executions.c.passes + 1,
-                updated_at=now,
-                status=terminal.status,
-                result=terminal.result,
-                error=terminal.error,
-                finished_at=now,
-            )
-        )
-        if self.execution.parent_command_id:
-            # a child's end resumes the parent command waiting for it, atomically
-            ended = replace(
-                self.execution,
-                status=terminal.status,
-                result=terminal.result,
-                error=terminal.error,
-                state=decision.state.to_json(),
-            )
-            parent = resume_parent(self.store, conn, ended)
-            if parent is not None:
-                publish.append(parent)
+            queries.save_state(self.conn, self.execution_id, decision.state.to_json(), now)
+        else:
+            publish += self._end(decision, decision.terminal, now)
         return publish
+
+    def _write_results(self, decision: Decision, now: dt.datetime) -> None:
+        if decision.results:
+            queries.insert_results(self.conn, self.execution_id, decision.results, now)
+
+    def _write_contexts(self, decision: Decision, now: dt.datetime) -> None:
+        if decision.contexts:
+            queries.insert_contexts(self.conn, self.execution_id, decision.contexts, now)
+
+    def _write_plans(self, decision: Decision) -> None:
+        """Planned (not yet issued) iteration commands of the loops this pass started."""
+        for plan in decision.plans:
+            queries.insert_planned(self.conn, self.execution_id, plan)
+
+    def _write_commands(self, decision: Decision, now: dt.datetime) -> list[str]:
+        """Insert the decision's commands; the ids this transaction inserted and that are
+        due now are the ones to publish (a delayed one waits for the reaper's sweep)."""
+        if not decision.commands:
+            return []
+        inserted = queries.insert_commands(self.conn, self.execution_id, decision.commands, now)
+        delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
+        return [cid for cid in inserted if cid not in delayed]
+
+    def _issue_ranges(self, decision: Decision, now: dt.datetime) -> list[str]:
+        """Issue planned iterations; the ids this transaction issued are published."""
+        publish: list[str] = []
+        for issue in decision.issues:
+            publish += queries.issue_range(self.conn, self.execution_id, issue, now)
+        return publish
+
+    def _write_events(self, decision: Decision, now: dt.datetime) -> None:
+        if decision.events:
+            queries.insert_events(self.conn, self.execution_id, decision.events, now)
+
+    def _write_loops(self, decision: Decision, now: dt.datetime) -> None:
+        """The loops table mirrors each loop's counters (what reads and the reaper see)."""
+        for mirror in decision.loops:
+            queries.upsert_loop(self.conn, self.execution_id, mirror, now)
+
+    def _end(self, decision: Decision, terminal: Terminal, now: dt.datetime) -> list[str]:
+        """The terminal write; a child's end also resumes its parent's waiting command,
+        atomically (returned to publish)."""
+        state = decision.state.to_json()
+        queries.end_execution_row(self.conn, self.execution_id, terminal, state, now)
+        if not self.execution.parent_command_id:
+            return []
+        ended = replace(
+            self.execution,
+            status=terminal.status,
+            result=terminal.result,
+            error=terminal.error,
+            state=state,
+        )
+        parent = resume_parent(self.conn, ended, self._results)
+        return [] if parent is None else [parent]
 
 
 def row_key(row: Any) -> str:

@@ -61,7 +61,7 @@ def executions_page(
         .limit(limit)
         .offset(offset)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
         if offset == 0 and len(rows) < limit:
             total = len(rows)  # the whole result is on this page: no count needed
@@ -87,7 +87,7 @@ def loop_totals(store: Store, execution_ids: Collection[str]) -> dict[str, LoopT
         .where(loops.c.execution_id.in_(sorted(execution_ids)))
         .group_by(loops.c.execution_id)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return {str(r[0]): LoopTotals(int(r[1] or 0), int(r[2] or 0), int(r[3] or 0)) for r in rows}
 
@@ -100,7 +100,7 @@ def step_states(store: Store, execution_ids: Collection[str]) -> dict[str, dict[
     query = select(executions.c.execution_id, executions.c.state["steps"]).where(
         executions.c.execution_id.in_(sorted(execution_ids))
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return {str(r[0]): dict(r[1]) if isinstance(r[1], dict) else {} for r in rows}
 
@@ -137,7 +137,7 @@ def failed_iterations(
         .limit(limit)
         .offset(offset)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return [
         FailedItem(r.iteration, (r.payload or {}).get("error"), r.item, epoch=r.epoch) for r in rows
@@ -151,5 +151,5 @@ def count_failed_iterations(
     query = (
         select(func.count()).select_from(events).where(*_failed_where(execution_id, step, epoch))
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         return int(conn.execute(query).scalar_one())

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def running_owned(store: Store) -> list[tuple[str, str]]:
     """(execution id, owner) of every RUNNING execution that records an owner process
     (through the status index: RUNNING executions are few)."""
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             select(executions.c.execution_id, executions.c.owner).where(
                 executions.c.status == RUNNING, executions.c.owner.is_not(None)

@@ -25,7 +25,7 @@ def failed_loops(store: Store, execution_id: str) -> dict[str, tuple[int, int]]:
         .where(events.c.execution_id == execution_id, *_failed_iteration)
         .group_by(events.c.step)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(query).all()
     return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
 
@@ -41,7 +41,7 @@ def failed_items(store: Store, execution_id: str, step: str) -> list[Any]:
     )
     seen: set[tuple[int, int]] = set()
     items = []
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         for epoch, iteration, item in conn.execute(query):
             if (epoch, iteration) not in seen:  # one per coordinate, whatever the attempts
                 seen.add((epoch, iteration))
@@ -59,6 +59,6 @@ def step_context(store: Store, execution_id: str, step: str) -> int | None:
         .order_by(commands.c.epoch.desc(), commands.c.iteration.asc().nulls_first())
         .limit(1)
     )
-    with store.db.read_engine.connect() as conn:
+    with store.db.read() as conn:
         value = conn.execute(query).scalar()
     return None if value is None else int(value)

@@ -180,3 +180,52 @@ class Page:
 
     rows: list[Any]
     left_out: int = 0
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    schedule_id: int
+    name: str | None
+    path: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any] | None
+    enabled: bool
+    next_fire_at: dt.datetime
+    last_fire_at: dt.datetime | None
+    created_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(value: dt.datetime | None) -> str | None:
+            return None if value is None else value.isoformat() + "Z"
+
+        return {
+            "schedule_id": self.schedule_id,
+            "name": self.name,
+            "path": self.path,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "payload": self.payload or {},
+            "enabled": self.enabled,
+            # a paused schedule's stored time is stale: `resume` computes a new one
+            "next_fire_at": iso(self.next_fire_at) if self.enabled else None,
+            "last_fire_at": iso(self.last_fire_at),
+            "created_at": iso(self.created_at),
+        }
+
+
+@dataclass(frozen=True)
+class LostCommand:
+    command_id: str
+    execution_id: str
+    step: str
+    kind: str
+    epoch: int
+    iteration: int | None
+    attempt: int
+    ctx_version: int
+    item: Any
+    meta: dict[str, Any] | None
+    resume: dict[str, Any] | None
+    lease_until: dt.datetime | None
+    deadline_at: dt.datetime | None

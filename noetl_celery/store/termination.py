@@ -21,50 +21,28 @@ command cancelled), so their rows stay pending and are not listed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import Connection
 
 from noetl_celery.constants import (
     CANCELLED,
-    CMD_CANCELLED,
-    CMD_DELAYED,
-    CMD_ISSUED,
-    CMD_PLANNED,
-    CMD_RUNNING,
-    EV_COMMAND_COMPLETED,
     EV_CURSOR_UNFINISHED,
     EV_EXECUTION_CANCELLED,
     EV_EXECUTION_FAILED,
-    EV_PASS_FAILED,
-    KIND_ITERATION,
     RUNNING,
     ExecutionStatus,
 )
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
-from noetl_celery.orchestrator.decisions import Completion
+from noetl_celery.orchestrator.decisions import Completion, EngineEvent
 from noetl_celery.orchestrator.ids import parse_claim
-from noetl_celery.store.children import WAITING, resume_parent
-from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.orchestration import SYNC_COMMIT, claimed_rows, row_key
-from noetl_celery.store.rows import ExecutionRow
-from noetl_celery.store.schema import (
-    commands,
-    cursor_rows,
-    events,
-    executions,
-    inbox,
-    loops,
-    utcnow,
-)
-from noetl_celery.store.statements import EXECUTION_COLUMNS, LOCK_WAIT
+from noetl_celery.store import queries
+from noetl_celery.store.children import resume_parent
+from noetl_celery.store.database import Database
+from noetl_celery.store.orchestration import claimed_rows, row_key
+from noetl_celery.store.queries import STARTED, ResultCache
+from noetl_celery.store.schema import utcnow
 
-if TYPE_CHECKING:
-    from noetl_celery.store.repository import Store
-
-UNFINISHED = (CMD_PLANNED, CMD_DELAYED, CMD_ISSUED, CMD_RUNNING, WAITING)
-# a body in these had started: its row's work may be done, or half done
-STARTED = (CMD_RUNNING, WAITING)
 # rows kept in each list of a `cursor.unfinished` report (`count` is always exact):
 # a drain of 100 lanes x 1,000-row frames must not write one event of 100,000 rows
 UNFINISHED_ROWS_CAP = 1000
@@ -103,129 +81,19 @@ class _Unfinished:
         }
 
 
-def end_execution(
-    store: Store,
-    execution_id: str,
-    status: ExecutionStatus,
-    message: str,
-    kind: ErrorKind | None = None,
-) -> Ended:
-    now = utcnow()
-    with store.db.engine.begin() as conn:
-        row = conn.execute(LOCK_WAIT, {"b_eid": execution_id}).first()
-        if row is None or row.status != RUNNING:
-            return Ended(ended=False)
-        if conn.dialect.name == "postgresql":
-            conn.execute(SYNC_COMMIT)  # what `cancel` reports must survive a crash
-        error = {"message": message} if kind is None else {"kind": kind, "message": message}
-        conn.execute(
-            update(executions)
-            .where(executions.c.execution_id == execution_id)
-            .values(status=status, error=error, finished_at=now, updated_at=now)
-        )
-        conn.execute(
-            insert_ignore(conn, events),
-            {
-                "execution_id": execution_id,
-                "type": EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED,
-                "payload": {"status": status, "error": error},
-                "created_at": now,
-            },
-        )
-        # Freeze what workers could change while we read: the claim of an issued command
-        # (its row would run though we saw it not started) and the close of a running
-        # one (its completion would land in the inbox after we read it, and be dropped
-        # unread). Both wait for our commit, then find the command cancelled. Planned
-        # commands move only under the execution's lock, which this transaction holds.
-        conn.execute(
-            select(commands.c.command_id)
-            .where(
-                commands.c.execution_id == execution_id,
-                commands.c.status.in_((CMD_ISSUED, CMD_RUNNING, WAITING)),
-            )
-            .with_for_update()
-        ).all()
-        # read before the commands are cancelled and the inbox emptied
-        unfinished = _unfinished_cursor_rows(conn, execution_id)
-        if unfinished:
-            conn.execute(
-                insert_ignore(conn, events),
-                [
-                    {
-                        "execution_id": execution_id,
-                        "type": EV_CURSOR_UNFINISHED,
-                        "step": step,
-                        "epoch": report["epoch"],
-                        "payload": report,
-                        "created_at": now,
-                    }
-                    for step, report in unfinished.items()
-                ],
-            )
-        conn.execute(
-            update(commands)
-            .where(commands.c.execution_id == execution_id, commands.c.status.in_(UNFINISHED))
-            .values(status=CMD_CANCELLED, finished_at=now)
-        )
-        conn.execute(delete(inbox).where(inbox.c.execution_id == execution_id))
-        ended_row = conn.execute(
-            select(*EXECUTION_COLUMNS).where(executions.c.execution_id == execution_id)
-        ).one()
-        parent = resume_parent(store, conn, ExecutionRow(**ended_row._mapping))
-        children = (
-            conn.execute(
-                select(executions.c.execution_id).where(
-                    executions.c.parent_execution_id == execution_id,
-                    executions.c.status == RUNNING,
-                )
-            )
-            .scalars()
-            .all()
-        )
-    return Ended(True, [str(c) for c in children], [parent] if parent else [], unfinished)
-
-
 def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, dict[str, Any]]:
     """Per cursor step, the rows its claims took that no body will now process."""
     found: dict[str, _Unfinished] = {}
-    # bodies of cursor epochs (`loops.mode`), not yet finished: at most the frames the
-    # lanes had claimed (lanes x frame rows), in claim order
-    bodies = conn.execute(
-        select(commands.c.step, commands.c.epoch, commands.c.status, commands.c.item)
-        .add_columns(commands.c.meta)
-        .select_from(
-            commands.join(
-                loops,
-                and_(
-                    loops.c.execution_id == commands.c.execution_id,
-                    loops.c.step == commands.c.step,
-                    loops.c.epoch == commands.c.epoch,
-                ),
-            )
-        )
-        .where(
-            commands.c.execution_id == execution_id,
-            commands.c.kind == KIND_ITERATION,
-            commands.c.status.in_(UNFINISHED),
-            loops.c.mode == "cursor",
-        )
-        .order_by(commands.c.step, commands.c.epoch, commands.c.iteration)
-    )
-    for step, epoch, status, item, meta in bodies:
+    for step, epoch, status, item, meta in queries.unfinished_cursor_bodies(conn, execution_id):
         # `frame.process: frame`: one body holds the frame's list of rows
         rows = item if (meta or {}).get("process") == "frame" and isinstance(item, list) else [item]
         for row in rows:
             found.setdefault(step, _Unfinished()).add(epoch, row, status in STARTED)
     # claims recorded but not folded yet: their rows are committed as claimed in the
     # queue and have no body; rows their epoch had claimed before are someone's body
-    pending = conn.execute(
-        select(events.c.event_id, events.c.command_id, events.c.step, events.c.epoch)
-        .add_columns(events.c.payload)
-        .select_from(inbox.join(events, events.c.event_id == inbox.c.event_id))
-        .where(inbox.c.execution_id == execution_id, events.c.type == EV_COMMAND_COMPLETED)
-        .order_by(events.c.event_id)
-    )
-    for event_id, command_id, step, epoch, payload in pending:
+    for event_id, command_id, step, epoch, payload in queries.unfolded_completions(
+        conn, execution_id
+    ):
         if parse_claim(command_id or "") is None:
             continue
         outcome = Outcome.from_json(payload or {})
@@ -233,60 +101,79 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
         keyed = {row_key(row): row for row in claimed_rows(completion)}
         if not keyed:
             continue
-        seen = set(
-            conn.execute(
-                select(cursor_rows.c.row_key).where(
-                    cursor_rows.c.execution_id == execution_id,
-                    cursor_rows.c.step == step,
-                    cursor_rows.c.epoch == epoch,
-                    cursor_rows.c.row_key.in_(list(keyed)),
-                )
-            ).scalars()
-        )
+        seen = queries.claimed_row_keys(conn, execution_id, step, epoch, list(keyed))
         for key, row in keyed.items():
             if key not in seen:
                 found.setdefault(step, _Unfinished()).add(epoch, row, started=False)
     return {step: rows.report() for step, rows in sorted(found.items())}
 
 
-def recorded_unfinished_rows(store: Store, execution_id: str) -> dict[str, dict[str, Any]]:
-    """The `cursor.unfinished` reports of an ended execution, by step."""
-    with store.db.read_engine.connect() as conn:
-        rows = conn.execute(
-            select(events.c.step, events.c.payload)
-            .where(
-                events.c.execution_id == execution_id,
-                events.c.type == EV_CURSOR_UNFINISHED,
-            )
-            .order_by(events.c.event_id)
-        ).all()
-    return {str(step): payload or {} for step, payload in rows}
+class TerminationManager:
+    """`store.termination`: ending executions from outside a pass (cancel, the crash
+    limit), recording crashed passes, and the reports of what an end left unfinished."""
 
+    def __init__(self, db: Database, results: ResultCache) -> None:
+        self.db = db
+        self.results = results  # the façade's step results (a cancelled child's summary)
 
-def record_pass_crash(store: Store, execution_id: str, error: StepError) -> int:
-    """Record that an orchestration pass of `execution_id` crashed (a `pass.failed`
-    event with `error`, kept in its history) and return how many passes crashed in a row
-    at this point of its history, i.e. since its last committed pass (`executions.passes`
-    is stored with each crash); 0 when the execution is no longer RUNNING."""
-    with store.db.engine.begin() as conn:
-        row = conn.execute(
-            select(executions.c.status, executions.c.passes).where(
-                executions.c.execution_id == execution_id
-            )
-        ).first()
-        if row is None or row.status != RUNNING:
-            return 0
-        conn.execute(
-            events.insert().values(
-                execution_id=execution_id,
-                type=EV_PASS_FAILED,
-                payload={"passes": row.passes, "error": error.to_json()},
-                created_at=utcnow(),
-            )
-        )
-        crashes = conn.execute(
-            select(events.c.payload).where(
-                events.c.execution_id == execution_id, events.c.type == EV_PASS_FAILED
-            )
-        ).scalars()
-        return sum(1 for payload in crashes if (payload or {}).get("passes") == row.passes)
+    def end_execution(
+        self,
+        execution_id: str,
+        status: ExecutionStatus,
+        message: str,
+        kind: ErrorKind | None = None,
+    ) -> Ended:
+        now = utcnow()
+        with self.db.write() as conn:
+            row = queries.lock_execution(conn, execution_id, wait=True)
+            if row is None or row.status != RUNNING:
+                return Ended(ended=False)
+            if conn.dialect.name == "postgresql":
+                conn.execute(queries.SYNC_COMMIT)  # what `cancel` reports must survive a crash
+            error = {"message": message} if kind is None else {"kind": kind, "message": message}
+            queries.set_ended(conn, execution_id, status, error, now)
+            ended = EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED
+            payload = {"status": status, "error": error}
+            queries.insert_events(conn, execution_id, [EngineEvent(ended, payload=payload)], now)
+            # Freeze what workers could change while we read: the claim of an issued
+            # command (its row would run though we saw it not started) and the close of a
+            # running one (its completion would land in the inbox after we read it, and be
+            # dropped unread). Both wait for our commit, then find the command cancelled.
+            # Planned commands move only under the execution's lock, which this
+            # transaction holds.
+            queries.lock_live_commands(conn, execution_id)
+            # read before the commands are cancelled and the inbox emptied
+            unfinished = _unfinished_cursor_rows(conn, execution_id)
+            if unfinished:
+                reports = [
+                    EngineEvent(EV_CURSOR_UNFINISHED, step, report["epoch"], report)
+                    for step, report in unfinished.items()
+                ]
+                queries.insert_events(conn, execution_id, reports, now)
+            queries.cancel_unfinished(conn, execution_id, now)
+            queries.clear_inbox(conn, execution_id)
+            ended_row = queries.execution(conn, execution_id)
+            assert ended_row is not None  # locked above
+            parent = resume_parent(conn, ended_row, self.results)
+            children = queries.running_children(conn, execution_id)
+        return Ended(True, children, [parent] if parent else [], unfinished)
+
+    def recorded_unfinished_rows(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        """The `cursor.unfinished` reports of an ended execution, by step."""
+        with self.db.read() as conn:
+            return queries.cursor_unfinished_reports(conn, execution_id)
+
+    def record_pass_crash(self, execution_id: str, error: StepError) -> int:
+        """Record that an orchestration pass of `execution_id` crashed (a `pass.failed`
+        event with `error`, kept in its history) and return how many passes crashed in a
+        row at this point of its history, i.e. since its last committed pass
+        (`executions.passes` is stored with each crash); 0 when the execution is no
+        longer RUNNING."""
+        with self.db.write() as conn:
+            row = queries.status_and_passes(conn, execution_id)
+            if row is None or row.status != RUNNING:
+                return 0
+            payload = {"passes": row.passes, "error": error.to_json()}
+            queries.insert_pass_failed(conn, execution_id, payload, utcnow())
+            crashes = queries.pass_failed_payloads(conn, execution_id)
+            return sum(1 for payload in crashes if (payload or {}).get("passes") == row.passes)

@@ -22,7 +22,6 @@ from noetl_celery.store.counters import (
 )
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.metrics import read_snapshot
-from noetl_celery.store.reaper import release_lease, take_lease
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -69,11 +68,11 @@ def test_the_sweep_lease_is_held_by_one_owner_at_a_time(
     engine: tuple[Engine, Recorder],
 ) -> None:
     store = engine[0].store
-    assert take_lease(store, "duty", "a", 30)
-    assert not take_lease(store, "duty", "b", 30)
-    assert take_lease(store, "duty", "a", 30)  # the holder may renew
-    release_lease(store, "duty", "a")
-    assert take_lease(store, "duty", "b", 30)
+    assert store.reaper.take_lease("duty", "a", 30)
+    assert not store.reaper.take_lease("duty", "b", 30)
+    assert store.reaper.take_lease("duty", "a", 30)  # the holder may renew
+    store.reaper.release_lease("duty", "a")
+    assert store.reaper.take_lease("duty", "b", 30)
 
 
 def test_lost_message_then_lost_worker_then_give_up(

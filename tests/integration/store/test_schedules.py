@@ -142,15 +142,13 @@ def test_a_paused_schedule_does_not_fire_and_resumes_without_a_backlog(engine: E
 
 
 def test_a_pause_wins_over_a_firer_that_read_the_schedule_before_it(engine: Engine) -> None:
-    from noetl_celery.store import schedules as sql
-
     row = engine.schedules.add("tests/tick", "* * * * *")
     due_since(engine, row.schedule_id, utcnow() - dt.timedelta(seconds=1))
-    [stale] = sql.due(engine.store, utcnow())  # a beat read it as due ...
+    [stale] = engine.store.schedules.due(utcnow())  # a beat read it as due ...
     engine.schedules.pause(row.schedule_id)  # ... and the operator paused it meanwhile
     entry = engine.store.resolve_catalog("tests/tick")
-    fired = sql.fire(
-        engine.store, stale, stale.next_fire_at, utcnow(), entry, "383000000000000001", {}
+    fired = engine.store.schedules.fire(
+        stale, stale.next_fire_at, utcnow(), entry, "383000000000000001", {}
     )
     assert fired is False
     assert engine.schedules.firings(row.schedule_id) == []

@@ -21,10 +21,8 @@ from noetl_celery.orchestrator.decisions import (
 )
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import Database, SchemaMode
-from noetl_celery.store.reaper import release_delayed
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import commands, events
-from noetl_celery.store.termination import end_execution
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -207,10 +205,10 @@ def test_a_delayed_command_waits_in_the_table_until_the_sweep_issues_it(store: S
     assert store.claim(soon.command_id, "w1", 60) is None  # an early message runs nothing
     assert store.command_counts(eid).delayed == 2
     time.sleep(0.05)
-    assert release_delayed(store) == [soon.command_id]  # due: issued, to publish
-    assert release_delayed(store) == []  # once
+    assert store.reaper.release_delayed() == [soon.command_id]  # due: issued, to publish
+    assert store.reaper.release_delayed() == []  # once
     claimed = store.claim(soon.command_id, "w1", 60)
     assert claimed is not None and claimed.attempt == 2
     # cancelling the execution cancels the one still waiting: it can never run
-    assert end_execution(store, eid, "CANCELLED", "cancelled by test").ended
+    assert store.termination.end_execution(eid, "CANCELLED", "cancelled by test").ended
     assert store.command_status(later.command_id) == "cancelled"

@@ -20,10 +20,12 @@ from noetl_celery.store.database import transient
 
 
 class CrashingStore:
-    """A store whose orchestration transaction raises `error`."""
+    """A store whose orchestration transaction raises `error` (its `termination`
+    records crashes: see driver)."""
 
-    def __init__(self, error: BaseException) -> None:
+    def __init__(self, error: BaseException, termination: Recorded) -> None:
         self.error = error
+        self.termination = termination
 
     def has_unhandled(self, execution_id: str) -> bool:
         return False
@@ -40,7 +42,7 @@ class Recorded:
         self.recorded: list[tuple[str, dict[str, Any]]] = []
         self.ended: list[tuple[Any, ...]] = []
 
-    def record(self, store: Any, execution_id: str, error: StepError) -> int:
+    def record_pass_crash(self, execution_id: str, error: StepError) -> int:
         self.recorded.append((execution_id, error.to_json()))  # as the event stores it
         return self.crashes
 
@@ -51,13 +53,12 @@ class Recorded:
 
 def driver(error: BaseException, monkeypatch: pytest.MonkeyPatch, crashes: int) -> Recorded:
     recorded = Recorded(crashes)
-    monkeypatch.setattr(orchestrate, "record_pass_crash", recorded.record)
     monkeypatch.setattr(orchestrate, "end_tree", recorded.end)
     return recorded
 
 
-def orchestrator(error: BaseException) -> Orchestrator:
-    return Orchestrator(CrashingStore(error), None, None)  # type: ignore[arg-type]
+def orchestrator(error: BaseException, recorded: Recorded) -> Orchestrator:
+    return Orchestrator(CrashingStore(error, recorded), None, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_the_database_being_away_is_not_a_crash(
     recorded = driver(error, monkeypatch, crashes=PASS_CRASH_LIMIT)
     assert transient(error)
     with pytest.raises(type(error)):
-        orchestrator(error).drive("e1")
+        orchestrator(error, recorded).drive("e1")
     assert recorded.recorded == [] and recorded.ended == []
 
 
@@ -95,7 +96,7 @@ def test_any_other_crash_is_recorded_and_the_caller_goes_on(
 ) -> None:
     recorded = driver(error, monkeypatch, crashes=PASS_CRASH_LIMIT - 1)
     assert not transient(error)
-    assert orchestrator(error).drive("e1") == 0  # no exception: logged and recorded
+    assert orchestrator(error, recorded).drive("e1") == 0  # no exception: logged and recorded
     [(eid, crash)] = recorded.recorded
     assert (eid, crash) == ("e1", {"kind": "engine_error", "message": crash_message(error)})
     assert crash["message"].startswith(type(error).__name__ + ": ")
@@ -107,7 +108,7 @@ def test_the_last_crash_allowed_ends_the_execution_failed(
 ) -> None:
     error = RecursionError("maximum recursion depth exceeded")
     recorded = driver(error, monkeypatch, crashes=PASS_CRASH_LIMIT)
-    orchestrator(error).drive("e1")
+    orchestrator(error, recorded).drive("e1")
     assert recorded.ended == [
         (
             "e1",
