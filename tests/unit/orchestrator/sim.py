@@ -56,7 +56,7 @@ class Sim:
             if e.get("iteration") is not None and e["step"] == step and e["epoch"] == epoch
         ]
         done.sort(key=lambda e: e["iteration"])
-        return [e["outcome"]["result"] for e in done[:limit]]
+        return [_iteration_result(e["outcome"]) for e in done[:limit]]
 
     # -- applying decisions --------------------------------------------------------------------
     def apply(self, d: Decision) -> None:
@@ -150,6 +150,13 @@ class Sim:
 
     def event_types(self) -> list[str]:
         return [e["type"] for e in self.events if "type" in e]
+
+
+def _iteration_result(outcome: dict[str, Any]) -> Any:
+    """As the store answers (Facts.iteration_results): a failed iteration is its error."""
+    if outcome["status"] == "error":
+        return {"status": "error", "error": outcome.get("error")}
+    return outcome.get("result")
 
 
 def playbook(text: str) -> Playbook:
