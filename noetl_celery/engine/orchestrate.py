@@ -29,6 +29,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from noetl_celery.constants import FAILED, RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
@@ -47,6 +48,7 @@ from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ExecutionRow
 from noetl_celery.store.termination import record_pass_crash
 
 log = logging.getLogger("noetl_celery.orchestrate")
@@ -163,9 +165,12 @@ class Orchestrator:
         if row.state is None:
             # a rerun may start elsewhere: its inputs are read from the original it names
             inputs = start_inputs(self.store, row)
-            decision = start(
-                playbook, row.execution_id, row.payload, tx, self.limits, now=now, **inputs
-            )
+            if self.recorder is None:
+                decision = start(
+                    playbook, row.execution_id, row.payload, tx, self.limits, now=now, **inputs
+                )
+            else:
+                decision = self._recorded_start(playbook, row, inputs, tx, now)
             return PassResult(tx.apply(decision, []), changed=True)
         state = ExecutionState.from_json(row.state)  # freshly decoded: ours to mutate
         if may_defer_all(state, tx.waiting()):
@@ -205,6 +210,32 @@ class Orchestrator:
             playbook_text=self.store.catalog_content(catalog_id),
             state=state,
             completions=completions,
+            facts=recording,
+            now=now,
+            limits=self.limits,
+            decision=decision,
+        )
+        return decision
+
+    def _recorded_start(
+        self,
+        playbook: Playbook,
+        row: ExecutionRow,
+        inputs: dict[str, Any],
+        facts: Facts,
+        now: float,
+    ) -> Decision:
+        """`start`, with its inputs and decision recorded."""
+        assert self.recorder is not None
+        recording = RecordingFacts(facts)
+        decision = start(
+            playbook, row.execution_id, row.payload, recording, self.limits, now=now, **inputs
+        )
+        self.recorder.write_start(
+            playbook_text=self.store.catalog_content(row.catalog_id),
+            execution_id=row.execution_id,
+            payload=row.payload,
+            inputs=inputs,
             facts=recording,
             now=now,
             limits=self.limits,

@@ -13,10 +13,12 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from noetl_celery.orchestrator.decisions import Completion, Decision, Limits
-from noetl_celery.orchestrator.recording import RecordingFacts, pass_record
+from noetl_celery.orchestrator.recording import RecordingFacts, pass_record, start_record
 from noetl_celery.orchestrator.state import ExecutionState
 
 log = logging.getLogger("noetl_celery.orchestrate")
@@ -37,7 +39,55 @@ class PassRecorder:
         limits: Limits,
         decision: Decision,
     ) -> None:
-        """Record one pass; a failure to write is logged, never fails the pass."""
+        """Record one `decide` pass."""
+        first = completions[0].event_id if completions else 0
+        self._save(
+            f"{state.execution_id}-{first:09d}-{len(completions)}.json",
+            playbook_text,
+            lambda playbook: pass_record(
+                playbook=playbook,
+                state=state,
+                completions=completions,
+                facts=facts,
+                now=now,
+                limits=limits,
+                decision=decision,
+            ),
+        )
+
+    def write_start(
+        self,
+        *,
+        playbook_text: str,
+        execution_id: str,
+        payload: dict[str, Any] | None,
+        inputs: dict[str, Any],
+        facts: RecordingFacts,
+        now: float,
+        limits: Limits,
+        decision: Decision,
+    ) -> None:
+        """Record an execution's first pass (`start`)."""
+        self._save(
+            f"{execution_id}-000000000-0.json",
+            playbook_text,
+            lambda playbook: start_record(
+                playbook=playbook,
+                execution_id=execution_id,
+                payload=payload,
+                inputs=inputs,
+                facts=facts,
+                now=now,
+                limits=limits,
+                decision=decision,
+            ),
+        )
+
+    def _save(
+        self, name: str, playbook_text: str, build: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Write the playbook (once) and the record; a failure to write is logged, never
+        fails the pass."""
         try:
             digest = hashlib.sha256(playbook_text.encode()).hexdigest()
             playbooks = self.directory / "playbooks"
@@ -45,17 +95,7 @@ class PassRecorder:
             yaml_file = playbooks / f"{digest}.yaml"
             if not yaml_file.exists():
                 _write(yaml_file, playbook_text)
-            record = pass_record(
-                playbook={"sha256": digest},
-                state=state,
-                completions=completions,
-                facts=facts,
-                now=now,
-                limits=limits,
-                decision=decision,
-            )
-            first = completions[0].event_id if completions else 0
-            name = f"{state.execution_id}-{first:09d}-{len(completions)}.json"
+            record = build({"sha256": digest})
             _write(self.directory / name, json.dumps(record, indent=1, sort_keys=True))
         except (OSError, TypeError, ValueError) as exc:
             log.warning("could not record an orchestration pass: %s", exc)

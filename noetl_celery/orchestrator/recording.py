@@ -18,7 +18,7 @@ from typing import Any
 
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.decide import decide
+from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits
 from noetl_celery.orchestrator.state import ExecutionState
 
@@ -151,14 +151,48 @@ def pass_record(
     }
 
 
+def start_record(
+    *,
+    playbook: dict[str, Any],
+    execution_id: str,
+    payload: dict[str, Any] | None,
+    inputs: dict[str, Any],
+    facts: RecordingFacts,
+    now: float,
+    limits: Limits,
+    decision: Decision,
+) -> dict[str, Any]:
+    """The record of an execution's first pass (`start`): no state, no completions;
+    `inputs` are start's keyword inputs (a rerun's entry, variables, results, items)."""
+    return {
+        "version": RECORD_VERSION,
+        "playbook": playbook,
+        "start": {"execution_id": execution_id, "payload": payload, **inputs},
+        "state": None,
+        "completions": [],
+        "facts": facts.calls,
+        "now": now,
+        "limits": limits_to_json(limits),
+        "decision": decision_to_json(decision),
+    }
+
+
 def replay(record: dict[str, Any], playbook: Playbook) -> dict[str, Any]:
     """Decide the recorded pass again from its record alone; the decision as JSON."""
+    record = json.loads(json.dumps(record))  # the pass shares nothing with the record
+    facts = ReplayFacts(record["facts"])
+    limits = limits_from_json(record["limits"])
+    begin = record.get("start")
+    if begin is not None:
+        execution_id, payload = begin.pop("execution_id"), begin.pop("payload")
+        first = start(playbook, execution_id, payload, facts, limits, now=record["now"], **begin)
+        return decision_to_json(first)
     decision = decide(
         playbook,
-        ExecutionState.from_json(json.loads(json.dumps(record["state"]))),
+        ExecutionState.from_json(record["state"]),
         [completion_from_json(c) for c in record["completions"]],
-        ReplayFacts(record["facts"]),
-        limits_from_json(record["limits"]),
+        facts,
+        limits,
         record["now"],
     )
     return decision_to_json(decision)

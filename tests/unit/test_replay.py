@@ -109,7 +109,10 @@ def test_replay_facts_answer_copies() -> None:
     assert facts.result("a", 1) == {"rows": [1]}
 
 
-@pytest.mark.parametrize("path", RECORDS[::7], ids=[p.stem for p in RECORDS[::7]])
+PASSES_WITH_STATE = [p for p in RECORDS if load(p)["state"] is not None][::7]
+
+
+@pytest.mark.parametrize("path", PASSES_WITH_STATE, ids=[p.stem for p in PASSES_WITH_STATE])
 def test_the_same_pass_twice_decides_the_same_and_leaves_its_state(path: Path) -> None:
     record = load(path)
     state = ExecutionState.from_json(record["state"])
