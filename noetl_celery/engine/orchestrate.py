@@ -172,7 +172,7 @@ class Orchestrator:
             else:
                 decision = self._recorded_start(playbook, row, inputs, tx, now)
             return PassResult(tx.apply(decision, []), changed=True)
-        state = ExecutionState.from_json(row.state)  # freshly decoded: ours to mutate
+        state = ExecutionState.from_json(row.state)
         if may_defer_all(state, tx.waiting()):
             return PassResult(deferred=True)
         completions = tx.inbox(self.batch)
