@@ -132,6 +132,9 @@ class Settings:
     # "strict" (undefined names/attributes fail the step) or "noetl" (NoETL's rendering:
     # a failed template keeps its raw text; see templating.renderer)
     template_mode: str = "strict"
+    # a directory: every orchestration pass is written there as a JSON record (its
+    # inputs and decision) for the replay tests (tests/fixtures/passes); off when empty
+    record_passes: str = ""
     # Postgres `synchronous_commit` of the engine's bookkeeping. "off" (default) lets a
     # crash lose the last few hundred ms of commits, which the engine re-derives (passes
     # are redone, commands re-run); a transaction that ends an execution always commits
@@ -252,6 +255,7 @@ class Settings:
             template_mode=_choice(
                 env, "NOETL_TEMPLATE_MODE", base.template_mode, ("strict", "noetl")
             ),
+            record_passes=env.get("NOETL_RECORD_PASSES", "").strip(),
             synchronous_commit=_choice(
                 env, "NOETL_SYNCHRONOUS_COMMIT", base.synchronous_commit, ("on", "off")
             ),

@@ -25,25 +25,31 @@ row crashed, instead of staying RUNNING with every reaper sweep crashing on it.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from noetl_celery.constants import FAILED, RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
+from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.rerun import start_inputs
 from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.models.outcome import StepError
+from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
-from noetl_celery.orchestrator.decisions import Decision, Limits, Terminal
+from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits, Terminal
+from noetl_celery.orchestrator.recording import RecordingFacts
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ExecutionRow
 
 log = logging.getLogger("noetl_celery.orchestrate")
 
@@ -65,12 +71,14 @@ class Orchestrator:
         *,
         batch: int = 1000,
         limits: Limits | None = None,
+        recorder: PassRecorder | None = None,
     ) -> None:
         self.store = store
         self.playbooks = playbooks
         self.dispatcher = dispatcher
         self.batch = batch
         self.limits = limits or Limits()
+        self.recorder = recorder  # NOETL_RECORD_PASSES: passes written for replay tests
 
     def drive(self, execution_id: str, *, wait: bool = False, recheck_first: bool = False) -> int:
         """Run passes until the inbox is empty or another driver holds the lock.
@@ -143,6 +151,7 @@ class Orchestrator:
 
     def _pass(self, tx: OrchestrationTx) -> PassResult:
         row = tx.execution
+        now = time.time()  # the pass's time, read once: the core never reads a clock
         if row.status != RUNNING:
             # finished or cancelled: late completions change nothing, just consume them
             tx.mark_handled([c.event_id for c in tx.inbox(self.batch)])
@@ -156,16 +165,24 @@ class Orchestrator:
         if row.state is None:
             # a rerun may start elsewhere: its inputs are read from the original it names
             inputs = start_inputs(self.store, row)
-            decision = start(playbook, row.execution_id, row.payload, tx, self.limits, **inputs)
+            if self.recorder is None:
+                decision = start(
+                    playbook, row.execution_id, row.payload, tx, self.limits, now=now, **inputs
+                )
+            else:
+                decision = self._recorded_start(playbook, row, inputs, tx, now)
             return PassResult(tx.apply(decision, []), changed=True)
-        state = ExecutionState.from_json(row.state)  # freshly decoded: ours to mutate
+        state = ExecutionState.from_json(row.state)
         if may_defer_all(state, tx.waiting()):
             return PassResult(deferred=True)
         completions = tx.inbox(self.batch)
         if not completions:
             return PassResult()
         completions = tx.first_claims(completions)
-        decision = decide(playbook, state, completions, tx, self.limits)
+        if self.recorder is None:
+            decision = decide(playbook, state, completions, tx, self.limits, now)
+        else:
+            decision = self._recorded(playbook, row.catalog_id, state, completions, tx, now)
         publish = tx.apply(decision, [c.event_id for c in completions])
         if decision.terminal is not None:
             log.info(
@@ -175,6 +192,56 @@ class Orchestrator:
                 extra={"execution_id": row.execution_id},
             )
         return PassResult(publish, changed=True)
+
+    def _recorded(
+        self,
+        playbook: Playbook,
+        catalog_id: int,
+        state: ExecutionState,
+        completions: list[Completion],
+        facts: Facts,
+        now: float,
+    ) -> Decision:
+        """`decide`, with its inputs, the facts it read and its decision recorded."""
+        assert self.recorder is not None
+        recording = RecordingFacts(facts)
+        decision = decide(playbook, state, completions, recording, self.limits, now)
+        self.recorder.write(
+            playbook_text=self.store.catalog_content(catalog_id),
+            state=state,
+            completions=completions,
+            facts=recording,
+            now=now,
+            limits=self.limits,
+            decision=decision,
+        )
+        return decision
+
+    def _recorded_start(
+        self,
+        playbook: Playbook,
+        row: ExecutionRow,
+        inputs: dict[str, Any],
+        facts: Facts,
+        now: float,
+    ) -> Decision:
+        """`start`, with its inputs and decision recorded."""
+        assert self.recorder is not None
+        recording = RecordingFacts(facts)
+        decision = start(
+            playbook, row.execution_id, row.payload, recording, self.limits, now=now, **inputs
+        )
+        self.recorder.write_start(
+            playbook_text=self.store.catalog_content(row.catalog_id),
+            execution_id=row.execution_id,
+            payload=row.payload,
+            inputs=inputs,
+            facts=recording,
+            now=now,
+            limits=self.limits,
+            decision=decision,
+        )
+        return decision
 
 
 @dataclass(frozen=True)

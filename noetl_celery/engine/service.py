@@ -20,6 +20,7 @@ from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
@@ -94,6 +95,7 @@ class Engine(EngineReads):
             self._dispatcher,
             batch=settings.orchestrate_batch,
             limits=limits,
+            recorder=PassRecorder(settings.record_passes) if settings.record_passes else None,
         )
         self.runner = StepRunner(self.store, self.services, settings)
         # what commands print and log, redacted with the tools' redactor, per command

@@ -33,7 +33,9 @@ class Facts(Protocol):
         """The result of `step` in `epoch` (as written by `ResultWrite`)."""
 
     def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
-        """Results of the first `limit` iterations of a loop epoch, in iteration order."""
+        """Results of the first `limit` iterations of a loop epoch, in iteration order;
+        a failed iteration's is `{"status": "error", "error": <its error>}` (the contract
+        tests/integration/test_facts_contract.py holds every implementation to)."""
 
 
 @dataclass(frozen=True)

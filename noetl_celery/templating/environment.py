@@ -250,6 +250,9 @@ def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
         b64encode=_b64encode,
         b64decode=_b64decode,
     )
+    # `now()` is the wall clock where tools render (the worker); the orchestrator's
+    # templates get the pass's time under that name instead (decide.Pass.context), so
+    # the core stays a function of its inputs
     env.globals.update(now=lambda: _dt.datetime.now(_dt.UTC).isoformat(), token=_token)
     return env
 

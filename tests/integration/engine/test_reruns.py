@@ -98,8 +98,8 @@ def test_the_first_pass_is_decided_the_same_every_time(engine: Engine) -> None:
         def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
             return []
 
-    one = start(playbook, rerun, row.payload, NoFacts(), **inputs)
-    two = start(playbook, rerun, row.payload, NoFacts(), **start_inputs(engine.store, row))
+    one = start(playbook, rerun, row.payload, NoFacts(), now=0.0, **inputs)
+    two = start(playbook, rerun, row.payload, NoFacts(), now=0.0, **start_inputs(engine.store, row))
     assert one == two
     assert [(p.step, p.items) for p in one.plans] == [("first", [2, 4]), ("second", [20])]
 

@@ -4,7 +4,6 @@ tables of cases without a database or workers."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ class Sim:
     ran: list[tuple[str, int | None]] = field(default_factory=list)  # (step, iteration)
     decisions: list[Decision] = field(default_factory=list)
     state: ExecutionState | None = None
+    now: float = 0.0  # every pass's time (epoch seconds): templates' now() renders it
     _next_event: int = 1
 
     # -- Facts ------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ class Sim:
             if e.get("iteration") is not None and e["step"] == step and e["epoch"] == epoch
         ]
         done.sort(key=lambda e: e["iteration"])
-        return [e["outcome"]["result"] for e in done[:limit]]
+        return [_iteration_result(e["outcome"]) for e in done[:limit]]
 
     # -- applying decisions --------------------------------------------------------------------
     def apply(self, d: Decision) -> None:
@@ -107,7 +107,9 @@ class Sim:
         **start_inputs: Any,
     ) -> ExecutionState:
         """Run to the end; `start_inputs` go to `start()` (entry, variables, ...)."""
-        self.apply(start(self.playbook, "e1", payload, self, self.limits, **start_inputs))
+        self.apply(
+            start(self.playbook, "e1", payload, self, self.limits, now=self.now, **start_inputs)
+        )
         passes = 0
         while self.state is not None and self.state.status == "RUNNING":
             passes += 1
@@ -138,8 +140,7 @@ class Sim:
                     )
                 )
                 self._next_event += 1
-            state = copy.deepcopy(self.state)
-            self.apply(decide(self.playbook, state, completions, self, self.limits))
+            self.apply(decide(self.playbook, self.state, completions, self, self.limits, self.now))
         assert self.state is not None
         return self.state
 
@@ -148,6 +149,13 @@ class Sim:
 
     def event_types(self) -> list[str]:
         return [e["type"] for e in self.events if "type" in e]
+
+
+def _iteration_result(outcome: dict[str, Any]) -> Any:
+    """As the store answers (Facts.iteration_results): a failed iteration is its error."""
+    if outcome["status"] == "error":
+        return {"status": "error", "error": outcome.get("error")}
+    return outcome.get("result")
 
 
 def playbook(text: str) -> Playbook:

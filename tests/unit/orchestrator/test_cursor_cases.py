@@ -276,11 +276,12 @@ def test_frame_max_attempts_sets_the_claim_attempts() -> None:
 
 def test_a_redone_pass_decides_the_same_claim_retry() -> None:
     sim = Sim(playbook(CURSOR.format(lanes=2, rows=5, conc=2)), Queue(10, 5))
-    sim.apply(start(sim.playbook, "e1", None, sim, sim.limits))
+    sim.apply(start(sim.playbook, "e1", None, sim, sim.limits, now=0.0))
     assert sim.state is not None
     failed = Completion(1, "e1:drain:1:c1.1:a2", "drain", 1, None, down())
     first, again = (
-        decide(sim.playbook, copy.deepcopy(sim.state), [failed], sim, sim.limits) for _ in range(2)
+        decide(sim.playbook, copy.deepcopy(sim.state), [failed], sim, sim.limits, 0.0)
+        for _ in range(2)
     )
     assert first.commands == again.commands
     [retry] = first.commands

@@ -148,7 +148,7 @@ def test_duplicate_completion_is_ignored() -> None:
     assert final is not None
     # feed a completion of an already-finished iteration again (duplicate delivery)
     dup = Completion(999, "e1:each:1:0", "each", 1, 0, ok({"v": 1}))
-    again = decide(pb, copy.deepcopy(final), [dup], sim, Limits())
+    again = decide(pb, copy.deepcopy(final), [dup], sim, Limits(), 0.0)
     assert again.commands == [] and again.issues == [] and again.plans == []
     assert [e.type for e in again.events] == []  # no second loop.done, no second terminal
     assert again.state.steps["each"].loop == final.steps["each"].loop

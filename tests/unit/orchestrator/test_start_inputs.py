@@ -116,7 +116,7 @@ def test_bad_inputs_fail_the_execution_with_a_message() -> None:
         ({"loop_items": {"setup": [1]}}, "step 'setup', which is not a `loop.in` loop"),
         ({"loop_items": {"ghost": [1]}}, "step 'ghost', which is not a `loop.in` loop"),
     ):
-        decision = start(FLOW, "e1", None, Sim(FLOW, runner()), **inputs)
+        decision = start(FLOW, "e1", None, Sim(FLOW, runner()), now=0.0, **inputs)
         assert decision.terminal is not None and decision.terminal.status == "FAILED"
         assert text in decision.terminal.error["message"]  # type: ignore[index]
         assert not decision.commands and not decision.issues
@@ -129,8 +129,8 @@ def test_the_same_inputs_give_the_same_decision() -> None:
         "results": {"setup": {"base": 3}},
         "loop_items": {"each": [2, 1], "other": ["z"]},
     }
-    one = start(FLOW, "e1", None, Sim(FLOW, runner()), **inputs)
-    two = start(FLOW, "e1", None, Sim(FLOW, runner()), **inputs)
+    one = start(FLOW, "e1", None, Sim(FLOW, runner()), now=0.0, **inputs)
+    two = start(FLOW, "e1", None, Sim(FLOW, runner()), now=0.0, **inputs)
     assert one == two
     assert inputs["variables"] == {"items": [1, 2], "tag": "t", "bad": []}  # not mutated
 
