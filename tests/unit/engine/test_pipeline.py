@@ -60,7 +60,9 @@ def run(
 ) -> dict[str, Any]:
     record = sleeps if sleeps is not None else []
     limits = PipelineLimits(max_jumps=50, max_retry_delay=60, sleep=record.append)
-    return run_pipeline("s", step(tasks_yaml).tasks(), {"ctx": {}}, iter_scope, script, limits)
+    outcome = run_pipeline("s", step(tasks_yaml).tasks(), {"ctx": {}}, iter_scope, script, limits)
+    assert isinstance(outcome, dict)  # these scripts start no sub-playbook: nothing suspends
+    return outcome
 
 
 RETRY = """

@@ -58,7 +58,7 @@ def test_window_is_never_exceeded(
     state = sim.run(batch=batch)
     assert state.status == "COMPLETED"
     assert in_flight_peak(sim) == peak
-    iterations = sorted(i for s, i in sim.ran if s == "each")
+    iterations = sim.iterations_ran("each")
     assert iterations == list(range(len(items)))  # every item exactly once
     assert sim.event_types().count("loop.done") == 1
 
@@ -136,7 +136,7 @@ def test_reentering_a_loop_starts_new_epochs() -> None:
     done = [e for e in sim.events if e["type"] == "loop.done"]
     assert [e["epoch"] for e in done] == [1, 2, 3, 4, 5]
     assert state.steps["each"].epoch == 5
-    assert sorted((i for s, i in sim.ran if s == "each")) == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert sim.iterations_ran("each") == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
 
 
 def test_duplicate_completion_is_ignored() -> None:
