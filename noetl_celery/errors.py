@@ -49,7 +49,7 @@ NoetlError there), or must be the type the library it is raised into expects.
         ├── CommandFailed         (tasks.tasks) shows Celery's observers a failed command
         ├── CursorError           (cursors.base) a claim failed: the step's error
         ├── ScriptFetchError      (tools.script_fetch) a script source could not be fetched
-        ├── PoolExhausted         (tools.pg_session) every pooled connection stayed busy
+        ├── PoolExhausted         (pgconn) every pooled connection stayed busy
         ├── _ConfigProblem        (tools.python_tool) the python step is misconfigured
         ├── TargetError           (cli.targets) PATH cannot name a playbook
         ├── YamlSyntaxError       (models.yaml_positions) the text is not YAML

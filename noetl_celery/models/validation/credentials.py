@@ -25,7 +25,7 @@ from noetl_celery.models.yaml_positions import Path
 
 __all__ = ["CredentialAliases", "check_credentials"]
 
-_AUTH_KEYS = ("key", "name", "credential", "alias")  # tools.postgres_tool.auth_alias
+_AUTH_KEYS = ("key", "name", "credential", "alias")  # pgconn.auth_alias
 
 
 @dataclass(frozen=True)
