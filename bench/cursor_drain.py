@@ -128,10 +128,10 @@ def main() -> None:
             started = time.perf_counter()
             drained = bare(dsn, tag, mark)
             rates[name].append(drained / (time.perf_counter() - started))
-        for name, per_frame in (("engine", False), ("engine, per frame", True)):
+        for name, framed in (("engine", False), ("engine, per frame", True)):
             tag = f"{name}-{run}"
             seed(dsn, tag, args.rows)
-            wall, total = engine_run(url, tag, logdir, creds, per_frame)
+            wall, total = engine_run(url, tag, logdir, creds, framed)
             assert total == args.rows, total
             rates[name].append(total / wall)
         rates["celery chord"].append(args.rows / run_chord(args.rows, logdir))

@@ -62,7 +62,7 @@ def start_api(rate_limit: int) -> tuple[subprocess.Popen[str], str]:
 def api_stats(url: str) -> dict[str, dict[str, object]]:
     with urllib.request.urlopen(f"{url}/api/v1/stats", timeout=10) as response:
         data = json.load(response)
-    return data.get("routes", data)  # type: ignore[no-any-return]
+    return data.get("routes", data)
 
 
 def main() -> int:

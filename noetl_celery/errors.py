@@ -1,20 +1,23 @@
-"""Every exception the engine raises on purpose, in one tree.
+"""Every exception class in the package, in one tree (checked by tests/unit/test_errors_tree.py).
 
     NoetlError
     ├── ConfigurationError        bad settings / environment (NOETL_* variables)
     │   └── WorkersElsewhere      the workers on the broker use another engine database
     ├── PlaybookError             the playbook itself is wrong
     │   ├── PlaybookInvalid       rejected by validation (carries every Problem)
-    │   └── CatalogNotFound       a catalog path / version that is not registered
+    │   ├── CatalogNotFound       a catalog path / version that is not registered
+    │   └── KeychainInvalid       (models.keychain) a keychain entry unusable as written
     ├── TemplateError             a Jinja template failed to render
     │   └── UndefinedVariable     the template used a name that does not exist
     ├── ToolError                 a tool could not be set up (not a tool *result* error)
     │   ├── UnknownTool           `kind` names no registered tool
-    │   └── CredentialError       an `auth` alias that cannot be resolved
+    │   ├── CredentialError       an `auth` alias that cannot be resolved
+    │   └── KeychainError         (tools.keychain) a keychain entry could not be resolved
     ├── InputInvalid              input refused before anything is written: names the input
     │   │                         (a file, `payload.a[3]`, `--set k`) and the limit it broke
-    │   └── PayloadInvalid        a payload too deep or too large, or holding text or values
-    │                             Postgres cannot store (NUL, lone surrogates, NaN)
+    │   ├── PayloadInvalid        a payload too deep or too large, or holding text or values
+    │   │                         Postgres cannot store (NUL, lone surrogates, NaN)
+    │   └── ShapeError            (web.noetl_shapes) an API request value: answered 422
     ├── StoreError                the engine's own database cannot be used (unreachable,
     │   │                         refused, missing, wrong password, connection lost)
     │   ├── StoreInterrupted      a transaction was cut short (connection lost or ended by
@@ -26,6 +29,9 @@
     │   └── SchemaOutdated        no engine tables, or another revision than this engine's
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
+    ├── RerunError                (engine.rerun) a rerun that cannot be made as asked
+    ├── ReplayError               (orchestrator.recording) a replayed pass asked history a
+    │                             question its record does not hold
     ├── ExecutionNotFound         an execution id that does not exist
     └── ScheduleNotFound          a schedule id that does not exist
 
@@ -34,6 +40,39 @@ The CLI prints any of these as one line and exits 2; none is shown with a traceb
 Errors that happen *inside* a step (HTTP 500, SQL error, python exception) are not
 raised across the engine: they become the step's `error` object and drive policies and
 arcs. Only the errors above cross module boundaries.
+
+The package's other exceptions are deliberately not NoetlErrors: each is control flow
+caught close to where it is raised (turned into a step's error, a validation Problem or a
+NoetlError there), or must be the type the library it is raised into expects.
+
+    BaseException
+    ├── _TimedOut                 (tools.python_tool) the timer's interrupt inside user code:
+    │                             the code's own `except Exception` must not swallow it
+    └── Exception
+        ├── Suspend               (engine.subplaybook) a task waits for a sub-playbook
+        ├── _PassCrashed          (engine.worker) the in-place pass crashed after the close
+        ├── CommandFailed         (tasks.tasks) shows Celery's observers a failed command
+        ├── CursorError           (cursors.base) a claim failed: the step's error
+        ├── ScriptFetchError      (tools.script_fetch) a script source could not be fetched
+        ├── PoolExhausted         (pgconn) every pooled connection stayed busy
+        ├── _ConfigProblem        (tools.python_tool) the python step is misconfigured
+        ├── TargetError           (cli.targets) PATH cannot name a playbook
+        ├── YamlSyntaxError       (models.yaml_positions) the text is not YAML
+        ├── ValueError
+        │   ├── ScriptConfigError (models.script_source) a malformed `script` mapping
+        │   ├── RequestConfigError (tools.http_request) no request from the http config
+        │   └── SqlSourceError    (tools.sql_text) no usable SQL in the tool config
+        ├── TimeoutError
+        │   └── StillRunning      (cli.follow) the wait ended first: exit 3
+        │       └── Detached      (cli.follow) Ctrl-C detached from the execution
+        ├── yaml.YAMLError
+        │   └── YamlLimitExceeded (models.yaml_safe) raised inside PyYAML's loader
+        ├── jinja2.UndefinedError
+        │   └── UndefinedNameError (templating.environment) Jinja's undefined-name protocol
+        ├── jinja2.SecurityError
+        │   └── TemplateTooBig    (templating.environment) past the sandbox's bounds
+        └── click.ClickException
+            └── InvalidInput      (cli.common) click prints it as one line, exit 2
 """
 
 from __future__ import annotations

@@ -138,3 +138,26 @@ def distributed(
 @pytest.fixture
 def embedded_env(tmp_path: Path, credentials_file: Path) -> dict[str, str]:
     return _env(NOETL_HOME=str(tmp_path / "home"), NOETL_CREDENTIALS_FILE=str(credentials_file))
+
+
+# The marker every test gets from the directory it lives in, so `-m unit` (or `-m "not
+# browser"`) selects by kind without each file having to say it.
+_DIRECTORY_MARKERS = {
+    "unit": "unit",
+    "integration": "integration",
+    "acceptance": "acceptance",
+    "chaos": "chaos",
+    "browser": "browser",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            kind = item.path.resolve().relative_to(tests_dir).parts[0]
+        except ValueError:  # collected from outside tests/
+            continue
+        marker = _DIRECTORY_MARKERS.get(kind)
+        if marker is not None and item.get_closest_marker(marker) is None:
+            item.add_marker(marker)

@@ -58,9 +58,7 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Check playbooks without running them; every problem is listed with its location.
     Exit 2 if any has an error. `auth:` aliases are checked against NOETL_CREDENTIALS_FILE."""
     credentials = credential_aliases()
-    reports = {
-        f: check_file(f, credentials) for target in files for f in playbook_files(target)
-    }
+    reports = {f: check_file(f, credentials) for target in files for f in playbook_files(target)}
     if as_json:
         dump_json([problem_json(f, p) for f, r in reports.items() for p in r.problems])
     else:

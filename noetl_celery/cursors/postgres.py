@@ -13,9 +13,14 @@ import psycopg
 
 from noetl_celery.cursors.base import ClaimRequest, CursorError
 from noetl_celery.errors import ConfigurationError, CredentialError
+from noetl_celery.pgconn import (
+    PoolExhausted,
+    auth_alias,
+    db_message,
+    pg_connection,
+    sqlstate_kind,
+)
 from noetl_celery.tools.jsonable import to_jsonable
-from noetl_celery.tools.pg_session import PoolExhausted, pg_connection
-from noetl_celery.tools.postgres_tool import auth_alias, db_message, sqlstate_kind
 from noetl_celery.tools.services import ToolServices
 
 log = logging.getLogger("noetl_celery.cursors")

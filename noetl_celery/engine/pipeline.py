@@ -122,12 +122,8 @@ def run_pipeline(
     `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
     waited for a sub-playbook."""
     labels = [label for label, _ in tasks]
-    if resume is not None:
-        run = RunState.from_json(resume["continuation"])
-        child: Mapping[str, Any] | None = resume["child"]
-    else:
-        run, child = RunState(iter=dict(iter_scope or {})), None
-    status = "ok"
+    run, child = _start(resume, iter_scope)
+    status: str = "ok"
     failure: StepError | None = None
     base_ctx = base.get("ctx") or {}
     while run.index < len(tasks):
@@ -137,16 +133,7 @@ def run_pipeline(
             break
         label, tool = tasks[run.index]
         attempt = run.attempts.get(label, 1)
-        context = {
-            **base,
-            **run.results,
-            "ctx": {**base_ctx, **run.ctx},
-            "iter": run.iter,
-            "results": run.results,
-            "_task": label,
-            "_prev": run.prev,
-            "_attempt": attempt,
-        }
+        context = _task_context(base, base_ctx, run, label, attempt)
         if child is not None:
             outcome, child = child_outcome(child), None
         else:
@@ -155,26 +142,8 @@ def run_pipeline(
             except Suspend as suspend:
                 run.spawns += 1
                 return Suspended(run.to_json(), suspend.request)
-        run.runs += 1
-        if task_failed(outcome):
-            outcome = _as_error(outcome)
-        run.results[label], run.last_label = outcome.data, label
-        run.last = {
-            "status": outcome.status,
-            "data": outcome.data,
-            "error": outcome.error.to_json() if outcome.error is not None else None,
-            "detail": outcome.detail,
-        }
-        if outcome.ok:
-            run.prev = outcome.data
-        task = Outcome(
-            outcome.status,
-            outcome.data,
-            outcome.error,
-            detail=outcome.detail,
-            meta={"attempt": attempt},
-        )
-        output = output_view(task, step_level=False)
+        outcome = _record(run, label, outcome)
+        output = _output(outcome, attempt)
         rule_context = {**context, "output": output, "error": output["error"]}
         try:
             then = _match(step, label, tool, rule_context, limits.renderer)
@@ -184,38 +153,108 @@ def run_pipeline(
         except NoetlError as exc:
             status, failure = PIPELINE_STATUS_FAILED, StepError("template_error", str(exc))
             break
-        action = then.do if then is not None else ("continue" if outcome.ok else "fail")
-        if action == "continue":
-            run.attempts.pop(label, None)
-            run.index += 1
-        elif action == "retry":
-            assert then is not None
-            if attempt >= then.attempts:
-                status = PIPELINE_STATUS_FAILED
-                failure = _exhausted(outcome, attempt)
-                break
-            limits.sleep(_retry_delay(then, attempt, outcome, limits.max_retry_delay))
-            run.attempts[label] = attempt + 1
-        elif action == "jump":
-            assert then is not None and then.to is not None
-            run.jumps += 1
-            if run.jumps > limits.max_jumps:
-                status = PIPELINE_STATUS_FAILED
-                failure = StepError(
-                    "config_error", f"step '{step}': more than {limits.max_jumps} jumps"
-                )
-                break
-            target = run.index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
-            run.index = max(target, 0)
-            run.attempts.pop(labels[run.index], None)
-        elif action == "break":
-            status = PIPELINE_STATUS_BREAK
-            break
-        else:  # fail
-            status = PIPELINE_STATUS_FAILED
-            failure = outcome.error or StepError("policy", f"task '{label}' failed by policy")
+        stopped = _act(step, labels, run, attempt, outcome, then, limits)
+        if stopped is not None:
+            status, failure = stopped
             break
     return _finish(run, status, failure, multi=len(tasks) > 1)
+
+
+def _start(
+    resume: Mapping[str, Any] | None, iter_scope: Mapping[str, Any] | None
+) -> tuple[RunState, Mapping[str, Any] | None]:
+    """The run state to go on from, and the child's summary a resumed task gets as outcome."""
+    if resume is not None:
+        return RunState.from_json(resume["continuation"]), resume["child"]
+    return RunState(iter=dict(iter_scope or {})), None
+
+
+def _task_context(
+    base: Mapping[str, Any],
+    base_ctx: Mapping[str, Any],
+    run: RunState,
+    label: str,
+    attempt: int,
+) -> dict[str, Any]:
+    return {
+        **base,
+        **run.results,
+        "ctx": {**base_ctx, **run.ctx},
+        "iter": run.iter,
+        "results": run.results,
+        "_task": label,
+        "_prev": run.prev,
+        "_attempt": attempt,
+    }
+
+
+def _record(run: RunState, label: str, outcome: ToolOutcome) -> ToolOutcome:
+    """Count the run and keep the task's outcome (an `status: error` result as an error)."""
+    run.runs += 1
+    if task_failed(outcome):
+        outcome = _as_error(outcome)
+    run.results[label], run.last_label = outcome.data, label
+    run.last = {
+        "status": outcome.status,
+        "data": outcome.data,
+        "error": outcome.error.to_json() if outcome.error is not None else None,
+        "detail": outcome.detail,
+    }
+    if outcome.ok:
+        run.prev = outcome.data
+    return outcome
+
+
+def _output(outcome: ToolOutcome, attempt: int) -> dict[str, Any]:
+    task = Outcome(
+        outcome.status,
+        outcome.data,
+        outcome.error,
+        detail=outcome.detail,
+        meta={"attempt": attempt},
+    )
+    return output_view(task, step_level=False)
+
+
+def _act(
+    step: str,
+    labels: list[str],
+    run: RunState,
+    attempt: int,
+    outcome: ToolOutcome,
+    then: Then | None,
+    limits: PipelineLimits,
+) -> tuple[str, StepError | None] | None:
+    """Carry out the matched rule's action on `run`; None to go on, or the pipeline's final
+    (status, failure)."""
+    label = labels[run.index]
+    action = then.do if then is not None else ("continue" if outcome.ok else "fail")
+    if action == "continue":
+        run.attempts.pop(label, None)
+        run.index += 1
+        return None
+    if action == "retry":
+        assert then is not None
+        if attempt >= then.attempts:
+            return PIPELINE_STATUS_FAILED, _exhausted(outcome, attempt)
+        limits.sleep(_retry_delay(then, attempt, outcome, limits.max_retry_delay))
+        run.attempts[label] = attempt + 1
+        return None
+    if action == "jump":
+        assert then is not None and then.to is not None
+        run.jumps += 1
+        if run.jumps > limits.max_jumps:
+            message = f"step '{step}': more than {limits.max_jumps} jumps"
+            return PIPELINE_STATUS_FAILED, StepError("config_error", message)
+        target = run.index - 1 if then.to in PREVIOUS_ALIASES else labels.index(then.to)
+        run.index = max(target, 0)
+        run.attempts.pop(labels[run.index], None)
+        return None
+    if action == "break":
+        return PIPELINE_STATUS_BREAK, None
+    # fail
+    failure = outcome.error or StepError("policy", f"task '{label}' failed by policy")
+    return PIPELINE_STATUS_FAILED, failure
 
 
 def _match(

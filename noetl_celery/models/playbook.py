@@ -135,7 +135,7 @@ class Loop(BaseModel):
 
 class Arc(BaseModel):
     # NoETL's Arc ignores keys it does not know (pydantic's default): so do we, with a
-    # validation warning (models.validation_flow.check_arcs); legacy `args` is refused
+    # validation warning (models.validation.flow.check_arcs); legacy `args` is refused
     # there, as NoETL refuses it
     model_config = ConfigDict(extra="ignore")
 

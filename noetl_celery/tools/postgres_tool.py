@@ -8,58 +8,27 @@ whole call into an error outcome listing each failed statement.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import psycopg
 
 from noetl_celery.errors import ConfigurationError, CredentialError
 from noetl_celery.models.outcome import ErrorKind
-from noetl_celery.tools.base import ToolCall, ToolOutcome
-from noetl_celery.tools.jsonable import to_jsonable
-from noetl_celery.tools.pg_session import (
+from noetl_celery.pgconn import (
     PoolExhausted,
+    auth_alias,
+    db_message,
     pg_connection,
     reset_statement_timeout,
     set_statement_timeout,
+    sqlstate_kind,
 )
+from noetl_celery.tools.base import ToolCall, ToolOutcome
+from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.sql_text import SqlSourceError, extract_sql, split_statements
 
 Redact = Callable[[str], str]
-
-
-def auth_alias(config: Mapping[str, Any]) -> str | None:
-    """The credential alias of `auth: name` or `auth: {key|name|credential: name}`."""
-    auth = config.get("auth", config.get("credential"))  # `credential:` is NoETL's legacy
-    if isinstance(auth, Mapping):
-        auth = next((auth[k] for k in ("key", "name", "credential", "alias") if auth.get(k)), None)
-    return (auth.strip() or None) if isinstance(auth, str) else None
-
-
-def sqlstate_kind(sqlstate: str | None) -> tuple[ErrorKind, bool]:
-    """(error kind, retryable) for a SQLSTATE."""
-    code = sqlstate or ""
-    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):  # link or server gone
-        return "db_connection", True
-    if code.startswith("23"):
-        return "db_constraint", False
-    if code in ("40P01", "40001"):  # deadlock, serialization failure: retry may succeed
-        return "db_deadlock", True
-    if code == "57014":
-        return "db_timeout", True
-    if code.startswith("28"):
-        return "auth", False
-    if code == "42601":
-        return "syntax_error", False
-    return "db_error", False
-
-
-def db_message(exc: psycopg.Error) -> str:
-    """The server's message: primary line plus DETAIL, on one line."""
-    diag = exc.diag
-    primary = diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    detail = diag.message_detail
-    return f"{primary} (DETAIL: {detail})" if detail else primary
 
 
 def _statement_result(cur: psycopg.Cursor[Any], max_rows: int) -> dict[str, Any]:

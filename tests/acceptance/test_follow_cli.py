@@ -45,7 +45,7 @@ def started_id(proc: Spawned) -> str:
 def status_of(execution_id: str, env: dict[str, str]) -> dict[str, Any]:
     proc = run_cli(["status", execution_id, "--json"], env)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    return json.loads(proc.stdout)
 
 
 def nothing_left_running(view: dict[str, Any]) -> None:

@@ -67,9 +67,9 @@ def secret_url(dbname: str, host: str = "", port: int = 0, query: str = "") -> t
     """A postgresql:// URL with a password in it (trust auth accepts any), and that
     password: no output may contain it."""
     params = conninfo_to_dict(services.ADMIN_DSN)
-    password = params.get("password") or f"canary-{uuid.uuid4().hex[:8]}"
-    host = host or params.get("host", "127.0.0.1")
-    port = port or int(params.get("port", 5432))
+    password = str(params.get("password") or f"canary-{uuid.uuid4().hex[:8]}")
+    host = host or str(params.get("host") or "127.0.0.1")
+    port = port or int(str(params.get("port") or 5432))
     user = params.get("user", "postgres")
     return f"postgresql://{user}:{password}@{host}:{port}/{dbname}{query}", password
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import termios
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
 pytestmark = pytest.mark.acceptance
 
 
-def run_json(args: list[str], env: dict[str, str], code: int = 0) -> object:
+def run_json(args: list[str], env: dict[str, str], code: int = 0) -> Any:
     proc = run_cli(args, env)
     assert proc.returncode == code, proc.stderr
     return json.loads(proc.stdout)
@@ -40,18 +41,18 @@ def test_executions_lists_newest_first_with_filters(
     first = run_json(["run", str(HELLO), "--json"], embedded_env)
     failed = run_json(["run", str(failing), "--json"], embedded_env, code=1)
     second = run_json(["run", str(HELLO), "--json"], embedded_env)
-    ids = [r["execution_id"] for r in run_json(["executions", "--json"], embedded_env)]  # type: ignore[union-attr]
-    assert ids == [second["execution_id"], failed["execution_id"], first["execution_id"]]  # type: ignore[index]
+    ids = [r["execution_id"] for r in run_json(["executions", "--json"], embedded_env)]
+    assert ids == [second["execution_id"], failed["execution_id"], first["execution_id"]]
     only_failed = run_json(["executions", "--status", "failed", "--json"], embedded_env)
-    assert [(r["execution_id"], r["status"], r["path"]) for r in only_failed] == [  # type: ignore[union-attr]
-        (failed["execution_id"], "FAILED", "tests/f")  # type: ignore[index]
+    assert [(r["execution_id"], r["status"], r["path"]) for r in only_failed] == [
+        (failed["execution_id"], "FAILED", "tests/f")
     ]
     by_path = run_json(
         ["executions", "--playbook", "examples/hello_world", "--limit", "1", "--json"],
         embedded_env,
     )
-    assert [r["execution_id"] for r in by_path] == [second["execution_id"]]  # type: ignore[union-attr,index]
-    assert set(by_path[0]) >= {  # type: ignore[index]
+    assert [r["execution_id"] for r in by_path] == [second["execution_id"]]
+    assert set(by_path[0]) >= {
         "execution_id",
         "path",
         "status",
@@ -63,7 +64,7 @@ def test_executions_lists_newest_first_with_filters(
         "rerun_of",
         "trigger_detail",
     }
-    assert (by_path[0]["trigger"], by_path[0]["trigger_detail"]) == ("manual", None)  # type: ignore[index]
+    assert (by_path[0]["trigger"], by_path[0]["trigger_detail"]) == ("manual", None)
     table = run_cli(["executions"], embedded_env)
     assert table.returncode == 0 and "examples/hello_world" in table.stdout
     bad = run_cli(["executions", "--status", "sleeping"], embedded_env)
@@ -72,7 +73,7 @@ def test_executions_lists_newest_first_with_filters(
 
 def test_status_prints_a_table(embedded_env: dict[str, str]) -> None:
     out = run_json(["run", str(HELLO), "--json"], embedded_env)
-    proc = run_cli(["status", out["execution_id"]], embedded_env)  # type: ignore[index]
+    proc = run_cli(["status", out["execution_id"]], embedded_env)
     assert proc.returncode == 0
     assert "COMPLETED" in proc.stdout and "greet_each" in proc.stdout and "3/3" in proc.stdout
 
@@ -83,7 +84,7 @@ def test_register_and_upgrade_speak_json(embedded_env: dict[str, str], tmp_path:
         "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow:\n  - step: a\n"
     )
     rows = run_json(["catalog", "register", str(tmp_path), "--json"], embedded_env, code=2)
-    by_file = {Path(r["file"]).name: r for r in rows}  # type: ignore[union-attr]
+    by_file = {Path(r["file"]).name: r for r in rows}
     assert by_file["ok.yaml"]["path"] == "examples/hello_world"
     assert by_file["bad.yaml"]["skipped"] is True
     [problem] = by_file["bad.yaml"]["problems"]

@@ -52,7 +52,7 @@ workflow:
 
 @pytest.fixture
 def env(distributed: dict[str, Any]) -> dict[str, str]:
-    return distributed["env"]  # type: ignore[no-any-return]
+    return distributed["env"]
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def rerun(args: list[str], env: dict[str, str], codes: tuple[int, ...] = (0,)) -
     assert proc.returncode in codes, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, proc.stdout
-    return json.loads(lines[0])  # type: ignore[no-any-return]
+    return json.loads(lines[0])
 
 
 def ran(trail: Path) -> list[str]:

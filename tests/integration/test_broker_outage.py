@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from kombu import Connection
+from kombu.connection import Connection
 
 from noetl_celery.tasks import kombu_redis
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def unacked(redis_url: str) -> Iterator[tuple[Connection, object, object]]:
+def unacked(redis_url: str) -> Iterator[tuple[Connection, Any, Any]]:
     """A connection, its channel and a message taken from a queue and not acked."""
     assert kombu_redis.install()
     queue = f"noetl-outage-{uuid.uuid4().hex[:8]}"
@@ -33,7 +34,7 @@ def unacked(redis_url: str) -> Iterator[tuple[Connection, object, object]]:
 
 
 def test_closing_a_channel_whose_transport_is_gone_logs_and_survives(
-    unacked: tuple[Connection, object, object], caplog: pytest.LogCaptureFixture
+    unacked: tuple[Connection, Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     conn, channel, _ = unacked
     conn.transport.client = None  # what kombu's Connection._close does to the transport
@@ -45,7 +46,7 @@ def test_closing_a_channel_whose_transport_is_gone_logs_and_survives(
 
 
 def test_acking_on_a_closed_channel_is_a_connection_error(
-    unacked: tuple[Connection, object, object],
+    unacked: tuple[Connection, Any, Any],
 ) -> None:
     conn, channel, message = unacked
     errors = conn.connection_errors
@@ -53,15 +54,15 @@ def test_acking_on_a_closed_channel_is_a_connection_error(
     channel._disconnect_pools()
     # Celery acks with `ack_log_error(logger, connection_errors)`: logged, not fatal
     with pytest.raises(errors):
-        message.ack()  # type: ignore[attr-defined]
+        message.ack()
 
 
 def test_a_live_channel_still_gives_unacked_messages_back(
-    unacked: tuple[Connection, object, object], redis_url: str
+    unacked: tuple[Connection, Any, Any], redis_url: str
 ) -> None:
     _, channel, message = unacked
-    queue = message.delivery_info["routing_key"]  # type: ignore[attr-defined]
-    channel.close()  # type: ignore[attr-defined]
+    queue = message.delivery_info["routing_key"]
+    channel.close()
     with Connection(redis_url) as other:
         again = other.channel().basic_get(queue, no_ack=True)
-    assert again is not None and again.body == message.body  # type: ignore[attr-defined]
+    assert again is not None and again.body == message.body

@@ -46,7 +46,7 @@ def make_side(template: str, redis_url: str, home: Path) -> Side:
     name = f"noetl_h1_side_{uuid.uuid4().hex[:10]}"
     services.create_database(name, template)
     params = conninfo_to_dict(services.ADMIN_DSN)
-    password = params.get("password") or f"canary-{uuid.uuid4().hex[:8]}"
+    password = str(params.get("password") or f"canary-{uuid.uuid4().hex[:8]}")
     host, port = params.get("host", "127.0.0.1"), params.get("port", 5432)
     url = f"postgresql://{params.get('user', 'postgres')}:{password}@{host}:{port}/{name}"
     database = open_database(url, SchemaMode.REQUIRE)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import Facts
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
@@ -38,7 +39,7 @@ workflow:
 """
 
 
-def simulated(step: str, item: Any, iteration: int | None) -> dict[str, Any]:
+def simulated(step: str, item: Any, iteration: int | None) -> Outcome:
     """What the python tool reports for the playbook's commands."""
     if step == "first":
         return ok({"n": 1})

@@ -129,7 +129,7 @@ class TaskEvents:
 
     def __init__(self, redis_url: str) -> None:
         db = redis_url.rsplit("/", 1)[-1] or "0"
-        self.pubsub = redis.Redis.from_url(redis_url).pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub = redis.Redis.from_url(redis_url).pubsub()
         self.pubsub.psubscribe(f"/{db}.celeryev/task*")
 
     def heard(self, execution_id: str, within: float) -> bool:
@@ -167,7 +167,7 @@ def test_flower_lists_the_engines_tasks_readably(
             def workers() -> dict[str, Any] | None:
                 assert proc.poll() is None, log.read_text()
                 try:  # refresh: ask the workers now, not Flower's snapshot of its start
-                    return get(f"{base}/api/workers?refresh=1")[1]  # type: ignore[no-any-return]
+                    return get(f"{base}/api/workers?refresh=1")[1]
                 except OSError:  # not listening yet
                     return None
 

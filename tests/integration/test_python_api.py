@@ -83,7 +83,9 @@ def test_submit_refuses_bad_payloads_before_writing(
 
     payload, message = BAD_API_PAYLOADS[name]
     # a configured database is migrated by `db upgrade` only (the sqlite one is new here)
-    Database(store_url).prepare(SchemaMode.MIGRATE)
+    database = Database(store_url)
+    database.prepare(SchemaMode.MIGRATE)
+    database.dispose()  # its pooled connections, left open, are ResourceWarnings (errors here)
     with noetl_celery.Client(Settings(home=tmp_path, database_url=store_url)) as client:
         with pytest.raises(PayloadInvalid) as info:
             client.submit(HELLO, payload)

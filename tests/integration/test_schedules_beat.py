@@ -47,6 +47,7 @@ def test_two_beats_start_each_firing_once(distributed: dict[str, Any], tmp_path:
     runs = [eid for _, eid in firings]
     assert len(set(runs)) == 3 and all(runs)
     for eid in runs:
+        assert eid is not None
         assert engine.wait(eid, 60).status == "COMPLETED"
     engine.close()
 

@@ -31,3 +31,5 @@ class ExampleApi:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()  # left open it is a ResourceWarning (an error in tests)

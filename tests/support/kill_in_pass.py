@@ -16,7 +16,8 @@ from noetl_celery.store.schema import events, utcnow
 def main() -> None:
     execution_id, url = sys.argv[1], sys.argv[2]
     engine = Engine(Settings(database_url=url), schema=SchemaMode.MIGRATE)
-    orchestrate.may_defer_all = lambda *args: False  # fold now: we want a real pass
+    # fold now: we want a real pass (patched where the orchestrator looks it up)
+    orchestrate.may_defer_all = lambda *args: False  # type: ignore[attr-defined]
     while not engine.store.has_unhandled(execution_id):
         time.sleep(0.01)
     with engine.store.orchestration(execution_id, wait=True) as tx:

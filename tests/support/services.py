@@ -38,7 +38,7 @@ def admin_connection() -> psycopg.Connection:
 def dsn_for(dbname: str) -> str:
     params = conninfo_to_dict(ADMIN_DSN)
     params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def sqlalchemy_url(dbname: str) -> str:

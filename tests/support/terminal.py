@@ -26,6 +26,7 @@ class Spawned:
         self._err = bytearray()
         self._out = bytearray()
         self._lock = threading.Lock()
+        self._master_open = tty
         self.stdout_lines: list[tuple[float, str]] = []  # (monotonic time, line)
         cmd = [sys.executable, "-m", "noetl_celery.cli.main", *args]
         full_env = {**env, "TERM": "xterm-256color", "COLUMNS": "120"}
@@ -53,27 +54,34 @@ class Spawned:
     def _start(self, target: object, *args: object) -> None:
         threading.Thread(target=target, args=args, daemon=True).start()  # type: ignore[arg-type]
 
+    # Each reader closes what it reads once the process has closed its end: a pipe left
+    # open is a ResourceWarning (an error in the tests) when it is collected.
     def _read_pty(self) -> None:
         while True:
             try:
                 chunk = os.read(self._master, 65536)
             except OSError:  # EIO: every writer of the terminal has closed it
-                return
+                chunk = b""
             if not chunk:
+                with self._lock:
+                    self._master_open = False
+                    os.close(self._master)
                 return
             with self._lock:
                 self._err += chunk
 
     def _read_pipe(self, pipe: IO[bytes]) -> None:
-        for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
-            with self._lock:
-                self._err += chunk
+        with pipe:
+            for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
+                with self._lock:
+                    self._err += chunk
 
     def _read_stdout(self, pipe: IO[bytes]) -> None:
-        for line in iter(pipe.readline, b""):
-            with self._lock:
-                self._out += line
-                self.stdout_lines.append((time.monotonic(), line.decode(errors="replace")))
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                with self._lock:
+                    self._out += line
+                    self.stdout_lines.append((time.monotonic(), line.decode(errors="replace")))
 
     @property
     def stderr(self) -> str:
@@ -105,7 +113,9 @@ class Spawned:
 
     def send(self, text: str) -> None:
         assert self.tty, "input goes through the terminal"
-        os.write(self._master, text.encode())
+        with self._lock:
+            assert self._master_open, "the process has closed its terminal"
+            os.write(self._master, text.encode())
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the process (as the terminal sends to its foreground job)."""

@@ -21,11 +21,11 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 CLIENT_ID = "kc-client"
@@ -54,78 +54,87 @@ class TokenServer:
             self.requests.clear()
 
 
-def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        disable_nagle_algorithm = True
+class _Handler(BaseHTTPRequestHandler):
+    """The token server's endpoints; `state` is set per server by `_handler`."""
 
-        def log_message(self, *_args: Any) -> None:  # quiet test output
-            pass
+    state: ClassVar[TokenServer]
+    disable_nagle_algorithm = True
 
-        def do_POST(self) -> None:
-            url = urlsplit(self.path)
-            query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            length = int(self.headers.get("Content-Length") or 0)
-            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-            if url.path not in ("/token", "/oauth2/token"):
-                self._send(404, {"error": "not_found"})
-                return
-            if "status" in query:
-                self._send(int(query["status"]), {"error": "server_error"})
-                return
-            if query.get("plain"):
-                self._send_text(200, "not json")
-                return
-            if form.get("grant_type") != "client_credentials":
-                self._send(400, {"error": "unsupported_grant_type"})
-                return
-            client = form.get("client_id", "")
-            if client != CLIENT_ID or form.get("client_secret") != CLIENT_SECRET:
-                self._send(401, {"error": "invalid_client", "secret": form.get("client_secret")})
-                return
-            with server.lock:
-                server.requests[client] += 1
-                token = f"{TOKEN_PREFIX}-{len(server.issued) + 1}"
-                server.issued.append(token)
-                lifetime = float(query.get("expires_in", 3600))
-                server.expires[token] = time.monotonic() + lifetime
-            body = {
-                "access_token": token,
-                "token_type": "Bearer",
-                "expires_in": lifetime,
-                "scope": form.get("scope", "read"),
-            }
-            self._send(200, body)
+    def log_message(self, *_args: Any) -> None:  # quiet test output
+        pass
 
-        def do_GET(self) -> None:
-            path = urlsplit(self.path).path
-            if path == "/echo":
-                self._send(200, {"headers": {k.lower(): v for k, v in self.headers.items()}})
-                return
-            if path in ("/api/whoami", "/v1/report"):
-                auth = self.headers.get("Authorization") or ""
-                token = auth.removeprefix("Bearer ")
-                with server.lock:
-                    known = server.expires.get(token, 0.0) > time.monotonic()
-                if known:
-                    headers = {k.lower(): v for k, v in self.headers.items()}
-                    self._send(200, {"who": CLIENT_ID, "headers": headers})
-                else:
-                    self._send(401, {"error": "invalid_token"})
-                return
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+        if not self._rejected(url.path, query, form):
+            self._issue(query, form)
+
+    def _rejected(self, path: str, query: Mapping[str, str], form: Mapping[str, str]) -> bool:
+        """Answer a request the server refuses (as asked, or as a real one would)."""
+        if path not in ("/token", "/oauth2/token"):
             self._send(404, {"error": "not_found"})
+        elif "status" in query:
+            self._send(int(query["status"]), {"error": "server_error"})
+        elif query.get("plain"):
+            self._send_text(200, "not json")
+        elif form.get("grant_type") != "client_credentials":
+            self._send(400, {"error": "unsupported_grant_type"})
+        elif form.get("client_id") != CLIENT_ID or form.get("client_secret") != CLIENT_SECRET:
+            self._send(401, {"error": "invalid_client", "secret": form.get("client_secret")})
+        else:
+            return False
+        return True
 
-        def _send(self, status: int, body: Any) -> None:
-            self._send_text(status, json.dumps(body), "application/json")
+    def _issue(self, query: Mapping[str, str], form: Mapping[str, str]) -> None:
+        client = form.get("client_id", "")
+        with self.state.lock:
+            self.state.requests[client] += 1
+            token = f"{TOKEN_PREFIX}-{len(self.state.issued) + 1}"
+            self.state.issued.append(token)
+            lifetime = float(query.get("expires_in", 3600))
+            self.state.expires[token] = time.monotonic() + lifetime
+        body = {
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": lifetime,
+            "scope": form.get("scope", "read"),
+        }
+        self._send(200, body)
 
-        def _send_text(self, status: int, text: str, kind: str = "text/plain") -> None:
-            data = text.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/echo":
+            self._send(200, {"headers": {k.lower(): v for k, v in self.headers.items()}})
+            return
+        if path in ("/api/whoami", "/v1/report"):
+            auth = self.headers.get("Authorization") or ""
+            token = auth.removeprefix("Bearer ")
+            with self.state.lock:
+                known = self.state.expires.get(token, 0.0) > time.monotonic()
+            if known:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                self._send(200, {"who": CLIENT_ID, "headers": headers})
+            else:
+                self._send(401, {"error": "invalid_token"})
+            return
+        self._send(404, {"error": "not_found"})
 
-    return Handler
+    def _send(self, status: int, body: Any) -> None:
+        self._send_text(status, json.dumps(body), "application/json")
+
+    def _send_text(self, status: int, text: str, kind: str = "text/plain") -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _handler(server: TokenServer) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (_Handler,), {"state": server})
 
 
 @contextmanager

@@ -20,7 +20,7 @@ ENGINE_SERVICES = ("migrate", "worker", "beat", "flower", "api")
 def services() -> dict[str, Any]:
     data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     assert isinstance(data, dict)
-    return data["services"]  # type: ignore[no-any-return]
+    return data["services"]
 
 
 def parse(words: list[str]) -> tuple[str, dict[str, Any]]:

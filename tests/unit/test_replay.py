@@ -173,9 +173,13 @@ def test_a_variable_called_now_still_wins_over_the_passes_time() -> None:
 def test_the_state_copy_shares_nothing_a_pass_changes() -> None:
     state = ExecutionState("e1", vars={"items": list(range(10_000))})
     state.step("each").loop = LoopProgress(
-        epoch=1, total=10_000, window=4, lanes=[Lane()], errors=[{"item": 1}]
+        epoch=1,
+        total=10_000,
+        window=4,
+        lanes=[Lane()],
+        errors=[{"item": 1, "kind": "python_error", "message": "m"}],
     )
-    state.failures.append({"step": "each"})
+    state.failures.append({"step": "each", "epoch": 1, "message": "m"})
     copied = copy_state(state)
     assert copied == state
     copied.vars["x"] = 1
@@ -184,8 +188,8 @@ def test_the_state_copy_shares_nothing_a_pass_changes() -> None:
     assert loop is not None and loop.lanes is not None
     loop.succeeded = 5
     loop.lanes[0].frame = 3
-    loop.errors.append({"item": 2})
-    copied.failures.append({"step": "other"})
+    loop.errors.append({"item": 2, "kind": "python_error", "message": "m"})
+    copied.failures.append({"step": "other", "epoch": 1, "message": "m"})
     copied.step("new")
     assert state == ExecutionState.from_json(json.loads(json.dumps(state.to_json())))
     assert "x" not in state.vars and state.steps["each"].epoch == 0 and "new" not in state.steps

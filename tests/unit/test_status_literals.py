@@ -43,36 +43,44 @@ def bare_statuses(source: str, filename: str = "<source>") -> list[str]:
     string, and of every bare status string assigned to a `status`."""
     found = []
     for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            for i, operand in enumerate(operands):
-                others = operands[:i] + operands[i + 1 :]
-                if _status_strings(operand) and any(_mentions_status(o) for o in others):
-                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
-                    break
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            named = any(
-                (isinstance(t, ast.Attribute) and t.attr == "status")
-                or (isinstance(t, ast.Name) and t.id == "status")
-                for t in targets
-            )
-            if named and node.value is not None and _status_strings(node.value):
-                found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Call):
-            # `ExecutionState(eid, status="FAILED")`
-            for keyword in node.keywords:
-                if keyword.arg == "status" and _status_strings(keyword.value):
-                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Dict):
-            # `{"status": "planned"}`: a row or bind parameters written with a status
-            for key, value in zip(node.keys, node.values, strict=True):
-                if key is None or not _mentions_status(key):
-                    continue
-                options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
-                if any(_status_strings(o) for o in options) and rel_allowed(filename, node):
-                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.expr | ast.stmt) and _bare_status(node, filename):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
     return sorted(found, key=lambda f: int(f.split(":")[1]))
+
+
+def _bare_status(node: ast.AST, filename: str) -> bool:
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        return any(
+            _status_strings(operand)
+            and any(_mentions_status(o) for o in operands[:i] + operands[i + 1 :])
+            for i, operand in enumerate(operands)
+        )
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        named = any(
+            (isinstance(t, ast.Attribute) and t.attr == "status")
+            or (isinstance(t, ast.Name) and t.id == "status")
+            for t in targets
+        )
+        return named and node.value is not None and bool(_status_strings(node.value))
+    if isinstance(node, ast.Call):
+        # `ExecutionState(eid, status="FAILED")`
+        return any(k.arg == "status" and _status_strings(k.value) for k in node.keywords)
+    if isinstance(node, ast.Dict):
+        return _bare_status_in_dict(node, filename)
+    return False
+
+
+def _bare_status_in_dict(node: ast.Dict, filename: str) -> bool:
+    # `{"status": "planned"}`: a row or bind parameters written with a status
+    for key, value in zip(node.keys, node.values, strict=True):
+        if key is None or not _mentions_status(key):
+            continue
+        options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        if any(_status_strings(o) for o in options) and rel_allowed(filename, node):
+            return True
+    return False
 
 
 def test_no_bare_status_literals_in_the_package() -> None:
@@ -101,7 +109,8 @@ if kind == "running": pass
 
 def test_an_enum_status_is_the_string_it_replaced() -> None:
     # stored values, JSON and lookups by the stored string are unchanged
-    assert CommandStatus.PLANNED == "planned" and "planned" in {CommandStatus.PLANNED}
+    planned: str = CommandStatus.PLANNED
+    assert planned == "planned" and "planned" in {CommandStatus.PLANNED}
     assert {"running": 1}[StepStatus.RUNNING] == 1
     state = ExecutionState("e1", status=ExecutionStatus.FAILED)
     state.step("a").status = StepStatus.COMPLETED

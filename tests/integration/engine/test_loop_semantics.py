@@ -88,7 +88,7 @@ workflow:
             "message": out["errors"][0]["message"],  # type: ignore[index]
         }
     ]
-    assert "AssertionError: five is bad" in out["errors"][0]["message"]  # type: ignore[index]
+    assert "AssertionError: five is bad" in out["errors"][0]["message"]
 
 
 def test_step_set_runs_per_iteration_with_the_iteration_scope(engine: Engine) -> None:

@@ -133,7 +133,7 @@ def _children(engine: Engine, eid: str) -> list[str]:
 
 def test_heartbeats_keep_a_long_command_leased(store_url: str, tmp_path: Path) -> None:
     """A command running for several lease periods is renewed, never taken for lost."""
-    engine = engine_for(store_url, tmp_path, lease_seconds=1)  # type: ignore[arg-type]
+    engine = engine_for(store_url, tmp_path, lease_seconds=1)
     try:
         eid = engine.start_text(SLEEPER.replace("time.sleep(30)", "time.sleep(3.5)"))
         summary, _ = finish(engine, eid)

@@ -28,7 +28,8 @@ def test_second_pass_does_not_get_the_lock_while_one_holds_it(pg_url: str) -> No
     store = Store(database)
     entry = store.register("p", "p", "x")
     store.create_execution("1", entry, {})
-    holding, release, seen = threading.Event(), threading.Event(), []
+    holding, release = threading.Event(), threading.Event()
+    seen: list[object] = []
 
     def holder() -> None:
         with store.orchestration("1", wait=True) as tx:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select
 
+from noetl_celery.constants import ExecutionStatus
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import (
     Decision,
@@ -167,7 +168,7 @@ def test_terminal_decision_finishes_the_execution(store: Store) -> None:
     from noetl_celery.orchestrator.decisions import Terminal
 
     eid = new_execution(store)
-    d = decision(eid, terminal=Terminal("FAILED", {"x": 1}, {"message": "boom"}))
+    d = decision(eid, terminal=Terminal(ExecutionStatus.FAILED, {"x": 1}, {"message": "boom"}))
     apply(store, eid, d)
     row = store.execution(eid)
     assert row.status == "FAILED" and row.result == {"x": 1} and row.error == {"message": "boom"}
@@ -188,7 +189,7 @@ def test_bookkeeping_commits_async_but_a_terminal_commits_synchronously(pg_url: 
     eid = new_execution(store)
     apply(store, eid, decision(eid, events=[EngineEvent("loop.done", "each", 1, {})]))
     assert not any("synchronous_commit" in s for s in seen)
-    apply(store, eid, decision(eid, terminal=Terminal("COMPLETED", None, None)))
+    apply(store, eid, decision(eid, terminal=Terminal(ExecutionStatus.COMPLETED, None, None)))
     assert sum("SET LOCAL synchronous_commit TO on" in s for s in seen) == 1
     database.dispose()
 
@@ -210,5 +211,7 @@ def test_a_delayed_command_waits_in_the_table_until_the_sweep_issues_it(store: S
     claimed = store.claim(soon.command_id, "w1", 60)
     assert claimed is not None and claimed.attempt == 2
     # cancelling the execution cancels the one still waiting: it can never run
-    assert store.termination.end_execution(eid, "CANCELLED", "cancelled by test").ended
+    assert store.termination.end_execution(
+        eid, ExecutionStatus.CANCELLED, "cancelled by test"
+    ).ended
     assert store.command_status(later.command_id) == "cancelled"

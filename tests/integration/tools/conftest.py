@@ -191,7 +191,11 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[0] if len(v) == 1 else v for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
-        path = url.path
+        if not self._fixed(url.path) and not self._computed(url.path, query, body):
+            self._json(404, {"error": "unknown path"})
+
+    def _fixed(self, path: str) -> bool:
+        """Paths whose response never changes; False for any other path."""
         if path == "/json":
             self._json(200, {"ok": True, "items": [1, 2, 3]})
         elif path == "/text":
@@ -200,43 +204,53 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b'{"looks": "like json"}', "text/plain")
         elif path == "/missing":
             self._json(404, {"error": "no such thing"})
-        elif path == "/limited":
+        elif path == "/boom":
+            self._send(500, b"internal kaboom", "text/plain")
+        elif path == "/redirect":
+            self._send(302, b"", "text/plain", {"Location": "/json"})
+        elif path == "/empty":
+            self._send(204, b"", "text/plain")
+        else:
+            return False
+        return True
+
+    def _computed(self, path: str, query: Mapping[str, Any], body: str) -> bool:
+        """Paths whose response depends on the request; False for any other path."""
+        if path == "/limited":
             when = query.get("date")
             retry = email.utils.formatdate(time.time() + 30, usegmt=True) if when else "7"
             self._json(429, {"error": "slow down"}, {"Retry-After": retry})
-        elif path == "/boom":
-            self._send(500, b"internal kaboom", "text/plain")
         elif path.startswith("/status/"):
             self._json(int(path.rsplit("/", 1)[1]), {"status": "as asked"})
         elif path == "/slow":
             time.sleep(float(str(query.get("seconds", "1"))))
             self._json(200, {"slept": True})
-        elif path == "/redirect":
-            self._send(302, b"", "text/plain", {"Location": "/json"})
-        elif path == "/empty":
-            self._send(204, b"", "text/plain")
         elif path == "/echo":
-            parsed: Any = None
-            form: Any = None
-            ctype = self.headers.get("Content-Type", "")
-            if "json" in ctype and body:
-                parsed = json.loads(body)
-            if "x-www-form-urlencoded" in ctype:
-                form = {k: v[0] for k, v in parse_qs(body).items()}
-            self._json(
-                200,
-                {
-                    "method": self.command,
-                    "query": query,
-                    "body": body,
-                    "json": parsed,
-                    "form": form,
-                    "content_type": ctype,
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                },
-            )
+            self._echo(query, body)
         else:
-            self._json(404, {"error": "unknown path"})
+            return False
+        return True
+
+    def _echo(self, query: Mapping[str, Any], body: str) -> None:
+        parsed: Any = None
+        form: Any = None
+        ctype = self.headers.get("Content-Type", "")
+        if "json" in ctype and body:
+            parsed = json.loads(body)
+        if "x-www-form-urlencoded" in ctype:
+            form = {k: v[0] for k, v in parse_qs(body).items()}
+        self._json(
+            200,
+            {
+                "method": self.command,
+                "query": query,
+                "body": body,
+                "json": parsed,
+                "form": form,
+                "content_type": ctype,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+            },
+        )
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _route
 

@@ -18,10 +18,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
+from noetl_celery.pgconn import PoolExhausted, pg_connection
 from noetl_celery.settings import Settings
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.credentials import CredentialStore
-from noetl_celery.tools.pg_session import PoolExhausted, pg_connection
 from noetl_celery.tools.services import ToolServices
 
 pytestmark = pytest.mark.integration

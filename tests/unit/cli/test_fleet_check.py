@@ -49,7 +49,8 @@ def make(
     answers: list[dict[str, Any]], engine: FakeEngine | None = None
 ) -> tuple[WorkerCheck, FakeEngine, Clock, list[str], list[int]]:
     engine = engine or FakeEngine()
-    clock, warnings, asks = Clock(), [], [0]
+    clock, asks = Clock(), [0]
+    warnings: list[str] = []
 
     def ask() -> list[dict[str, Any]]:
         asks[0] += 1

@@ -7,7 +7,9 @@ from typing import Any
 from noetl_celery.cli.progress import Rates, duration, progress_lines
 
 
-def view(done: int, *, total: int | None = 5000, mode: str = "parallel", **kw: Any) -> dict:
+def view(
+    done: int, *, total: int | None = 5000, mode: str = "parallel", **kw: Any
+) -> dict[str, Any]:
     loop = {
         "step": "fetch_pages",
         "epoch": 1,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from noetl_celery.constants import ReportStatus
 from noetl_celery.engine.reports import MESSAGE_CHARS, CommandReport, report_of
 from noetl_celery.models.outcome import Outcome
 
@@ -45,7 +46,9 @@ def test_result_names_the_execution_and_step_but_no_values() -> None:
         "execution_id": "587249013456781234",
         "step": "fetch",
     }
-    failed = CommandReport(CID, "failed", "python_error", "ZeroDivisionError: division by zero")
+    failed = CommandReport(
+        CID, ReportStatus.FAILED, "python_error", "ZeroDivisionError: division by zero"
+    )
     assert failed.as_result()["kind"] == "python_error"
     assert failed.failure_text() == (
         f"execution 587249013456781234 step fetch (command {CID}): "

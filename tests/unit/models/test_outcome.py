@@ -24,7 +24,7 @@ HTTP_ERROR = {
 }
 
 # terminal event payloads as the engine has written them (key order included)
-STORED = [
+STORED: list[dict[str, Any]] = [
     # an old row: written before `meta` and `detail` existed
     {"status": "ok", "result": {"rows": [[1]]}, "error": None},
     # a single tool step, iteration scope kept for `set`

@@ -1,4 +1,4 @@
-"""Name checks of `validate` (models.validation_names): table-driven.
+"""Name checks of `validate` (models.validation.names): table-driven.
 
 Each bad case is a small playbook with exactly one problem, on the line marked `# <--`;
 each good case is a playbook that uses the same kind of reference correctly and must
@@ -13,7 +13,7 @@ import pytest
 
 from noetl_celery.errors import Problem
 from noetl_celery.models.validation import CredentialAliases, validate_text
-from noetl_celery.models.validation_refs import template_refs
+from noetl_celery.models.validation.refs import template_refs
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: t\n"
 MARK = "# <--"

@@ -92,9 +92,9 @@ class Sim:
                     "item": item,
                     "status": "planned",
                 }
-        for r in d.issues:
-            for i in range(r.start, r.stop):
-                row = self.planned[iteration_command_id(eid, r.step, r.epoch, i)]
+        for issue in d.issues:
+            for i in range(issue.start, issue.stop):
+                row = self.planned[iteration_command_id(eid, issue.step, issue.epoch, i)]
                 assert row["status"] == "planned", f"issued twice: {row['id']}"
                 row["status"] = "issued"
                 self.queue.append(row)
@@ -143,6 +143,12 @@ class Sim:
             self.apply(decide(self.playbook, self.state, completions, self, self.limits, self.now))
         assert self.state is not None
         return self.state
+
+    def iterations_ran(self, step: str) -> list[int]:
+        """The iterations of loop step `step` that ran, sorted."""
+        ran = [i for s, i in self.ran if s == step]
+        assert None not in ran, f"step '{step}' also ran outside its loop"
+        return sorted(i for i in ran if i is not None)
 
     def steps_ran(self) -> list[str]:
         return [s for s, i in self.ran if i is None]

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from noetl_celery.constants import ExecutionStatus
 from noetl_celery.orchestrator.batching import may_defer, may_defer_all
 from noetl_celery.orchestrator.state import ExecutionState, LoopProgress, StepState
 
 
 def state(
-    window: int, in_flight: int, *, done: bool = False, epoch: int = 1, status: str = "RUNNING"
+    window: int,
+    in_flight: int,
+    *,
+    done: bool = False,
+    epoch: int = 1,
+    status: ExecutionStatus = ExecutionStatus.RUNNING,
 ) -> ExecutionState:
     loop = LoopProgress(
         epoch=epoch,
@@ -45,7 +51,7 @@ def test_never_defers_outside_a_running_loop_epoch() -> None:
     assert may_defer(state(100, 100, done=True), "each", 1, 1) is False
     assert may_defer(state(100, 100), "each", 2, 1) is False  # a stale epoch
     assert may_defer(state(100, 100), "other", 1, 1) is False
-    assert may_defer(state(100, 100, status="CANCELLED"), "each", 1, 1) is False
+    assert may_defer(state(100, 100, status=ExecutionStatus.CANCELLED), "each", 1, 1) is False
     assert may_defer(ExecutionState("e"), "each", 1, 1) is False
 
 

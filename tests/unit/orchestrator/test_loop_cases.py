@@ -10,6 +10,7 @@ import pytest
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decide import decide
 from noetl_celery.orchestrator.decisions import Completion, Limits
+from noetl_celery.orchestrator.state import ItemError
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
 
 LOOP = """apiVersion: noetl.io/v2
@@ -59,7 +60,7 @@ def test_window_is_never_exceeded(
     state = sim.run(batch=batch)
     assert state.status == "COMPLETED"
     assert in_flight_peak(sim) == peak
-    iterations = sorted(i for s, i in sim.ran if s == "each")
+    iterations = sim.iterations_ran("each")
     assert iterations == list(range(len(items)))  # every item exactly once
     assert sim.event_types().count("loop.done") == 1
 
@@ -137,7 +138,7 @@ def test_reentering_a_loop_starts_new_epochs() -> None:
     done = [e for e in sim.events if e["type"] == "loop.done"]
     assert [e["epoch"] for e in done] == [1, 2, 3, 4, 5]
     assert state.steps["each"].epoch == 5
-    assert sorted((i for s, i in sim.ran if s == "each")) == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert sim.iterations_ran("each") == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
 
 
 def test_duplicate_completion_is_ignored() -> None:
@@ -204,7 +205,7 @@ workflow:
 def test_the_errors_an_epoch_reports_do_not_depend_on_finishing_order() -> None:
     from noetl_celery.orchestrator.loops import keep_item_error
 
-    kept: list[dict[str, Any]] = []
+    kept: list[ItemError] = []
     for item in (9, 3, 7, 1, 5, 2, 8):
         keep_item_error(kept, {"item": item, "kind": "error", "message": "m"})
     assert [e["item"] for e in kept] == [1, 2, 3, 5, 7]

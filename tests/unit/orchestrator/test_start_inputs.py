@@ -76,7 +76,7 @@ def test_loop_items_replace_the_first_epoch_of_a_loop() -> None:
         for (s, it), cmd_item in zip(sim.ran, _items(sim), strict=True)
         if s == "each"
     ]
-    assert sorted(ran, key=lambda r: r[1]) == [(12, 0), (14, 1)]
+    assert sorted(ran, key=lambda r: r[1] or 0) == [(12, 0), (14, 1)]
     assert sim.results[("each", 1)]["stats"] == {"total": 2, "success": 2, "failed": 0}
     [plan] = [p for p in sim.decisions[0].plans if p.step == "each"]
     assert (plan.epoch, plan.items, plan.meta) == (1, [12, 14], {"iterator": "it", "total": 2})
@@ -150,7 +150,7 @@ def test_overrides_merge_like_a_payload() -> None:
 
 def _items(sim: Sim) -> list[Any]:
     """The item each run command had, in run order (the sim records step/iteration)."""
-    items = []
+    items: list[Any] = []
     for step, iteration in sim.ran:
         if iteration is None:
             items.append(None)

@@ -169,7 +169,7 @@ def test_file_locked_by_another_process(run_tool: RunTool, tmp_path: Path) -> No
         out = run_tool("duckdb", {"database": str(path), "query": "SELECT 1"})
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its stdout pipe (no ResourceWarning)
     assert out.error is not None and out.error.kind == "db_connection"
     assert out.error.retryable is True and "lock" in out.error.message.lower()
 
@@ -180,7 +180,7 @@ def test_short_lock_is_waited_out(run_tool: RunTool, tmp_path: Path) -> None:
     try:
         out = run_tool("duckdb", {"database": str(path), "query": "SELECT 1 AS one"})
     finally:
-        holder.wait()
+        holder.communicate()  # waits, and closes its stdout pipe (no ResourceWarning)
     assert out.ok, out.error
     assert out.data["rows"] == [{"one": 1}]
 

@@ -13,19 +13,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_celery.models.validation_base import (
+from noetl_celery.models.validation.base import (
     Collector,
     as_dict,
     as_list,
     did_you_mean,
     names_list,
 )
-from noetl_celery.models.validation_values import is_template
+from noetl_celery.models.validation.values import is_template
 from noetl_celery.models.yaml_positions import Path
 
 __all__ = ["CredentialAliases", "check_credentials"]
 
-_AUTH_KEYS = ("key", "name", "credential", "alias")  # tools.postgres_tool.auth_alias
+_AUTH_KEYS = ("key", "name", "credential", "alias")  # pgconn.auth_alias
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _aliases(data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
 
 
 def _tool_alias(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, str]]:
-    # (legacy `credential:` is an error of its own, validation_tools)
+    # (legacy `credential:` is an error of its own, validation.tools)
     if tool.get("kind") == "postgres":
         yield from _alias_at((*path, "auth"), tool.get("auth"))
 

@@ -19,8 +19,8 @@ from noetl_celery.models.script_source import (
     has_template,
     parse_script,
 )
-from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list, nonblank
-from noetl_celery.models.validation_values import check_set_keys, check_when
+from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list, nonblank
+from noetl_celery.models.validation.values import check_set_keys, check_when
 from noetl_celery.models.yaml_positions import Path
 
 SQL_KEYS = (

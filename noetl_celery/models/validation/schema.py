@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.models.validation_base import Collector, type_word
-from noetl_celery.models.validation_messages import error_message, leaf_name
+from noetl_celery.models.validation.base import Collector, type_word
+from noetl_celery.models.validation.messages import error_message, leaf_name
 from noetl_celery.models.yaml_positions import Path
 
 _MISSING = object()

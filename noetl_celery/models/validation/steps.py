@@ -17,10 +17,10 @@ from noetl_celery.models.keychain import (
     unsupported_message,
 )
 from noetl_celery.models.schedule import parse_declared
-from noetl_celery.models.validation_base import Collector, as_dict, as_list, names_list
-from noetl_celery.models.validation_flow import check_arcs, check_loop, no_such_step
-from noetl_celery.models.validation_tools import ToolContext, check_pipeline, check_tool
-from noetl_celery.models.validation_values import check_set_keys, check_templates
+from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list
+from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_step
+from noetl_celery.models.validation.tools import ToolContext, check_pipeline, check_tool
+from noetl_celery.models.validation.values import check_set_keys, check_templates
 from noetl_celery.models.yaml_positions import Path
 
 _TOP_KEYS = frozenset(

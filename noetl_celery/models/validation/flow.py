@@ -6,14 +6,14 @@ import difflib
 from typing import Any
 
 from noetl_celery.constants import CURSOR_KINDS
-from noetl_celery.models.validation_base import (
+from noetl_celery.models.validation.base import (
     Collector,
     as_dict,
     as_list,
     did_you_mean,
     names_list,
 )
-from noetl_celery.models.validation_values import check_set_keys, check_when
+from noetl_celery.models.validation.values import check_set_keys, check_when
 from noetl_celery.models.yaml_positions import Path
 
 

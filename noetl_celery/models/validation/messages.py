@@ -10,7 +10,7 @@ from pydantic_core import ErrorDetails
 from noetl_celery.constants import TOOL_KINDS
 from noetl_celery.models.playbook import Arc, Loop, Next
 from noetl_celery.models.policy import ElseClause, Rule, Then
-from noetl_celery.models.validation_base import format_path, type_word
+from noetl_celery.models.validation.base import format_path, type_word
 from noetl_celery.models.yaml_positions import Path
 
 _CLOSED_MODELS: dict[str, type[BaseModel]] = {

@@ -1,6 +1,6 @@
 """Name checks: what templates read that nothing defines (reference §3.2).
 
-Every template of a step is parsed (`validation_refs`) and each name it reads is looked up
+Every template of a step is parsed (`validation.refs`) and each name it reads is looked up
 in what the playbook defines: workload keys, step names (their results), `set` keys, loop
 iterators, input keys, pipeline task labels, and the engine's own names (`ctx`, `iter`,
 `output`, `event`, ...). Severity follows what can change at run time:
@@ -12,7 +12,7 @@ iterators, input keys, pipeline task labels, and the engine's own names (`ctx`, 
   is the engine's, no payload reaches it (item *fields* are data and never checked);
 - `event.name` compared with a name no event has is an *error* (the arc can never fire);
   a NoETL event arcs never see, or one this kind of step never routes on, is a warning;
-- credential aliases: see `validation_credentials`.
+- credential aliases: see `validation.credentials`.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Any
 
 from noetl_celery.constants import CALL_DONE, CALL_ERROR, LOOP_DONE
 from noetl_celery.models.scopes import split_set_key
-from noetl_celery.models.validation_base import (
+from noetl_celery.models.validation.base import (
     Collector,
     as_dict,
     as_list,
     did_you_mean,
     names_list,
 )
-from noetl_celery.models.validation_credentials import CredentialAliases, check_credentials
-from noetl_celery.models.validation_refs import Reference, TemplateRefs, template_refs
-from noetl_celery.models.validation_values import is_template, template_strings
+from noetl_celery.models.validation.credentials import CredentialAliases, check_credentials
+from noetl_celery.models.validation.refs import Reference, TemplateRefs, template_refs
+from noetl_celery.models.validation.values import is_template, template_strings
 from noetl_celery.models.yaml_positions import Path
 
 __all__ = ["check_names"]

@@ -1,4 +1,6 @@
-"""Getting a pooled Postgres connection for one tool call, failing fast and truthfully.
+"""Postgres as a client of playbooks' databases, shared by the postgres tool and the postgres
+cursor (neither reaches into the other): which credential a config names, a pooled
+connection that fails fast and truthfully, and what a psycopg error means.
 
 psycopg_pool connects in a background worker: when the server is down, a caller of
 `getconn()` just waits for its timeout and learns nothing but "couldn't get a connection".
@@ -11,12 +13,14 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
+
+from noetl_celery.models.outcome import ErrorKind
 
 # How long a call waits for a connection when all pooled ones are busy.
 POOL_WAIT_SECONDS = 60.0
@@ -109,3 +113,37 @@ def reset_statement_timeout(conn: psycopg.Connection[Any]) -> None:
     """Give the pooled connection back with the server default timeout."""
     if not conn.closed and not conn.broken:
         conn.execute("RESET statement_timeout")
+
+
+def auth_alias(config: Mapping[str, Any]) -> str | None:
+    """The credential alias of `auth: name` or `auth: {key|name|credential: name}`."""
+    auth = config.get("auth", config.get("credential"))  # `credential:` is NoETL's legacy
+    if isinstance(auth, Mapping):
+        auth = next((auth[k] for k in ("key", "name", "credential", "alias") if auth.get(k)), None)
+    return (auth.strip() or None) if isinstance(auth, str) else None
+
+
+def sqlstate_kind(sqlstate: str | None) -> tuple[ErrorKind, bool]:
+    """(error kind, retryable) for a SQLSTATE."""
+    code = sqlstate or ""
+    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):  # link or server gone
+        return "db_connection", True
+    if code.startswith("23"):
+        return "db_constraint", False
+    if code in ("40P01", "40001"):  # deadlock, serialization failure: retry may succeed
+        return "db_deadlock", True
+    if code == "57014":
+        return "db_timeout", True
+    if code.startswith("28"):
+        return "auth", False
+    if code == "42601":
+        return "syntax_error", False
+    return "db_error", False
+
+
+def db_message(exc: psycopg.Error) -> str:
+    """The server's message: primary line plus DETAIL, on one line."""
+    diag = exc.diag
+    primary = diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    detail = diag.message_detail
+    return f"{primary} (DETAIL: {detail})" if detail else primary

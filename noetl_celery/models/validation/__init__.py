@@ -5,12 +5,12 @@ field, so a user fixes a playbook in one pass:
 
 1. size and YAML syntax (one problem, nothing else can be checked without a document;
    the loader refuses alias bombs and deep nesting, see `yaml_safe`);
-2. the pydantic models (`validation_schema`): shapes, required keys, enums;
-3. semantic checks on the raw data (`validation_steps`, `validation_tools`,
-   `validation_values`): unknown keys, tool requirements, python syntax, template syntax,
+2. the pydantic models (`validation.schema`): shapes, required keys, enums;
+3. semantic checks on the raw data (`validation.steps`, `validation.tools`,
+   `validation.values`): unknown keys, tool requirements, python syntax, template syntax,
    arc targets, pipelines, loops, `set` keys. They run even when step 2 failed;
 4. names templates read that nothing defines, and credential aliases
-   (`validation_names`);
+   (`validation.names`);
 5. every string storable in Postgres (no NUL, no lone surrogate) and no NaN.
 
 Warnings (ignored keys, `keychain`, ...) never reject a playbook.
@@ -28,11 +28,11 @@ from noetl_celery.models.legacy import normalise_legacy
 from noetl_celery.models.payload_walk import find_problem
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.text_files import read_text_file
-from noetl_celery.models.validation_base import ERROR, WARNING, Collector, type_word
-from noetl_celery.models.validation_credentials import CredentialAliases
-from noetl_celery.models.validation_names import check_names
-from noetl_celery.models.validation_schema import validate_model
-from noetl_celery.models.validation_steps import check_document
+from noetl_celery.models.validation.base import ERROR, WARNING, Collector, type_word
+from noetl_celery.models.validation.credentials import CredentialAliases
+from noetl_celery.models.validation.names import check_names
+from noetl_celery.models.validation.schema import validate_model
+from noetl_celery.models.validation.steps import check_document
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
 
 __all__ = [

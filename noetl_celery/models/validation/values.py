@@ -9,7 +9,7 @@ from typing import Any
 import jinja2
 
 from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
-from noetl_celery.models.validation_base import Collector, type_word
+from noetl_celery.models.validation.base import Collector, type_word
 from noetl_celery.models.yaml_positions import Path
 
 # Syntax only: parsing never looks filters or variables up, so a plain environment accepts
