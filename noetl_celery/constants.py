@@ -47,7 +47,7 @@ class CommandStatus(StrEnum):
 
 
 class ReportStatus(StrEnum):
-    """What one delivery of a command did, as the Celery task reports it (engine.reports)."""
+    """What one delivery of a command did, as the Celery task reports it (worker.reports)."""
 
     COMPLETED = "completed"
     FAILED = "failed"

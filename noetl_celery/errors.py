@@ -49,8 +49,8 @@ NoetlError there), or must be the type the library it is raised into expects.
     ├── _TimedOut                 (tools.python_tool) the timer's interrupt inside user code:
     │                             the code's own `except Exception` must not swallow it
     └── Exception
-        ├── Suspend               (engine.subplaybook) a task waits for a sub-playbook
-        ├── _PassCrashed          (engine.worker) the in-place pass crashed after the close
+        ├── Suspend               (worker.subplaybook) a task waits for a sub-playbook
+        ├── _PassCrashed          (worker.execute) the in-place pass crashed after the close
         ├── CommandFailed         (tasks.tasks) shows Celery's observers a failed command
         ├── CursorError           (cursors.base) a claim failed: the step's error
         ├── ScriptFetchError      (tools.script_fetch) a script source could not be fetched

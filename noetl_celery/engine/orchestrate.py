@@ -62,7 +62,7 @@ PASS_CRASH_LIMIT = 3
 CRASH_MESSAGE_CHARS = 500
 
 
-class Orchestrator:
+class PassDriver:
     def __init__(
         self,
         store: Store,

@@ -32,7 +32,7 @@ from typing import TypeVar
 from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
 from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.history import write_logs
@@ -87,7 +87,7 @@ class Reaper:
     def __init__(
         self,
         store: Store,
-        orchestrator: Orchestrator,
+        orchestrator: PassDriver,
         policy: ReaperPolicy,
         owner: str,
         logs: LogSink | None = None,

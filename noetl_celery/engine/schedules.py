@@ -10,7 +10,7 @@ from typing import Any
 
 from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.engine.ids import new_execution_id
-from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.errors import CatalogNotFound, ScheduleNotFound
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
@@ -23,7 +23,7 @@ log = logging.getLogger("noetl_celery.schedules")
 
 class Schedules:
     def __init__(
-        self, store: Store, orchestrator: Orchestrator, limits: PayloadLimits | None = None
+        self, store: Store, orchestrator: PassDriver, limits: PayloadLimits | None = None
     ) -> None:
         self.store = store
         self.orchestrator = orchestrator

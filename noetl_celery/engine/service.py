@@ -19,17 +19,15 @@ from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import Orchestrator
+from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.rerun import plan_rerun
-from noetl_celery.engine.runner import StepRunner
 from noetl_celery.engine.schedules import Schedules
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.engine.termination import Termination, end_tree
-from noetl_celery.engine.worker import CommandExecutor, worker_identity
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
@@ -41,6 +39,8 @@ from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
+from noetl_celery.worker.execute import CommandExecutor, worker_identity
+from noetl_celery.worker.runner import StepRunner
 
 
 class _LateDispatcher:
@@ -89,7 +89,7 @@ class Engine(EngineReads):
             claim_retry_delay_seconds=settings.claim_retry_delay_seconds,
             max_retry_delay_seconds=settings.max_retry_delay_seconds,
         )
-        self.orchestrator = Orchestrator(
+        self.orchestrator = PassDriver(
             self.store,
             self.playbooks,
             self._dispatcher,

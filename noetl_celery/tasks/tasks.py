@@ -22,11 +22,11 @@ from noetl_celery.constants import (
     TASK_ORCHESTRATE,
     TASK_REAP,
 )
-from noetl_celery.engine import reports
 from noetl_celery.logcontext import about
 from noetl_celery.tasks import fleet, kombu_redis
 from noetl_celery.tasks.app import app, settings
 from noetl_celery.tasks.runtime import engine, read_identity, reset_after_fork
+from noetl_celery.worker import reports
 
 log = logging.getLogger("noetl_celery.tasks")
 
@@ -77,7 +77,7 @@ class CommandFailed(Exception):
 @app.task(name=TASK_EXECUTE_COMMAND, acks_late=True, ignore_result=True, throws=(CommandFailed,))
 def execute_command(command_id: str, db: str | None = None) -> reports.TaskResult:
     """Claim and run one command, record its outcome, then orchestrate in place. Returns
-    `{status, execution_id, step[, kind]}` (engine.reports) for whoever watches tasks."""
+    `{status, execution_id, step[, kind]}` (worker.reports) for whoever watches tasks."""
     refuse_foreign(db, f"command {command_id}")
     report = engine().executor.execute(command_id)
     if report.status == reports.FAILED:

@@ -263,7 +263,7 @@ _masks: ContextVar[CommandMasks | None] = ContextVar("noetl_command_masks", defa
 
 @contextmanager
 def command_masks() -> Iterator[CommandMasks]:
-    """Open a command's masks (engine.worker, around one command)."""
+    """Open a command's masks (worker.execute, around one command)."""
     masks = CommandMasks()
     token = _masks.set(masks)
     try:

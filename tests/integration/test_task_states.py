@@ -1,4 +1,4 @@
-"""A command whose tool failed is a FAILURE to Celery-level observers too (engine.reports,
+"""A command whose tool failed is a FAILURE to Celery-level observers too (worker.reports,
 tasks.tasks.CommandFailed), a successful one a SUCCESS whose result says `completed`; the
 failed command is acked like any other (the run ends, nothing is redelivered) and the
 worker logs it without a traceback."""

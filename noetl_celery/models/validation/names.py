@@ -37,8 +37,8 @@ from noetl_celery.models.yaml_positions import Path
 
 __all__ = ["check_names"]
 
-# Names the engine puts in some render context (templating.context, engine.runner,
-# engine.pipeline, engine.claims). Where exactly varies; being permissive here keeps
+# Names the engine puts in some render context (templating.context, worker.runner,
+# worker.pipeline, worker.claims). Where exactly varies; being permissive here keeps
 # every warning true.
 ENGINE_NAMES = frozenset(
     {
@@ -65,7 +65,7 @@ ENGINE_NAMES = frozenset(
     }
 )
 # What `iter` holds besides the iterator (templating.context.iteration_names; the cursor
-# row's position, engine.runner; NoETL's loop_event_id)
+# row's position, worker.runner; NoETL's loop_event_id)
 ITER_NAMES = frozenset(
     {"_index", "_first", "_last", "loop_event_id", "_worker_slot_id", "_frame_index",
      "_frame_row_index"}
@@ -228,7 +228,7 @@ def _check_value(
 
 def _not_rendered(inner: Path) -> bool:
     """A tool's `output` and `spec` (but its policy rules) are read as written
-    (engine.tool_call `_NOT_RENDERED`); `inner` is the path below `tool`."""
+    (worker.tool_call `_NOT_RENDERED`); `inner` is the path below `tool`."""
     if inner and isinstance(inner[0], int):
         inner = inner[1:]  # a pipeline task
     if not inner or inner[0] in ("kind", "name", "output"):

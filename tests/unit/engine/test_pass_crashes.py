@@ -13,7 +13,7 @@ from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, Operationa
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from noetl_celery.engine import orchestrate
-from noetl_celery.engine.orchestrate import PASS_CRASH_LIMIT, Orchestrator, crash_message
+from noetl_celery.engine.orchestrate import PASS_CRASH_LIMIT, PassDriver, crash_message
 from noetl_celery.errors import StoreError
 from noetl_celery.models.outcome import StepError
 from noetl_celery.store.database import transient
@@ -57,8 +57,8 @@ def driver(error: BaseException, monkeypatch: pytest.MonkeyPatch, crashes: int) 
     return recorded
 
 
-def orchestrator(error: BaseException, recorded: Recorded) -> Orchestrator:
-    return Orchestrator(CrashingStore(error, recorded), None, None)  # type: ignore[arg-type]
+def orchestrator(error: BaseException, recorded: Recorded) -> PassDriver:
+    return PassDriver(CrashingStore(error, recorded), None, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.engine.scripts import apply_script, script_text
-from noetl_celery.engine.subplaybook import Children, Suspend, spawn_request, started
 from noetl_celery.errors import NoetlError, TemplateError, ToolError
 from noetl_celery.models.playbook import Playbook, ToolSpec
 from noetl_celery.models.script_source import SCRIPT_KINDS
@@ -20,6 +19,7 @@ from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.registry import get_tool
 from noetl_celery.tools.script_fetch import ScriptFetchError
 from noetl_celery.tools.services import ToolServices
+from noetl_celery.worker.subplaybook import Children, Suspend, spawn_request, started
 
 _NOT_RENDERED = frozenset({"kind", "name", "spec", "input", "output"})
 
@@ -55,7 +55,7 @@ def run_tool(
     spawn_key: str = "",
     renderer: Renderer = STRICT,
 ) -> ToolOutcome:
-    """Run the tool; a waiting sub-playbook raises `Suspend` (see engine.subplaybook)."""
+    """Run the tool; a waiting sub-playbook raises `Suspend` (see worker.subplaybook)."""
     try:
         target, defaults = resolve_workbook(playbook, tool, in_pipeline)
         raw_input = {**defaults, **tool.input, **step_input}

@@ -14,10 +14,6 @@ from functools import partial
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM
-from noetl_celery.engine.claims import HeldFrame, run_claim
-from noetl_celery.engine.pipeline import PipelineLimits, StopCheck, run_pipeline
-from noetl_celery.engine.subplaybook import Children, Suspend, Suspended, child_outcome
-from noetl_celery.engine.tool_call import run_tool
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
 from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError, normalise_status
@@ -31,6 +27,10 @@ from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.keychain import KeychainError
 from noetl_celery.tools.redaction import current_masks
 from noetl_celery.tools.services import ToolServices
+from noetl_celery.worker.claims import HeldFrame, run_claim
+from noetl_celery.worker.pipeline import PipelineLimits, StopCheck, run_pipeline
+from noetl_celery.worker.subplaybook import Children, Suspend, Suspended, child_outcome
+from noetl_celery.worker.tool_call import run_tool
 
 
 class StepRunner:

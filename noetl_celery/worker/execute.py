@@ -25,17 +25,11 @@ from dataclasses import dataclass
 from noetl_celery import logcapture
 from noetl_celery.constants import CMD_RUNNING, RUNNING
 from noetl_celery.cursors.base import HeldClaim
-from noetl_celery.engine.claims import HeldFrame
-from noetl_celery.engine.heartbeat import Heartbeats
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import Orchestrator, crash_message
-from noetl_celery.engine.pipeline import StopCheck
+from noetl_celery.engine.orchestrate import PassDriver, crash_message
 from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.reports import DUPLICATE, WAITING, CommandReport, report_of
 from noetl_celery.engine.retry import again_if_interrupted
-from noetl_celery.engine.runner import StepRunner
-from noetl_celery.engine.subplaybook import Suspended
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
@@ -49,6 +43,12 @@ from noetl_celery.store.history import write_logs
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
+from noetl_celery.worker.claims import HeldFrame
+from noetl_celery.worker.heartbeat import Heartbeats
+from noetl_celery.worker.pipeline import StopCheck
+from noetl_celery.worker.reports import DUPLICATE, WAITING, CommandReport, report_of
+from noetl_celery.worker.runner import StepRunner
+from noetl_celery.worker.subplaybook import Suspended
 
 log = logging.getLogger("noetl_celery.worker")
 
@@ -79,7 +79,7 @@ class CommandExecutor:
         store: Store,
         playbooks: PlaybookCache,
         runner: StepRunner,
-        orchestrator: Orchestrator,
+        orchestrator: PassDriver,
         lease_seconds: int,
         logs: LogSink | None = None,
     ) -> None:
@@ -350,7 +350,7 @@ def _masked_outcome(outcome: Outcome) -> Outcome:
 
 
 class _Children:
-    """Sub-playbook access for the task a worker runs (engine.subplaybook.Children)."""
+    """Sub-playbook access for the task a worker runs (worker.subplaybook.Children)."""
 
     def __init__(self, executor: CommandExecutor, command: ClaimedCommand) -> None:
         self.executor = executor

@@ -1,4 +1,4 @@
-"""What a task hands back to Celery for each kind of outcome (engine.reports)."""
+"""What a task hands back to Celery for each kind of outcome (worker.reports)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from noetl_celery.constants import ReportStatus
-from noetl_celery.engine.reports import MESSAGE_CHARS, CommandReport, report_of
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.worker.reports import MESSAGE_CHARS, CommandReport, report_of
 
 CID = "587249013456781234:fetch:1:7:a2"
 

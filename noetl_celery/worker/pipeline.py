@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
-from noetl_celery.engine.subplaybook import Suspend, Suspended, child_outcome
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import (
     Detail,
@@ -34,6 +33,7 @@ from noetl_celery.models.policy import FAIL_WITHOUT_THEN, PREVIOUS_ALIASES, Then
 from noetl_celery.models.scopes import split_set_key
 from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.worker.subplaybook import Suspend, Suspended, child_outcome
 
 # runs one task: (label, tool, context, spawn key) -> outcome (or raises Suspend)
 TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any], str], ToolOutcome]

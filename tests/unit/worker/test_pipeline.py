@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from noetl_celery.engine.pipeline import PipelineLimits, run_pipeline
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Step, ToolSpec
 from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.worker.pipeline import PipelineLimits, run_pipeline
 
 
 class Script:
@@ -242,8 +242,8 @@ def test_undefined_name_in_rule_fails_with_a_clear_message() -> None:
 
 
 def test_a_waiting_sub_playbook_suspends_and_resumes_with_the_childs_outcome() -> None:
-    from noetl_celery.engine.subplaybook import Suspend, Suspended
     from noetl_celery.store.rows import SpawnRequest
+    from noetl_celery.worker.subplaybook import Suspend, Suspended
 
     tasks = """
 - name: prep
