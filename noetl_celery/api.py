@@ -25,9 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from noetl_celery.engine.service import Engine, schema_mode
+from noetl_celery.engine.bootstrap import Role, build_engine
 from noetl_celery.models.validation import read_playbook
 from noetl_celery.settings import Settings
+from noetl_celery.tasks.broker import client_dispatcher
 
 PlaybookSource = str | os.PathLike[str]
 
@@ -53,18 +54,7 @@ def _is_file(text: str) -> bool:
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.from_env()
-        self.settings.require_shared_database()
-        self.engine = Engine(self.settings, schema=schema_mode(self.settings, writes=True))
-        if self.settings.embedded:
-            self.engine.use_in_process_workers()
-        else:
-            from noetl_celery.tasks.app import make_app
-            from noetl_celery.tasks.dispatcher import CeleryDispatcher
-
-            dispatcher = CeleryDispatcher(
-                make_app(self.settings), database_id=self.engine.database_id
-            )
-            self.engine.use_dispatcher(dispatcher)
+        self.engine = build_engine(self.settings, Role.CLIENT, broker=client_dispatcher)
 
     def register(self, playbook: PlaybookSource) -> dict[str, Any]:
         """Register a playbook in the catalog; returns {path, version, catalog_id}.

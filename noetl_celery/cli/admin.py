@@ -11,7 +11,7 @@ import click
 
 from noetl_celery.cli.common import dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
-from noetl_celery.engine.service import schema_mode
+from noetl_celery.engine.bootstrap import schema_mode
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode, open_database

@@ -11,6 +11,7 @@ import click
 from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
 from noetl_celery.cli.targets import TargetError, split_ref
 from noetl_celery.cli.views import catalog_renderable, stdout_console
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.errors import CatalogNotFound, PlaybookInvalid, Problem
 from noetl_celery.models.playbook import Playbook
@@ -90,7 +91,7 @@ def catalog() -> None:
 def list_(as_json: bool) -> None:
     """Every catalog path with its latest version, how many versions it has, its
     `metadata.name` and when the latest version was registered."""
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         rows = engine.catalog.listing()
     finally:
@@ -112,7 +113,7 @@ def show(ref: str, as_json: bool) -> None:
     except TargetError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INVALID)
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         view = engine.catalog.show(path, version)
     except CatalogNotFound as exc:
@@ -146,7 +147,7 @@ def register(target: Path, as_json: bool) -> None:
     reports = {path: check_file(path) for path in playbook_files(target)}
     problems = {path: report.errors for path, report in reports.items()}
     problems.update(shared_paths({f: r.playbook for f, r in reports.items() if r.playbook}))
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), Role.EDITOR)
     out: list[dict[str, Any]] = []
     counts = {"registered": 0, "unchanged": 0, "skipped": 0}
     try:

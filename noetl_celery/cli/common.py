@@ -14,9 +14,12 @@ import click
 
 from noetl_celery import logcapture
 from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
-from noetl_celery.engine.service import Engine, schema_mode
+from noetl_celery.engine.bootstrap import Role
+from noetl_celery.engine.bootstrap import build_engine as bootstrap_engine
+from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
+from noetl_celery.tasks.broker import client_dispatcher
 from noetl_celery.templating.environment import json_default
 
 # `run` / `watch` exit codes (README "Command line"): COMPLETED, FAILED or CANCELLED,
@@ -127,24 +130,10 @@ def load_settings() -> Settings:
     return Settings.from_env()
 
 
-def build_engine(settings: Settings, *, dispatch: bool, read_only: bool = False) -> Engine:
-    """An engine; with `dispatch`, commands go to in-process threads (embedded) or to
-    Celery workers (NOETL_BROKER_URL set). A `read_only` command creates nothing, not even
-    the embedded database file; every command refuses a broker with the embedded database."""
-    # a read with a broker but the embedded database would show an empty, unrelated
-    # history as if it were the fleet's: refused like any other command
-    settings.require_shared_database()
-    engine = Engine(settings, schema=schema_mode(settings, writes=not read_only))
-    if dispatch:
-        if settings.embedded:
-            engine.use_in_process_workers()
-        else:
-            from noetl_celery.tasks.app import make_app
-            from noetl_celery.tasks.dispatcher import CeleryDispatcher
-
-            dispatcher = CeleryDispatcher(make_app(settings), database_id=engine.database_id)
-            engine.use_dispatcher(dispatcher)
-    return engine
+def build_engine(settings: Settings, role: Role) -> Engine:
+    """An engine for a CLI command (engine.bootstrap says what each role may do); with a
+    broker, a role that starts work sends it to Celery workers."""
+    return bootstrap_engine(settings, role, broker=client_dispatcher)
 
 
 def dump_json(obj: Any, stream: TextIO | None = None) -> None:

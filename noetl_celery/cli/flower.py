@@ -20,6 +20,7 @@ import os
 import click
 
 from noetl_celery.cli.common import build_engine, load_settings
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ConfigurationError
 
 
@@ -64,7 +65,7 @@ def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[s
     from noetl_celery.tasks.task_events import disable_task_events
 
     protect_metrics()
-    engine = build_engine(settings, dispatch=True)
+    engine = build_engine(settings, Role.SERVER)
     install_pages(engine)
 
     try:

@@ -16,6 +16,7 @@ import click
 
 from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
 from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS, TERMINAL_STATUSES
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ExecutionNotFound
 
@@ -151,7 +152,7 @@ def events(
         wanted &= FAILURE_EVENTS
     # no filter at all reads every type, including any this CLI does not know yet
     chosen = () if wanted == set(EVENT_TYPES) else tuple(sorted(wanted))
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         _check(engine, execution_id, step)
         if not chosen and (types or failed):
@@ -193,7 +194,7 @@ def logs(execution_id: str, step: str | None, limit: int, follow: bool, as_json:
     """What the execution's commands printed and logged (python `print`, `logging`, the
     engine's lines about them), redacted, in the order they were stored: one block per
     command run, headed by its step, iteration and command id."""
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         _check(engine, execution_id, step)
 

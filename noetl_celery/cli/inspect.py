@@ -14,11 +14,12 @@ from noetl_celery.cli.views import (
     unfinished_text,
 )
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ExecutionNotFound
 
 
 def _engine_call(method: str, execution_id: str) -> Any:
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         return getattr(engine, method)(execution_id)
     except ExecutionNotFound as exc:
@@ -61,7 +62,7 @@ def executions(
         raise click.BadParameter(
             f"unknown trigger {trigger!r} (use {known})", param_hint="--trigger"
         )
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         rows = engine.executions(status=status_, path=playbook, trigger=trigger, limit=limit)
     finally:
@@ -85,7 +86,7 @@ def cancel(execution_id: str, as_json: bool) -> None:
     pipelines stop at their next task boundary. Rows cursor steps had claimed and not
     processed are listed (they stay claimed in your queue). Exit 1 if it had already
     ended."""
-    engine = build_engine(load_settings(), dispatch=True)
+    engine = build_engine(load_settings(), Role.CLIENT)
     try:
         ended = engine.cancel_tree(execution_id, "cancelled by `noetl-celery cancel`")
         status_now = engine.store.execution_status(execution_id)

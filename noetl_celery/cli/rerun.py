@@ -11,6 +11,7 @@ import click
 from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
 from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_sets
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.rerun import RerunError
 from noetl_celery.errors import ExecutionNotFound
 
@@ -57,7 +58,7 @@ def rerun(
             "--no-wait needs workers (NOETL_BROKER_URL): an embedded rerun runs on this "
             "process's threads and would stop when it exits"
         )
-    engine = build_engine(settings, dispatch=True)
+    engine = build_engine(settings, Role.CLIENT)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # python steps print; stdout is ours
             try:

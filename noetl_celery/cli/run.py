@@ -14,6 +14,7 @@ from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_payload, parse_sets
 from noetl_celery.cli.targets import TargetError, read_target, start_target
 from noetl_celery.constants import FAILED
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import NoetlError, PlaybookInvalid
 from noetl_celery.models.validation import validate_text
 
@@ -78,7 +79,7 @@ def run(
         for warning in validate_text(playbook.text, target).warnings:
             click.echo(str(warning), err=True)
     try:
-        engine = build_engine(settings, dispatch=True)
+        engine = build_engine(settings, Role.CLIENT)
     except NoetlError as exc:  # misconfiguration, a database that cannot be used
         _invalid(str(exc), as_json, stdout)
     try:

@@ -18,6 +18,7 @@ from noetl_celery.cli.common import (
 )
 from noetl_celery.cli.inputs import parse_payload
 from noetl_celery.cli.views import schedules_renderable, stdout_console
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import (
     CatalogNotFound,
     ConfigurationError,
@@ -53,7 +54,7 @@ def add(target: str, cron: str, timezone: str, payload: str | None, as_json: boo
         text = read_playbook(target) if Path(target).is_file() else None
     except (InputInvalid, ConfigurationError) as exc:
         _refuse(exc, as_json)
-    engine = build_engine(settings, dispatch=False)
+    engine = build_engine(settings, Role.EDITOR)
     try:
         path = target
         if text is not None:
@@ -93,7 +94,7 @@ def _refuse(exc: NoetlError, as_json: bool) -> NoReturn:
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of schedules.")
 def list_(as_json: bool) -> None:
     """Every schedule: enabled or paused, its next and its last firing."""
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         rows = engine.schedules.all()
     finally:
@@ -109,7 +110,7 @@ def list_(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print {schedule_id, removed}.")
 def remove(schedule_id: int, as_json: bool) -> None:
     """Remove a schedule (runs it started are not touched). Exit 2 if there is none."""
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), Role.EDITOR)
     try:
         removed = engine.schedules.remove(schedule_id)
     finally:
@@ -147,7 +148,7 @@ def resume(schedule_id: int, as_json: bool) -> None:
 
 
 def _switch(schedule_id: int, as_json: bool, *, enabled: bool) -> None:
-    engine = build_engine(load_settings(), dispatch=False)
+    engine = build_engine(load_settings(), Role.EDITOR)
     try:
         row, changed = (engine.schedules.resume if enabled else engine.schedules.pause)(schedule_id)
     except ScheduleNotFound as exc:
@@ -174,7 +175,7 @@ def trigger(schedule_id: int, wait: bool, timeout: float | None, as_json: bool) 
     The run is listed by `executions` as a schedule run (triggered by hand); the
     schedule's cadence is untouched. Exit 2 if there is no such schedule."""
     settings = load_settings()
-    engine = build_engine(settings, dispatch=True)
+    engine = build_engine(settings, Role.CLIENT)
     try:
         try:
             execution_id = engine.schedules.trigger(schedule_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from noetl_celery.cli.common import build_engine, load_settings
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.web.auth import ApiAuth, is_loopback
 
@@ -32,7 +33,7 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
 
     from noetl_celery.web.app import create_app
 
-    engine = build_engine(settings, dispatch=True)
+    engine = build_engine(settings, Role.SERVER)
     try:
         app = create_app(engine, settings)
         click.echo(

@@ -8,6 +8,7 @@ import click
 
 from noetl_celery.cli.common import InvalidInput, build_engine, load_settings
 from noetl_celery.cli.follow import DETACH, follow, report
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ExecutionNotFound
 
 
@@ -23,7 +24,7 @@ def watch(execution_id: str, timeout: float | None, as_json: bool) -> None:
     CANCELLED, 2 unknown execution, 3 still running after --timeout). Ctrl-C detaches:
     the execution goes on."""
     stdout = sys.stdout
-    engine = build_engine(load_settings(), dispatch=False, read_only=True)
+    engine = build_engine(load_settings(), Role.READER)
     try:
         try:
             engine.store.execution_status(execution_id)

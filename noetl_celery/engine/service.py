@@ -56,16 +56,6 @@ class _LateDispatcher:
         self.target.wake(execution_id)
 
 
-def schema_mode(settings: Settings, *, writes: bool) -> SchemaMode:
-    """What a command may do to the engine tables. Only the embedded default database (a
-    file nobody else shares) is created and migrated on the way; a configured database is
-    shared by workers and other clients, so changing its tables is `noetl-celery db
-    upgrade`'s job alone. A read never creates anything, not even the embedded file."""
-    if settings.database_url:
-        return SchemaMode.REQUIRE
-    return SchemaMode.MIGRATE if writes else SchemaMode.READ
-
-
 class Engine(EngineReads):
     def __init__(self, settings: Settings, *, schema: SchemaMode) -> None:
         self.settings = settings

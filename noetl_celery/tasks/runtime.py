@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import threading
 
+from noetl_celery.engine.bootstrap import Role, build_engine
 from noetl_celery.engine.service import Engine
 from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.tasks.app import settings
-from noetl_celery.tasks.dispatcher import CeleryDispatcher
+from noetl_celery.tasks.broker import worker_dispatcher
 
 _engine: Engine | None = None
 _lock = threading.Lock()
@@ -19,10 +20,7 @@ def engine() -> Engine:
     if _engine is None:
         with _lock:
             if _engine is None:
-                # workers never create or migrate tables: that is `noetl-celery db upgrade`
-                built = Engine(settings, schema=SchemaMode.REQUIRE)
-                built.use_dispatcher(CeleryDispatcher(database_id=built.database_id))
-                _engine = built
+                _engine = build_engine(settings, Role.WORKER, broker=worker_dispatcher)
     return _engine
 
 

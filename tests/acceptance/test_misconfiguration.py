@@ -222,8 +222,9 @@ def test_reads_never_create_the_embedded_database(tmp_path: Path) -> None:
 CHECK_IMPORTS = """
 import sys
 from noetl_celery.cli.common import build_engine
+from noetl_celery.engine.bootstrap import Role
 from noetl_celery.settings import Settings
-engine = build_engine(Settings.from_env(), dispatch=False, read_only=sys.argv[1] == "read")
+engine = build_engine(Settings.from_env(), Role.READER if sys.argv[1] == "read" else Role.EDITOR)
 engine.executions()
 engine.close()
 print("alembic" in sys.modules)
