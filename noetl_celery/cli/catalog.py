@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_settings
+from noetl_celery.cli.renderables import catalog_renderable, stdout_console
 from noetl_celery.cli.targets import TargetError, split_ref
-from noetl_celery.cli.views import catalog_renderable, stdout_console
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.errors import CatalogNotFound, PlaybookInvalid, Problem

@@ -36,7 +36,7 @@ from rich.live import Live
 
 from noetl_celery.cli.common import dump_json, exit_code
 from noetl_celery.cli.progress import Rates, progress_lines
-from noetl_celery.cli.views import progress_renderable
+from noetl_celery.cli.renderables import progress_renderable
 from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
 

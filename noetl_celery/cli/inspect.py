@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
-from noetl_celery.cli.views import (
+from noetl_celery.cli.renderables import (
     executions_renderable,
     status_renderable,
     stdout_console,

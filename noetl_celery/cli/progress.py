@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from noetl_celery.cli.views import now_text
+from noetl_celery.cli.renderables import now_text
 
 RATE_WINDOW = 30.0
 

@@ -17,7 +17,7 @@ from noetl_celery.cli.common import (
     load_settings,
 )
 from noetl_celery.cli.inputs import parse_payload
-from noetl_celery.cli.views import schedules_renderable, stdout_console
+from noetl_celery.cli.renderables import schedules_renderable, stdout_console
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import (
     CatalogNotFound,

@@ -9,7 +9,7 @@ from typing import Any
 
 from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS
 from noetl_celery.engine.graph import build_graph
-from noetl_celery.engine.views import (
+from noetl_celery.engine.summaries import (
     error_kind,
     error_text,
     execution_line,
@@ -78,7 +78,7 @@ def executions_page(
 def detail(store: Store, row: ExecutionRow) -> dict[str, Any]:
     """`status_view` plus the child executions (first `CHILDREN_LIMIT`, newest first,
     and how many there are), `errors` as `run --json` lists them, and the state's raw
-    step failures under `failures`. Loops carry start, rate and ETA (views.loop_pace)."""
+    step failures under `failures`. Loops carry start, rate and ETA (engine.summaries.loop_pace)."""
     view = status_view(store, row)
     view["failures"] = view.pop("errors")
     view["errors"] = run_errors(store, row)

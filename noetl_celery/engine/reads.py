@@ -10,7 +10,7 @@ from typing import Any
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
 from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.views import execution_line, run_errors, run_summary, status_view
+from noetl_celery.engine.summaries import execution_line, run_errors, run_summary, status_view
 from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
 from noetl_celery.tools.services import ToolServices

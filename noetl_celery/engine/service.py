@@ -23,10 +23,10 @@ from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
-from noetl_celery.engine.reaper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.rerun import plan_rerun
-from noetl_celery.engine.schedules import Schedules
+from noetl_celery.engine.scheduler import Schedules
 from noetl_celery.engine.scripts import capture_scripts
+from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable

@@ -42,8 +42,8 @@ from noetl_celery.constants import TASK_EXECUTE_COMMAND
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.pages import render
 from noetl_celery.web.pages.actions import same_origin
+from noetl_celery.web.pages.presenters import execution_id_of
 from noetl_celery.web.pages.site import Answer, Site
-from noetl_celery.web.pages.views import execution_id_of
 
 PAGE_TEMPLATE = "noetl_page.html"
 PAGE_SOURCE = """{% extends "base.html" %}

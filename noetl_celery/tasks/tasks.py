@@ -96,7 +96,7 @@ def orchestrate(execution_id: str, db: str | None = None) -> None:
 @app.task(name=TASK_REAP, acks_late=True, ignore_result=True)
 def reap(db: str | None = None) -> None:
     """Put back lost work: republish, re-issue or fail lost commands, wake executions,
-    end executions past their timeout (engine.reaper; one sweep at a time by lease)."""
+    end executions past their timeout (engine.sweeper; one sweep at a time by lease)."""
     refuse_foreign(db, "a reaper sweep")
     engine().reaper.sweep()
 

@@ -8,7 +8,7 @@ from noetl_celery.templating.render import (
     truthy,
 )
 from noetl_celery.templating.renderer import STRICT, Renderer, renderer_for
-from noetl_celery.templating.views import ResultView, unwrap, wrap
+from noetl_celery.templating.result_view import ResultView, unwrap, wrap
 
 __all__ = [
     "STRICT",

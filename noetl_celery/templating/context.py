@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_celery.templating.views import wrap
+from noetl_celery.templating.result_view import wrap
 
 
 def build_context(

@@ -23,7 +23,7 @@ from noetl_celery.templating.environment import (
     compile_expression,
     compile_template,
 )
-from noetl_celery.templating.views import unwrap
+from noetl_celery.templating.result_view import unwrap
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 _FALSE_STRINGS = frozenset({"false", "0", "no", "none", "null", "off", ""})

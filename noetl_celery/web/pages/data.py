@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.engine.service import Engine
-from noetl_celery.web.pages.views import (
+from noetl_celery.web.pages.presenters import (
     TERMINAL,
     Pager,
     bounded,

@@ -8,7 +8,7 @@ import pytest
 
 from noetl_celery.engine.graph import build_graph, tool_kind
 from noetl_celery.engine.readmodels import loop_items
-from noetl_celery.engine.views import loop_pace
+from noetl_celery.engine.summaries import loop_pace
 from noetl_celery.models.playbook import Step
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.store.overview import LoopTotals

@@ -1,5 +1,5 @@
 """The execution summary: one shape for `run --json` and a waiting parent's
-`resume.child` (engine.views.run_summary and store.children.child_summary both build it
+`resume.child` (engine.summaries.run_summary and store.children.child_summary both build it
 with models.summary.execution_summary)."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.web.pages import views
-from noetl_celery.web.pages.views import Pager
+from noetl_celery.web.pages import presenters
+from noetl_celery.web.pages.presenters import Pager
 
 
 @pytest.mark.parametrize(
@@ -16,7 +16,7 @@ from noetl_celery.web.pages.views import Pager
     [(None, ""), (0, "0s"), (4.6, "5s"), (59.4, "59s"), (61, "1m01s"), (3720, "1h02m")],
 )
 def test_duration_text(seconds: float | None, text: str) -> None:
-    assert views.duration_text(seconds) == text
+    assert presenters.duration_text(seconds) == text
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ def test_duration_text(seconds: float | None, text: str) -> None:
     [(0, 300, 0.0), (150, 300, 50.0), (1, 3, 33.3), (5, 0, None), (5, None, None), (9, 5, 100.0)],
 )
 def test_percent(done: int, total: int | None, pct: float | None) -> None:
-    assert views.percent(done, total) == pct
+    assert presenters.percent(done, total) == pct
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_percent(done: int, total: int | None, pct: float | None) -> None:
     ],
 )
 def test_status_class(status: str | None, cls: str) -> None:
-    assert views.status_class(status) == cls
+    assert presenters.status_class(status) == cls
 
 
 def loop(**kw: Any) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def loop(**kw: Any) -> dict[str, Any]:
 
 
 def test_loop_row_running() -> None:
-    row = views.loop_row(loop())
+    row = presenters.loop_row(loop())
     assert row["percent"] == 25.0 and row["bar"] == 25.0
     assert row["rate"] == "12.3/s" and row["eta"] == "18s"
     assert row["started"] == "2026-11-25 01:02:03" and row["label"] == "each"
@@ -71,15 +71,15 @@ def test_loop_row_running() -> None:
 
 
 def test_loop_row_finished_and_later_epochs() -> None:
-    row = views.loop_row(loop(done=300, finished=True, eta_seconds=0.0, epoch=2))
+    row = presenters.loop_row(loop(done=300, finished=True, eta_seconds=0.0, epoch=2))
     assert row["bar"] == 100.0 and row["eta"] == "" and row["state"] == "finished"
     assert row["label"] == "each #2"
 
 
 def test_loop_row_cursor_has_no_percentage() -> None:
-    row = views.loop_row(loop(mode="cursor", total=40, eta_seconds=None))
+    row = presenters.loop_row(loop(mode="cursor", total=40, eta_seconds=None))
     assert row["percent"] is None and row["bar"] == 0.0 and row["eta"] == ""
-    done = views.loop_row(loop(mode="cursor", total=40, finished=True))
+    done = presenters.loop_row(loop(mode="cursor", total=40, finished=True))
     assert done["bar"] == 100.0
 
 
@@ -105,7 +105,7 @@ def test_pager(
     [(None, 50), ("", 50), ("20", 20), ("x", 50), ("-3", 1), ("100000", 200)],
 )
 def test_bounded(value: str | None, result: int) -> None:
-    assert views.bounded(value, 50, 200, 1) == result
+    assert presenters.bounded(value, 50, 200, 1) == result
 
 
 def edges(*pairs: str) -> list[tuple[str, str]]:
@@ -137,7 +137,7 @@ def edges(*pairs: str) -> list[tuple[str, str]]:
     ],
 )
 def test_layers(nodes: str, arcs: list[str], entry: str | None, expected: dict[str, int]) -> None:
-    assert views.layers(nodes.split(), edges(*arcs), entry) == expected
+    assert presenters.layers(nodes.split(), edges(*arcs), entry) == expected
 
 
 def graph(nodes: list[tuple[str, str]], arcs: list[str]) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def graph(nodes: list[tuple[str, str]], arcs: list[str]) -> dict[str, Any]:
 
 
 def test_graph_layout_places_layers_top_to_bottom_and_colours_by_status() -> None:
-    g = views.graph_layout(
+    g = presenters.graph_layout(
         graph(
             [("start", "completed"), ("x", "running"), ("y", "failed"), ("end", "pending")],
             ["start>x", "start>y", "x>end", "y>end"],
@@ -174,7 +174,7 @@ def test_graph_layout_places_layers_top_to_bottom_and_colours_by_status() -> Non
 
 
 def test_graph_layout_loop_back_curves_on_the_side_within_the_canvas() -> None:
-    g = views.graph_layout(graph([("a", ""), ("b", "")], ["a>b", "b>a"]))
+    g = presenters.graph_layout(graph([("a", ""), ("b", "")], ["a>b", "b>a"]))
     back = next(e for e in g["edges"] if e["from"] == "b")
     numbers = [
         float(v)
@@ -186,9 +186,10 @@ def test_graph_layout_loop_back_curves_on_the_side_within_the_canvas() -> None:
 
 
 def test_graph_layout_empty_and_long_names() -> None:
-    assert views.graph_layout({"nodes": [], "edges": []})["nodes"] == []
-    g = views.graph_layout(graph([("a_really_long_step_name_here", "")], []))
-    assert g["nodes"][0]["label"].endswith("…") and len(g["nodes"][0]["label"]) == views.MAX_LABEL
+    assert presenters.graph_layout({"nodes": [], "edges": []})["nodes"] == []
+    g = presenters.graph_layout(graph([("a_really_long_step_name_here", "")], []))
+    label = g["nodes"][0]["label"]
+    assert label.endswith("…") and len(label) == presenters.MAX_LABEL
 
 
 @pytest.mark.parametrize(
@@ -204,18 +205,18 @@ def test_graph_layout_empty_and_long_names() -> None:
     ],
 )
 def test_execution_id_of(args: str | None, execution_id: str | None) -> None:
-    assert views.execution_id_of(args) == execution_id
+    assert presenters.execution_id_of(args) == execution_id
 
 
 def test_item_totals() -> None:
-    assert views.item_totals([]) == (0, 0)
-    assert views.item_totals([loop(), loop(done=10, failed=0)]) == (85, 5)
+    assert presenters.item_totals([]) == (0, 0)
+    assert presenters.item_totals([loop(), loop(done=10, failed=0)]) == (85, 5)
 
 
 def test_loop_row_of_an_ended_execution_is_stopped() -> None:
-    row = views.loop_row(loop(), ended=True)
+    row = presenters.loop_row(loop(), ended=True)
     assert row["state"] == "stopped" and row["eta"] == "" and row["in_flight"] == 0
-    finished = views.loop_row(loop(done=300, finished=True), ended=True)
+    finished = presenters.loop_row(loop(done=300, finished=True), ended=True)
     assert finished["state"] == "finished"
 
 
@@ -230,11 +231,11 @@ def test_loop_row_of_an_ended_execution_is_stopped() -> None:
     ],
 )
 def test_node_status(status: str | None, ended: bool, drawn: str) -> None:
-    assert views.node_status(status, ended) == drawn
+    assert presenters.node_status(status, ended) == drawn
 
 
 def test_graph_of_an_ended_execution_draws_running_steps_stopped() -> None:
-    g = views.graph_layout(graph([("a", "completed"), ("b", "running")], ["a>b"]), ended=True)
+    g = presenters.graph_layout(graph([("a", "completed"), ("b", "running")], ["a>b"]), ended=True)
     assert [(n["status"], n["class"]) for n in g["nodes"]] == [
         ("completed", "completed"),
         ("stopped", "cancelled"),
@@ -242,7 +243,7 @@ def test_graph_of_an_ended_execution_draws_running_steps_stopped() -> None:
 
 
 def test_a_loop_back_rounds_every_box_of_the_rows_it_spans() -> None:
-    g = views.graph_layout(
+    g = presenters.graph_layout(
         graph(
             [("start", ""), ("a", ""), ("b", ""), ("c", ""), ("check", ""), ("end", "")],
             ["start>a", "start>b", "start>c", "a>check", "check>start", "check>end"],

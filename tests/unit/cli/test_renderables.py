@@ -6,7 +6,11 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
-from noetl_celery.cli.views import executions_renderable, progress_renderable, status_renderable
+from noetl_celery.cli.renderables import (
+    executions_renderable,
+    progress_renderable,
+    status_renderable,
+)
 
 
 def text_of(renderable: RenderableType) -> str:
