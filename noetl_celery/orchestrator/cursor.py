@@ -21,21 +21,20 @@ frame is a contiguous iteration range; a body's lane is the lane whose range hol
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM, StepStatus
 from noetl_celery.models.outcome import Outcome, error_message
 from noetl_celery.models.playbook import Step
 from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
 from noetl_celery.orchestrator.ids import attempt_of, claim_command_id, parse_claim, with_attempt
+from noetl_celery.orchestrator.iterations import apply_iteration, finish_loop, issue_range
+from noetl_celery.orchestrator.run import Run
 from noetl_celery.orchestrator.state import Lane, LoopProgress, StepState
-
-if TYPE_CHECKING:
-    from noetl_celery.orchestrator.decide import Pass
 
 
 def enter_cursor(
-    run: Pass, step: Step, window: int, max_rows: int, row_concurrency: int, claim_attempts: int
+    run: Run, step: Step, window: int, max_rows: int, row_concurrency: int, claim_attempts: int
 ) -> None:
     """Start a new epoch: `window` lanes, each claiming its first frame.
 
@@ -64,7 +63,7 @@ def enter_cursor(
 
 
 def _claim(
-    run: Pass, step: Step, st: StepState, lane_no: int, attempt: int = 1, delay: float = 0.0
+    run: Run, step: Step, st: StepState, lane_no: int, attempt: int = 1, delay: float = 0.0
 ) -> None:
     """Issue the lane's claim of its next frame, or (`attempt` > 1) of the same frame
     again after `delay` seconds."""
@@ -100,7 +99,7 @@ def claim_backoff(limits: Limits, attempt: int) -> float:
     return float(min(delay, limits.max_retry_delay_seconds))
 
 
-def on_claim(run: Pass, step: Step, completion: Completion) -> None:
+def on_claim(run: Run, step: Step, completion: Completion) -> None:
     st = run.state.step(step.step)
     progress = st.loop
     coordinate = parse_claim(completion.command_id)
@@ -130,7 +129,7 @@ def on_claim(run: Pass, step: Step, completion: Completion) -> None:
 
 
 def _claim_failed(
-    run: Pass, step: Step, st: StepState, lane_no: int, frame: int, completion: Completion
+    run: Run, step: Step, st: StepState, lane_no: int, frame: int, completion: Completion
 ) -> None:
     """Claim the frame again after a backoff when the error is retryable and attempts
     are left; otherwise the lane is drained and the step fails with the claim's error."""
@@ -164,7 +163,7 @@ def _rows(outcome: Outcome) -> list[Any]:
     return rows if isinstance(rows, list) else []
 
 
-def _plan_frame(run: Pass, step: Step, st: StepState, lane_no: int, rows: list[Any]) -> None:
+def _plan_frame(run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any]) -> None:
     assert step.loop is not None
     progress = st.loop
     assert progress is not None and progress.lanes is not None
@@ -195,9 +194,7 @@ def _plan_frame(run: Pass, step: Step, st: StepState, lane_no: int, rows: list[A
     _refill(run, step, st, lane_no)
 
 
-def _refill(run: Pass, step: Step, st: StepState, lane_no: int) -> None:
-    from noetl_celery.orchestrator.loops import issue_range
-
+def _refill(run: Run, step: Step, st: StepState, lane_no: int) -> None:
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
@@ -218,10 +215,8 @@ def lane_of(progress: LoopProgress, iteration: int) -> int | None:
     return None
 
 
-def on_body(run: Pass, step: Step, completion: Completion) -> None:
+def on_body(run: Run, step: Step, completion: Completion) -> None:
     """A claimed row finished: count it, refill its lane, claim the next frame."""
-    from noetl_celery.orchestrator.loops import apply_iteration
-
     st = run.state.step(step.step)
     progress = st.loop
     assert progress is not None and progress.lanes is not None
@@ -240,9 +235,7 @@ def on_body(run: Pass, step: Step, completion: Completion) -> None:
     _after_lane_change(run, step, st)
 
 
-def _after_lane_change(run: Pass, step: Step, st: StepState) -> None:
-    from noetl_celery.orchestrator.loops import finish_loop
-
+def _after_lane_change(run: Run, step: Step, st: StepState) -> None:
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     if progress.in_flight == 0 and all(lane.drained for lane in progress.lanes):

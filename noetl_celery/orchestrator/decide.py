@@ -43,6 +43,7 @@ from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
     Decision,
+    EngineEvent,
     ExecutionError,
     Facts,
     Limits,
@@ -150,7 +151,7 @@ class Pass:
         else:  # a step that fails every epoch must not grow the snapshot without bound
             self.state.failures_dropped += 1
         self.decision.events.append(
-            loops.event(EV_STEP_FAILED, step, epoch, {"message": message, "error": stored})
+            EngineEvent(EV_STEP_FAILED, step, epoch, {"message": message, "error": stored})
         )
 
     # ---- entering steps ---------------------------------------------------------------------
@@ -289,7 +290,7 @@ class Pass:
         state.status = terminal.status
         self.decision.terminal = terminal
         self.decision.events.append(
-            loops.event(
+            EngineEvent(
                 event, state.last_step, None, {"status": terminal.status, "error": terminal.error}
             )
         )

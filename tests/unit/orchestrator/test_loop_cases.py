@@ -203,7 +203,7 @@ workflow:
 
 
 def test_the_errors_an_epoch_reports_do_not_depend_on_finishing_order() -> None:
-    from noetl_celery.orchestrator.loops import keep_item_error
+    from noetl_celery.orchestrator.iterations import keep_item_error
 
     kept: list[ItemError] = []
     for item in (9, 3, 7, 1, 5, 2, 8):
