@@ -24,7 +24,7 @@ from noetl_celery.orchestrator.decisions import (
     LoopMirror,
     LoopPlan,
 )
-from noetl_celery.orchestrator.state import ItemError, LoopProgress, StepState
+from noetl_celery.orchestrator.state import ExecutionState, ItemError, LoopProgress, StepState
 from noetl_celery.orchestrator.variables import apply_set
 from noetl_celery.templating.context import iteration_names
 
@@ -298,22 +298,34 @@ def fail_items(run: Pass, step: Step, progress: LoopProgress) -> None:
     run.fail(step.step, progress.epoch, message, error)
 
 
+def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
+    return LoopMirror(
+        step=name,
+        epoch=progress.epoch,
+        mode=progress.mode,
+        total=progress.total,
+        issued=progress.next_index,
+        succeeded=progress.succeeded,
+        failed=progress.failed,
+        done=progress.done,
+        window=progress.window,
+        in_flight=progress.in_flight,
+    )
+
+
+def mirrors_of(state: ExecutionState) -> dict[str, LoopMirror]:
+    """The mirror of every loop epoch the state holds (its current one per step)."""
+    return {
+        name: mirror_of(name, st.loop) for name, st in state.steps.items() if st.loop is not None
+    }
+
+
 def mirrors(run: Pass) -> list[LoopMirror]:
+    """The loops rows this pass changed: every epoch whose counters differ from the
+    state the pass started from (a worker's close reads them mid-loop), and every epoch
+    it started or finished."""
     out = []
-    for name in sorted(run.touched_loops):
-        progress = run.state.step(name).loop
-        if progress is None:
-            continue
-        out.append(
-            LoopMirror(
-                step=name,
-                epoch=progress.epoch,
-                mode=progress.mode,
-                total=progress.total,
-                issued=progress.next_index,
-                succeeded=progress.succeeded,
-                failed=progress.failed,
-                done=progress.done,
-            )
-        )
+    for name, mirror in sorted(mirrors_of(run.state).items()):
+        if name in run.touched_loops or run.loops_before.get(name) != mirror:
+            out.append(mirror)
     return out

@@ -58,6 +58,7 @@ from noetl_celery.store.rows import (
     EventRow,
     ExecutionRow,
     InFlight,
+    LoopCounters,
     LoopRow,
     LostCommand,
     ScheduleRow,
@@ -407,6 +408,18 @@ def close_and_read(
     ).first()
 
 
+def loop_counters(
+    conn: Connection, execution_id: str, step: str, epoch: int
+) -> LoopCounters | None:
+    """What the close reads of a loop epoch's row (None: no row, not a loop epoch)."""
+    row = conn.execute(
+        select(loops.c.done, loops.c.window_size, loops.c.in_flight).where(
+            loops.c.execution_id == execution_id, loops.c.step == step, loops.c.epoch == epoch
+        )
+    ).first()
+    return None if row is None else LoopCounters(bool(row[0]), int(row[1]), int(row[2]))
+
+
 def waiting_in_epoch(conn: Connection, execution_id: str, step: str, epoch: int) -> int:
     """Completions of one loop epoch waiting in the inbox."""
     params = {"b_eid": execution_id, "b_step": step, "b_epoch": epoch}
@@ -688,6 +701,8 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
                 "succeeded": mirror.succeeded,
                 "failed": mirror.failed,
                 "done": mirror.done,
+                "window_size": mirror.window,
+                "in_flight": mirror.in_flight,
                 "updated_at": now,
                 "started_at": now,  # the epoch's first write is its start
             },

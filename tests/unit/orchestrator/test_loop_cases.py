@@ -209,3 +209,36 @@ def test_the_errors_an_epoch_reports_do_not_depend_on_finishing_order() -> None:
     for item in (9, 3, 7, 1, 5, 2, 8):
         keep_item_error(kept, {"item": item, "kind": "error", "message": "m"})
     assert [e["item"] for e in kept] == [1, 2, 3, 5, 7]
+
+
+@pytest.mark.parametrize(("mode", "window", "batch"), [("parallel", 3, 1), ("sequential", 1, 2)])
+def test_the_loops_row_follows_every_pass_that_changes_the_epoch(
+    mode: str, window: int, batch: int
+) -> None:
+    """A worker's close reads an epoch's window and in-flight count from its loops row:
+    upserting every pass's mirrors keeps that row equal to the snapshot's counters after
+    every pass, and a pass that leaves the epoch as it was writes no row."""
+    sim = Sim(loop_playbook(list(range(7)), mode, window), lambda s, item, i: ok())
+    assert sim.run(batch=batch).status == "COMPLETED"
+    rows: dict[tuple[str, int], Any] = {}
+    for before, d in zip([None, *sim.decisions], sim.decisions, strict=False):
+        for mirror in d.loops:
+            rows[(mirror.step, mirror.epoch)] = mirror
+        progress = d.state.steps["each"].loop if "each" in d.state.steps else None
+        if progress is None:
+            assert d.loops == []
+            continue
+        row = rows[("each", progress.epoch)]
+        counters = (row.window, row.in_flight, row.issued, row.succeeded, row.failed, row.done)
+        assert counters == (
+            progress.window,
+            progress.in_flight,
+            progress.next_index,
+            progress.succeeded,
+            progress.failed,
+            progress.done,
+        )
+        old = before.state.steps.get("each") if before is not None else None
+        if old is not None and old.loop == progress:
+            assert d.loops == []  # unchanged: no write
+    assert any(d.loops == [] for d in sim.decisions[1:])  # the passes after the loop
