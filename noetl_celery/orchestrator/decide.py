@@ -46,6 +46,7 @@ from noetl_celery.orchestrator.decisions import (
     ExecutionError,
     Facts,
     Limits,
+    LoopMirror,
     LoopPlan,
     NewCommand,
     ResultWrite,
@@ -87,6 +88,7 @@ class Pass:
         self.touched_loops: set[str] = set()
         # the loops as the pass found them: the decision mirrors those it changed
         self.loops_before = loops.mirrors_of(state)
+        self.finished_loops: list[LoopMirror] = []  # epochs finished in this pass
         self._idle_hops = 0
         self._entries: deque[str] = deque()
 

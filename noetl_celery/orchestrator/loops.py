@@ -269,6 +269,9 @@ def finish_loop(run: Pass, step: Step, st: StepState) -> None:
     progress.done = True
     st.status = StepStatus.COMPLETED
     run.touched_loops.add(step.step)
+    # the finished epoch's row, kept apart: the same pass may re-enter the step (an arc
+    # back to itself), replacing the epoch the state holds before the pass ends
+    run.finished_loops.append(mirror_of(step.step, progress))
     cap = run.limits.loop_results_cap
     per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []
     stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}
@@ -324,8 +327,11 @@ def mirrors(run: Pass) -> list[LoopMirror]:
     """The loops rows this pass changed: every epoch whose counters differ from the
     state the pass started from (a worker's close reads them mid-loop), and every epoch
     it started or finished."""
-    out = []
-    for name, mirror in sorted(mirrors_of(run.state).items()):
-        if name in run.touched_loops or run.loops_before.get(name) != mirror:
-            out.append(mirror)
-    return out
+    current = {
+        (name, m.epoch): m
+        for name, m in mirrors_of(run.state).items()
+        if name in run.touched_loops or run.loops_before.get(name) != m
+    }
+    for m in run.finished_loops:
+        current.setdefault((m.step, m.epoch), m)  # an epoch the state no longer holds
+    return [current[key] for key in sorted(current)]

@@ -242,3 +242,23 @@ def test_the_loops_row_follows_every_pass_that_changes_the_epoch(
         if old is not None and old.loop == progress:
             assert d.loops == []  # unchanged: no write
     assert any(d.loops == [] for d in sim.decisions[1:])  # the passes after the loop
+
+
+def test_an_epoch_finished_and_replaced_in_one_pass_still_mirrors_its_end() -> None:
+    """A loop whose `loop.done` arc re-enters it starts the next epoch in the same pass:
+    the finished epoch's loops row must still be written done, with its final counts."""
+    text = LOOP.format(items=[7], mode="parallel", window=2).replace(
+        "next: {arcs: [{step: end, when: '{{ event.name == \"loop.done\" }}'}]}",
+        "set: {ctx.rounds: '{{ rounds + 1 }}'}\n"
+        "    next:\n"
+        "      arcs:\n"
+        "        - {step: each, when: '{{ event.name == \"loop.done\" and rounds < 3 }}'}\n"
+        "        - {step: end, when: '{{ event.name == \"loop.done\" }}'}",
+    )
+    sim = Sim(playbook(text), lambda s, item, i: ok())
+    assert sim.run().status == "COMPLETED"
+    rows = {(m.step, m.epoch): m for d in sim.decisions for m in d.loops}
+    assert sorted(rows) == [("each", 1), ("each", 2), ("each", 3)]
+    assert all(m.done and (m.succeeded, m.in_flight) == (1, 0) for m in rows.values())
+    replaced = [d for d in sim.decisions if [m.epoch for m in d.loops] == [1, 2]]
+    assert replaced and replaced[0].loops[0].done and not replaced[0].loops[1].done
