@@ -380,8 +380,13 @@ _CLOSE_PG = text(
         (SELECT count(*) FROM inbox
           WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
         x.status AS status,
-        x.state -> 'steps' -> :b_step -> 'loop' AS loop
-    FROM executions x WHERE x.execution_id = :b_eid
+        l.done AS loop_done,
+        l.window_size AS loop_window,
+        l.in_flight AS loop_in_flight
+    FROM executions x
+    LEFT JOIN loops l
+        ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
+    WHERE x.execution_id = :b_eid
     """
 ).bindparams(bindparam("b_payload", type_=JSONB))
 
@@ -390,8 +395,9 @@ def close_and_read(
     conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
 ) -> Any:
     """Postgres only, one statement: close the command, append its terminal event and
-    inbox entry, and read (closed, waiting, status, loop) from the snapshot taken before
-    that insert (waiting does not count this completion)."""
+    inbox entry, and read (closed, waiting, status, the epoch's loops row counters:
+    loop_done, loop_window, loop_in_flight, null without a row) from the snapshot taken
+    before that insert (waiting does not count this completion)."""
     ok = outcome.ok
     return conn.execute(
         _CLOSE_PG,
