@@ -36,7 +36,15 @@ def may_defer(state: ExecutionState, step: str, epoch: int, waiting: int) -> boo
 def may_defer_loop(loop: LoopProgress | None, epoch: int, waiting: int) -> bool:
     """The rule on one loop's progress; the progress and `waiting` must come from one
     consistent snapshot (then `in_flight - waiting` is exactly what still runs)."""
-    if loop is None or loop.done or loop.epoch != epoch or loop.window < MIN_BATCHED_WINDOW:
+    if loop is None or loop.done or loop.epoch != epoch:
         return False
-    still_running = loop.in_flight - waiting
-    return still_running > loop.window // 2
+    return may_defer_window(loop.window, loop.in_flight, waiting)
+
+
+def may_defer_window(window: int, in_flight: int, waiting: int) -> bool:
+    """The rule on a running epoch's counters (a worker's close reads them from the
+    epoch's `loops` row): `in_flight` and `waiting` from one consistent snapshot."""
+    if window < MIN_BATCHED_WINDOW:
+        return False
+    still_running = in_flight - waiting
+    return still_running > window // 2

@@ -47,6 +47,7 @@ from noetl_celery.orchestrator.decisions import (
     ExecutionError,
     Facts,
     Limits,
+    LoopMirror,
     LoopPlan,
     NewCommand,
     ResultWrite,
@@ -86,6 +87,9 @@ class Pass:
         self._fresh: dict[tuple[str, int], Any] = {}  # results written in this pass
         self._dirty = False  # vars / result pointers changed since the last version
         self.touched_loops: set[str] = set()
+        # the loops as the pass found them: the decision mirrors those it changed
+        self.loops_before = loops.mirrors_of(state)
+        self.finished_loops: list[LoopMirror] = []  # epochs finished in this pass
         self._idle_hops = 0
         self._entries: deque[str] = deque()
 

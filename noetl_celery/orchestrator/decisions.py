@@ -114,6 +114,9 @@ class ResultWrite:
 
 @dataclass(frozen=True)
 class LoopMirror:
+    """A loop epoch's counters as its `loops` row holds them: what reads, the reaper and
+    a worker's close (window, in_flight) see without knowing the snapshot's layout."""
+
     step: str
     epoch: int
     mode: str
@@ -122,6 +125,8 @@ class LoopMirror:
     succeeded: int
     failed: int
     done: bool
+    window: int
+    in_flight: int
 
 
 class ExecutionError(TypedDict):

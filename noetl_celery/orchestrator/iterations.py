@@ -10,7 +10,7 @@ from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE, StepStatus
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
 from noetl_celery.models.playbook import Step
-from noetl_celery.orchestrator.decisions import Completion, EngineEvent, IssueRange
+from noetl_celery.orchestrator.decisions import Completion, EngineEvent, IssueRange, LoopMirror
 from noetl_celery.orchestrator.run import Run
 from noetl_celery.orchestrator.state import ItemError, LoopProgress, StepState
 from noetl_celery.orchestrator.variables import apply_set
@@ -105,6 +105,9 @@ def finish_loop(run: Run, step: Step, st: StepState) -> None:
     progress.done = True
     st.status = StepStatus.COMPLETED
     run.touched_loops.add(step.step)
+    # the finished epoch's row, kept apart: the same pass may re-enter the step (an arc
+    # back to itself), replacing the epoch the state holds before the pass ends
+    run.finished_loops.append(mirror_of(step.step, progress))
     cap = run.limits.loop_results_cap
     per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []
     stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}
@@ -132,3 +135,19 @@ def fail_items(run: Run, step: Step, progress: LoopProgress) -> None:
     counts = {"failed": progress.failed, "total": progress.total, "items": list(progress.errors)}
     error = StepError("items_failed", message, extra=counts)
     run.fail(step.step, progress.epoch, message, error)
+
+
+def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
+    """The loops row of an epoch: the counters a worker's close reads mid-loop."""
+    return LoopMirror(
+        step=name,
+        epoch=progress.epoch,
+        mode=progress.mode,
+        total=progress.total,
+        issued=progress.next_index,
+        succeeded=progress.succeeded,
+        failed=progress.failed,
+        done=progress.done,
+        window=progress.window,
+        in_flight=progress.in_flight,
+    )

@@ -17,9 +17,14 @@ from noetl_celery.errors import NoetlError
 from noetl_celery.models.playbook import FrameSpec, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import Completion, LoopMirror, LoopPlan
-from noetl_celery.orchestrator.iterations import apply_iteration, finish_loop, issue_range
+from noetl_celery.orchestrator.iterations import (
+    apply_iteration,
+    finish_loop,
+    issue_range,
+    mirror_of,
+)
 from noetl_celery.orchestrator.run import Run
-from noetl_celery.orchestrator.state import LoopProgress, StepState
+from noetl_celery.orchestrator.state import ExecutionState, LoopProgress, StepState
 
 
 def as_collection(value: Any) -> list[Any]:
@@ -170,22 +175,22 @@ def on_iteration(run: Run, step: Step, completion: Completion) -> None:
         refill(run, step.step, st)
 
 
+def mirrors_of(state: ExecutionState) -> dict[str, LoopMirror]:
+    """The mirror of every loop epoch the state holds (its current one per step)."""
+    return {
+        name: mirror_of(name, st.loop) for name, st in state.steps.items() if st.loop is not None
+    }
+
+
 def mirrors(run: Run) -> list[LoopMirror]:
-    out = []
-    for name in sorted(run.touched_loops):
-        progress = run.state.step(name).loop
-        if progress is None:
-            continue
-        out.append(
-            LoopMirror(
-                step=name,
-                epoch=progress.epoch,
-                mode=progress.mode,
-                total=progress.total,
-                issued=progress.next_index,
-                succeeded=progress.succeeded,
-                failed=progress.failed,
-                done=progress.done,
-            )
-        )
-    return out
+    """The loops rows this pass changed: every epoch whose counters differ from the
+    state the pass started from (a worker's close reads them mid-loop), and every epoch
+    it started or finished."""
+    current = {
+        (name, m.epoch): m
+        for name, m in mirrors_of(run.state).items()
+        if name in run.touched_loops or run.loops_before.get(name) != m
+    }
+    for m in run.finished_loops:
+        current.setdefault((m.step, m.epoch), m)  # an epoch the state no longer holds
+    return [current[key] for key in sorted(current)]

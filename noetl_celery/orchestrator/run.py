@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from noetl_celery.models.outcome import StepError
 from noetl_celery.models.playbook import Step
-from noetl_celery.orchestrator.decisions import Decision, Facts, Limits
+from noetl_celery.orchestrator.decisions import Decision, Facts, Limits, LoopMirror
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.templating.renderer import Renderer
 
@@ -23,6 +23,8 @@ class Run(Protocol):
     limits: Limits
     renderer: Renderer
     touched_loops: set[str]  # loops whose progress the pass mirrors at its end
+    loops_before: dict[str, LoopMirror]  # each loop's row as the pass found it
+    finished_loops: list[LoopMirror]  # epochs finished in this pass (the state may re-enter)
 
     def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The template context: variables, step results, `extra` on top."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DataError, SQLAlchemyError
@@ -23,7 +22,7 @@ from noetl_celery.store import queries
 from noetl_celery.store.history import add_logs
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
-from noetl_celery.store.rows import ClaimedCommand, LogRow
+from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
 from noetl_celery.store.schema import utcnow
 
 log = logging.getLogger("noetl_celery.completion")
@@ -35,7 +34,7 @@ class Closed:
 
     closed: bool
     status: str | None = None
-    loop: dict[str, Any] | None = None
+    loop: LoopCounters | None = None  # the command's loop epoch's row (None: no loop)
     waiting: int = 0
 
 
@@ -64,14 +63,17 @@ class CompletionTx:
             row = queries.close_and_read(self.conn, cmd, outcome, now)
             if row is None or not row.closed:
                 return Closed(closed=False)
+            loop = None
+            if row.loop_done is not None:
+                loop = LoopCounters(row.loop_done, row.loop_window, row.loop_in_flight)
             # the subquery ran on the snapshot taken before our own insert
-            return Closed(True, row.status, row.loop, int(row.waiting) + 1)
+            return Closed(True, row.status, loop, int(row.waiting) + 1)
         if not queries.close_command(self.conn, cmd, outcome, now):
             return Closed(closed=False)
-        waiting = queries.waiting_in_epoch(self.conn, cmd.execution_id, cmd.step, cmd.epoch)
-        state = queries.execution_state(self.conn, cmd.execution_id) or {}
-        loop = ((state.get("steps") or {}).get(cmd.step) or {}).get("loop")
-        return Closed(True, state.get("status"), loop, waiting)
+        eid = cmd.execution_id
+        waiting = queries.waiting_in_epoch(self.conn, eid, cmd.step, cmd.epoch)
+        loop = queries.loop_counters(self.conn, eid, cmd.step, cmd.epoch)
+        return Closed(True, queries.execution_status(self.conn, eid), loop, waiting)
 
     def add_logs(self, rows: Sequence[LogRow]) -> None:
         """Store the command's captured output with its close (one commit: whoever sees

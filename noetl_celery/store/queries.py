@@ -58,6 +58,7 @@ from noetl_celery.store.rows import (
     EventRow,
     ExecutionRow,
     InFlight,
+    LoopCounters,
     LoopRow,
     LostCommand,
     ScheduleRow,
@@ -379,8 +380,13 @@ _CLOSE_PG = text(
         (SELECT count(*) FROM inbox
           WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
         x.status AS status,
-        x.state -> 'steps' -> :b_step -> 'loop' AS loop
-    FROM executions x WHERE x.execution_id = :b_eid
+        l.done AS loop_done,
+        l.window_size AS loop_window,
+        l.in_flight AS loop_in_flight
+    FROM executions x
+    LEFT JOIN loops l
+        ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
+    WHERE x.execution_id = :b_eid
     """
 ).bindparams(bindparam("b_payload", type_=JSONB))
 
@@ -389,8 +395,9 @@ def close_and_read(
     conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
 ) -> Any:
     """Postgres only, one statement: close the command, append its terminal event and
-    inbox entry, and read (closed, waiting, status, loop) from the snapshot taken before
-    that insert (waiting does not count this completion)."""
+    inbox entry, and read (closed, waiting, status, the epoch's loops row counters:
+    loop_done, loop_window, loop_in_flight, null without a row) from the snapshot taken
+    before that insert (waiting does not count this completion)."""
     ok = outcome.ok
     return conn.execute(
         _CLOSE_PG,
@@ -405,6 +412,18 @@ def close_and_read(
             "b_epoch": command.epoch,
         },
     ).first()
+
+
+def loop_counters(
+    conn: Connection, execution_id: str, step: str, epoch: int
+) -> LoopCounters | None:
+    """What the close reads of a loop epoch's row (None: no row, not a loop epoch)."""
+    row = conn.execute(
+        select(loops.c.done, loops.c.window_size, loops.c.in_flight).where(
+            loops.c.execution_id == execution_id, loops.c.step == step, loops.c.epoch == epoch
+        )
+    ).first()
+    return None if row is None else LoopCounters(bool(row[0]), int(row[1]), int(row[2]))
 
 
 def waiting_in_epoch(conn: Connection, execution_id: str, step: str, epoch: int) -> int:
@@ -688,6 +707,8 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
                 "succeeded": mirror.succeeded,
                 "failed": mirror.failed,
                 "done": mirror.done,
+                "window_size": mirror.window,
+                "in_flight": mirror.in_flight,
                 "updated_at": now,
                 "started_at": now,  # the epoch's first write is its start
             },

@@ -130,6 +130,17 @@ class CommandCounts:
 
 
 @dataclass(frozen=True)
+class LoopCounters:
+    """What a worker's close reads of its loop epoch's `loops` row (the orchestrator
+    writes it with every pass that changes it): whether the epoch is done, its window
+    and how many of its commands are in flight (cursor: claims and bodies)."""
+
+    done: bool
+    window: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
 class LoopRow:
     step: str
     epoch: int

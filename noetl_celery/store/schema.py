@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 
 metadata = MetaData()
 
@@ -250,6 +250,11 @@ loops = Table(
     # when the epoch's row was first written (its start); null for epochs recorded before
     # migration 0008. Never updated: the upsert leaves it out of its SET list.
     Column("started_at", DateTime, nullable=True),
+    # what a worker's close reads to decide whether its completion may wait for a later
+    # pass (worker.execute): the epoch's window and commands in flight, written by every
+    # pass that changes them (0 for epochs recorded before migration 0011: never deferred)
+    Column("window_size", Integer, nullable=False, server_default="0"),
+    Column("in_flight", Integer, nullable=False, server_default="0"),
 )
 
 # Leases of single-instance duties (the reaper): a row per duty, held by `owner` until

@@ -35,8 +35,7 @@ from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
-from noetl_celery.orchestrator.batching import may_defer_loop
-from noetl_celery.orchestrator.state import LoopProgress
+from noetl_celery.orchestrator.batching import may_defer_window
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.history import write_logs
@@ -325,10 +324,10 @@ class CommandExecutor:
 
     @staticmethod
     def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:
-        if command.iteration is None or closed.status != RUNNING or not closed.loop:
+        loop = closed.loop  # the loops row of the command's epoch
+        if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False
-        progress = LoopProgress.from_json(closed.loop)
-        return may_defer_loop(progress, command.epoch, closed.waiting)
+        return may_defer_window(loop.window, loop.in_flight, closed.waiting)
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:

@@ -3,14 +3,26 @@ database lock (a second pass finds it taken)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from sqlalchemy import insert, select
 
+from noetl_celery.store import queries
 from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.migrate import script_location
 from noetl_celery.store.repository import Store
-from noetl_celery.store.schema import SCHEMA_REVISION, metadata
+from noetl_celery.store.rows import LoopCounters
+from noetl_celery.store.schema import SCHEMA_REVISION, loops, metadata
+from tests.support import services
 
 
 def test_migrations_match_the_schema(store_url: str) -> None:
@@ -48,3 +60,59 @@ def test_second_pass_does_not_get_the_lock_while_one_holds_it(pg_url: str) -> No
         seen.append(tx is not None)
     database.dispose()
     assert seen == [None, True]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database without any table, on either backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+        return
+    name = f"noetl_t_{uuid.uuid4().hex[:12]}"
+    services.create_database(name)
+    try:
+        yield services.sqlalchemy_url(name)
+    finally:
+        services.drop_database(name)
+
+
+def migrate_to(database: Database, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    with database.engine.connect() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+        conn.commit()
+
+
+def test_loops_rows_written_before_0011_read_as_never_deferred(empty_url: str) -> None:
+    """0011 adds the counters a worker's close reads (window, in flight) to `loops`: a row
+    an older engine wrote keeps its counts and reads 0 for both, which never defers."""
+    database = Database(empty_url)
+    migrate_to(database, "0010")
+    now = dt.datetime(2026, 11, 27, 4, 0)
+    row = {
+        "execution_id": "1",
+        "step": "each",
+        "epoch": 2,
+        "mode": "parallel",
+        "total": 100,
+        "issued": 40,
+        "succeeded": 10,
+        "failed": 1,
+        "done": False,
+        "updated_at": now,
+        "started_at": now,
+    }
+    with database.engine.begin() as conn:
+        conn.execute(insert(loops).values(**row))  # the columns 0010 has
+    database.prepare(SchemaMode.MIGRATE)
+    assert database.current_revision() == SCHEMA_REVISION == "0011"
+    with database.engine.connect() as conn:
+        kept = conn.execute(select(loops)).one()._asdict()
+        counters = queries.loop_counters(conn, "1", "each", 2)
+        other_epoch = queries.loop_counters(conn, "1", "each", 1)
+    database.dispose()
+    assert kept == {**row, "window_size": 0, "in_flight": 0}
+    assert counters == LoopCounters(done=False, window=0, in_flight=0)
+    assert other_epoch is None

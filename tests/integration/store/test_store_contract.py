@@ -16,13 +16,16 @@ from noetl_celery.orchestrator.decisions import (
     Decision,
     EngineEvent,
     IssueRange,
+    LoopMirror,
     LoopPlan,
     NewCommand,
     ResultWrite,
 )
 from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.store.completion import Closed
 from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import LoopCounters
 from noetl_celery.store.schema import commands, events
 
 PLAYBOOK = """apiVersion: noetl.io/v2
@@ -145,6 +148,48 @@ def test_planned_iterations_are_issued_once(store: Store) -> None:
     assert overlap == [f"{eid}:each:1:4", f"{eid}:each:1:5"]
     claimed = store.claim(f"{eid}:each:1:5", "w", 60)
     assert claimed is not None and claimed.item == {"i": 5} and claimed.iteration == 5
+
+
+def mirror(in_flight: int, issued: int, succeeded: int, *, done: bool = False) -> LoopMirror:
+    return LoopMirror("each", 1, "parallel", 20, issued, succeeded, 0, done, 10, in_flight)
+
+
+def test_the_close_reads_its_loop_epochs_counters_from_the_loops_row(store: Store) -> None:
+    """A worker's close reads its epoch's window and in-flight count from the loops row
+    the last pass wrote (not the execution's snapshot, which here has no loop at all),
+    with the completions of that epoch waiting in the inbox."""
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": i} for i in range(20)], 0, {"iterator": "x", "total": 20})
+    issue = IssueRange("each", 1, 0, 10, 0)
+    apply(store, eid, decision(eid, plans=[plan], issues=[issue], loops=[mirror(10, 10, 0)]))
+
+    def close(iteration: int) -> Closed:
+        claimed = store.claim(f"{eid}:each:1:{iteration}", "w", 60)
+        assert claimed is not None
+        with store.completion(claimed) as tx:
+            return tx.close(Outcome("ok", iteration))
+
+    first, second = close(0), close(1)
+    assert (first.closed, first.status, first.waiting) == (True, "RUNNING", 1)
+    assert first.loop == LoopCounters(done=False, window=10, in_flight=10)
+    assert (second.loop, second.waiting) == (first.loop, 2)
+    # a pass folds both and refills the window: the next close reads its counters
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        handled = [c.event_id for c in tx.inbox(10)]
+        tx.apply(
+            decision(eid, issues=[IssueRange("each", 1, 10, 12, 0)], loops=[mirror(10, 12, 2)]),
+            handled,
+        )
+    third = close(2)
+    assert (third.loop, third.waiting) == (LoopCounters(False, 10, 10), 1)
+    # a command outside any loop epoch has no row to read
+    cmd = NewCommand(f"{eid}:start:1", "start", "step", 1, 0)
+    apply(store, eid, decision(eid, commands=[cmd]))
+    claimed = store.claim(cmd.command_id, "w", 60)
+    assert claimed is not None
+    with store.completion(claimed) as completing:
+        assert completing.close(Outcome("ok", 1)).loop is None
 
 
 def test_results_and_contexts_are_immutable_and_cached(store: Store) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from noetl_celery.constants import ExecutionStatus
-from noetl_celery.orchestrator.batching import may_defer, may_defer_all
+from noetl_celery.orchestrator.batching import may_defer, may_defer_all, may_defer_window
 from noetl_celery.orchestrator.state import ExecutionState, LoopProgress, StepState
 
 
@@ -74,3 +74,16 @@ def test_a_pass_defers_only_if_every_waiting_group_may() -> None:
     assert may_defer_all(st, [("each", 1, 3, True)]) is False  # a non-iteration completion
     assert may_defer_all(st, [("each", 1, 60, False)]) is False
     assert may_defer_all(st, []) is False
+
+
+@pytest.mark.parametrize(
+    ("window", "in_flight", "waiting"),
+    [(100, 100, 1), (100, 100, 50), (100, 1, 1), (7, 7, 1), (8, 8, 1), (0, 0, 1)],
+)
+def test_the_rule_on_a_loops_rows_counters_is_the_rule_on_the_snapshot(
+    window: int, in_flight: int, waiting: int
+) -> None:
+    # the close reads (window, in_flight) from the epoch's loops row: the same rule
+    st = state(window, in_flight)
+    expected = may_defer(st, "each", 1, waiting)
+    assert may_defer_window(window, in_flight, waiting) is expected

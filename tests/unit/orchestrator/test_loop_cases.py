@@ -209,3 +209,56 @@ def test_the_errors_an_epoch_reports_do_not_depend_on_finishing_order() -> None:
     for item in (9, 3, 7, 1, 5, 2, 8):
         keep_item_error(kept, {"item": item, "kind": "error", "message": "m"})
     assert [e["item"] for e in kept] == [1, 2, 3, 5, 7]
+
+
+@pytest.mark.parametrize(("mode", "window", "batch"), [("parallel", 3, 1), ("sequential", 1, 2)])
+def test_the_loops_row_follows_every_pass_that_changes_the_epoch(
+    mode: str, window: int, batch: int
+) -> None:
+    """A worker's close reads an epoch's window and in-flight count from its loops row:
+    upserting every pass's mirrors keeps that row equal to the snapshot's counters after
+    every pass, and a pass that leaves the epoch as it was writes no row."""
+    sim = Sim(loop_playbook(list(range(7)), mode, window), lambda s, item, i: ok())
+    assert sim.run(batch=batch).status == "COMPLETED"
+    rows: dict[tuple[str, int], Any] = {}
+    for before, d in zip([None, *sim.decisions], sim.decisions, strict=False):
+        for mirror in d.loops:
+            rows[(mirror.step, mirror.epoch)] = mirror
+        progress = d.state.steps["each"].loop if "each" in d.state.steps else None
+        if progress is None:
+            assert d.loops == []
+            continue
+        row = rows[("each", progress.epoch)]
+        counters = (row.window, row.in_flight, row.issued, row.succeeded, row.failed, row.done)
+        assert counters == (
+            progress.window,
+            progress.in_flight,
+            progress.next_index,
+            progress.succeeded,
+            progress.failed,
+            progress.done,
+        )
+        old = before.state.steps.get("each") if before is not None else None
+        if old is not None and old.loop == progress:
+            assert d.loops == []  # unchanged: no write
+    assert any(d.loops == [] for d in sim.decisions[1:])  # the passes after the loop
+
+
+def test_an_epoch_finished_and_replaced_in_one_pass_still_mirrors_its_end() -> None:
+    """A loop whose `loop.done` arc re-enters it starts the next epoch in the same pass:
+    the finished epoch's loops row must still be written done, with its final counts."""
+    text = LOOP.format(items=[7], mode="parallel", window=2).replace(
+        "next: {arcs: [{step: end, when: '{{ event.name == \"loop.done\" }}'}]}",
+        "set: {ctx.rounds: '{{ rounds + 1 }}'}\n"
+        "    next:\n"
+        "      arcs:\n"
+        "        - {step: each, when: '{{ event.name == \"loop.done\" and rounds < 3 }}'}\n"
+        "        - {step: end, when: '{{ event.name == \"loop.done\" }}'}",
+    )
+    sim = Sim(playbook(text), lambda s, item, i: ok())
+    assert sim.run().status == "COMPLETED"
+    rows = {(m.step, m.epoch): m for d in sim.decisions for m in d.loops}
+    assert sorted(rows) == [("each", 1), ("each", 2), ("each", 3)]
+    assert all(m.done and (m.succeeded, m.in_flight) == (1, 0) for m in rows.values())
+    replaced = [d for d in sim.decisions if [m.epoch for m in d.loops] == [1, 2]]
+    assert replaced and replaced[0].loops[0].done and not replaced[0].loops[1].done
