@@ -24,6 +24,7 @@ import datetime as dt
 import decimal
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,7 @@ def _encode_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _check_shape(payload: dict[str, Any], limits: PayloadLimits, root: str) -> None:
+def _check_shape(payload: Mapping[str, Any], limits: PayloadLimits, root: str) -> None:
     """Depth and element count, one nesting level at a time (iterative; plain scalars
     cost one type lookup). Counting elements also stops shared references (the Python
     API: `a = []; a += [a, a]`) that json.dumps would expand without end: every element
@@ -135,7 +136,7 @@ def check_payload(
         _raise_found(payload, root, None)
 
 
-def _raise_found(payload: dict[str, Any], root: str, otherwise: str | None) -> None:
+def _raise_found(payload: Mapping[str, Any], root: str, otherwise: str | None) -> None:
     found = find_problem(payload)
     if found is not None:
         keys, problem = found

@@ -23,7 +23,7 @@ NoETL code followed:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ def normalise_legacy(data: Any) -> list[LegacyNote]:
     return notes
 
 
-def _tools(data: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def _tools(data: Mapping[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
     """Every tool mapping: step tools, pipeline tasks and workbook tools."""
     for section in ("workflow", "workbook"):
         items = data.get(section)

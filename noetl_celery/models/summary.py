@@ -3,7 +3,7 @@ command receives as `resume.child` (one shape for both, so the two cannot drift)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -13,7 +13,7 @@ def execution_summary(
     result: Any,
     error: Any,
     duration_seconds: float,
-    state: dict[str, Any] | None,
+    state: Mapping[str, Any] | None,
     step_result: Callable[[str, int], Any],
 ) -> dict[str, Any]:
     """`{execution_id, status, result, error, duration_seconds, steps}`: steps maps each

@@ -9,7 +9,7 @@ skipped. Registration and the engine pass nothing: workers may read another file
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ class CredentialAliases:
 
 
 def check_credentials(
-    collector: Collector, data: dict[str, Any], credentials: CredentialAliases
+    collector: Collector, data: Mapping[str, Any], credentials: CredentialAliases
 ) -> None:
     reported: set[str] = set()
     for path, alias in _aliases(data):
@@ -56,7 +56,7 @@ def check_credentials(
         reported.add(alias)
 
 
-def _aliases(data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+def _aliases(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
     """(path, alias) of every postgres tool and cursor naming a literal credential."""
     for index, raw in enumerate(as_list(data.get("workflow"))):
         step = as_dict(raw)
@@ -73,7 +73,7 @@ def _aliases(data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
         yield from _tool_alias(("workbook", index, "tool"), as_dict(as_dict(entry).get("tool")))
 
 
-def _tool_alias(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+def _tool_alias(path: Path, tool: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
     # (legacy `credential:` is an error of its own, validation.tools)
     if tool.get("kind") == "postgres":
         yield from _alias_at((*path, "auth"), tool.get("auth"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.constants import CURSOR_KINDS
@@ -36,7 +37,7 @@ ARC_KEYS = ("step", "when", "set", "spec")
 _CONDITION_WORDS = frozenset({"cond", "condition", "if", "where", "guard"})
 
 
-def _check_arc_keys(collector: Collector, arc_path: Path, arc: dict[str, Any]) -> None:
+def _check_arc_keys(collector: Collector, arc_path: Path, arc: Mapping[str, Any]) -> None:
     """`args` is refused (NoETL refuses it too); any other unknown key is ignored, as
     NoETL ignores it, with a warning: a condition under another name means the arc is
     always taken, in both engines."""
@@ -69,7 +70,7 @@ def no_such_step(what: str, target: str, names: list[str]) -> str:
     return f"{what} names step `{target}`, which does not exist; {hint}"
 
 
-def check_loop(collector: Collector, path: Path, loop: dict[str, Any]) -> None:
+def check_loop(collector: Collector, path: Path, loop: Mapping[str, Any]) -> None:
     has_in = loop.get("in") is not None
     cursor = loop.get("cursor")
     spec = as_dict(loop.get("spec"))
@@ -113,7 +114,7 @@ def check_loop(collector: Collector, path: Path, loop: dict[str, Any]) -> None:
         _check_cursor(collector, (*path, "cursor"), cursor)
 
 
-def _check_cursor(collector: Collector, path: Path, cursor: dict[str, Any]) -> None:
+def _check_cursor(collector: Collector, path: Path, cursor: Mapping[str, Any]) -> None:
     claim = cursor.get("claim")
     if isinstance(claim, str) and not claim.strip():
         collector.error(

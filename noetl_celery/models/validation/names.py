@@ -17,7 +17,7 @@ iterators, input keys, pipeline task labels, and the engine's own names (`ctx`, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +148,7 @@ def check_names(collector: Collector, credentials: CredentialAliases | None = No
 
 
 # ---- what the playbook defines ---------------------------------------------------------------
-def _definitions(data: dict[str, Any]) -> _Defined:
+def _definitions(data: Mapping[str, Any]) -> _Defined:
     defined = _Defined()
     defined.variables.update(str(key) for key in as_dict(data.get("workload")))
     for entry in as_list(data.get("keychain")):  # NoETL's keychain: `keychain.<name>`
@@ -180,7 +180,7 @@ def _definitions(data: dict[str, Any]) -> _Defined:
     return defined
 
 
-def _add_tool(defined: _Defined, tool: dict[str, Any]) -> None:
+def _add_tool(defined: _Defined, tool: Mapping[str, Any]) -> None:
     defined.locals.update(str(key) for key in as_dict(tool.get("input")))
     rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
     for rule in rules:

@@ -6,6 +6,7 @@ document; a value of the wrong shape is skipped because the schema layer already
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
@@ -62,7 +63,7 @@ def check_document(collector: Collector) -> None:
             collector.error(("executor", "spec", key), no_such_step(f"`{key}`", target, names))
 
 
-def _check_schedule(collector: Collector, data: dict[str, Any]) -> None:
+def _check_schedule(collector: Collector, data: Mapping[str, Any]) -> None:
     declared = as_dict(data.get("metadata")).get("schedule")
     try:
         parse_declared(declared)
@@ -70,7 +71,7 @@ def _check_schedule(collector: Collector, data: dict[str, Any]) -> None:
         collector.error(("metadata", "schedule"), str(exc))
 
 
-def _check_top_level(collector: Collector, data: dict[str, Any]) -> None:
+def _check_top_level(collector: Collector, data: Mapping[str, Any]) -> None:
     _check_schedule(collector, data)
     version = data.get("apiVersion")
     if isinstance(version, str) and version not in API_VERSIONS:
@@ -172,7 +173,7 @@ def _check_workbook(collector: Collector, entries: list[Any]) -> tuple[str, ...]
 def _check_step(
     collector: Collector,
     path: Path,
-    raw: dict[str, Any],
+    raw: Mapping[str, Any],
     names: list[str],
     workbook: tuple[str, ...],
 ) -> None:
@@ -203,7 +204,7 @@ def _step_label(path: Path) -> str:
     return f"workflow[{path[-1]}]"
 
 
-def _check_step_keys(collector: Collector, path: Path, raw: dict[str, Any]) -> None:
+def _check_step_keys(collector: Collector, path: Path, raw: Mapping[str, Any]) -> None:
     for key in raw:
         where = (*path, key)
         if key in _STEP_KEYS:

@@ -7,7 +7,7 @@ import base64
 import binascii
 import difflib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,9 @@ def _unknown_kind(kind: str) -> str:
     return f"`kind: {kind}` is not a tool kind; {hint}use one of: {_SUPPORTED}"
 
 
-def _check_python(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+def _check_python(
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
+) -> None:
     sources = [key for key in ("code", "code_b64", "code_base64") if nonblank(tool.get(key))]
     if tool.get("script") is not None:
         check_script(collector, path, tool, sources)
@@ -128,13 +130,15 @@ def _syntax_message(exc: SyntaxError) -> str:
     return message
 
 
-def _check_http(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+def _check_http(
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
+) -> None:
     if not (nonblank(tool.get("url")) or nonblank(tool.get("endpoint"))):
         collector.error((*path, "url"), "an http tool needs `url:` (the address to call)")
 
 
 def _check_postgres(
-    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
 ) -> None:
     if not nonblank(tool.get("auth")):  # legacy `credential:` was renamed (models.legacy)
         collector.error((*path, "auth"), "a postgres tool needs `auth: <credential name>`")
@@ -148,11 +152,13 @@ def _check_postgres(
     _require_sql(collector, path, tool, "postgres")
 
 
-def _check_duckdb(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
+def _check_duckdb(
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
+) -> None:
     _require_sql(collector, path, tool, "duckdb")
 
 
-def _require_sql(collector: Collector, path: Path, tool: dict[str, Any], kind: str) -> None:
+def _require_sql(collector: Collector, path: Path, tool: Mapping[str, Any], kind: str) -> None:
     given = [key for key in SQL_KEYS if nonblank(tool.get(key))]
     if tool.get("script") is not None:
         check_script(collector, path, tool, given)
@@ -166,7 +172,9 @@ def _require_sql(collector: Collector, path: Path, tool: dict[str, Any], kind: s
     collector.error((*path, "command"), message)
 
 
-def check_script(collector: Collector, path: Path, tool: dict[str, Any], inline: list[str]) -> None:
+def check_script(
+    collector: Collector, path: Path, tool: Mapping[str, Any], inline: list[str]
+) -> None:
     """The `script` mapping's shape; a gcs/s3 source only warns (it fails when it runs,
     so a playbook with an unused cloud step still runs its other steps)."""
     raw = tool["script"]
@@ -194,7 +202,7 @@ def check_script(collector: Collector, path: Path, tool: dict[str, Any], inline:
 
 
 def _check_workbook(
-    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
 ) -> None:
     key = "task" if ctx.in_pipeline and "task" in tool else "name"
     ref = tool.get(key)
@@ -207,7 +215,7 @@ def _check_workbook(
 
 
 def _check_playbook(
-    collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
 ) -> None:
     if nonblank(tool.get("path")):
         return
@@ -242,7 +250,7 @@ _KIND_CHECKS: dict[str, Callable[[Collector, Path, dict[str, Any], ToolContext],
 }
 
 
-def iter_actions(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def iter_actions(path: Path, tool: Mapping[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
     """The `then` mapping of every policy rule of a tool, `else` rules included."""
     rules_path = (*path, "spec", "policy", "rules")
     rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
@@ -254,7 +262,7 @@ def iter_actions(path: Path, tool: dict[str, Any]) -> Iterator[tuple[Path, dict[
             yield (*rules_path, index, "then"), as_dict(rule.get("then"))
 
 
-def check_rules(collector: Collector, path: Path, tool: dict[str, Any]) -> None:
+def check_rules(collector: Collector, path: Path, tool: Mapping[str, Any]) -> None:
     rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
     for index, rule in enumerate(rules):
         if isinstance(rule, dict) and "when" in rule:
