@@ -3,6 +3,7 @@ status from an execution's state: what the API's `/graph` and the pages draw."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.models.playbook import Playbook, Step
@@ -29,7 +30,7 @@ def _when(value: str | bool | None) -> str | None:
     return value
 
 
-def build_graph(playbook: Playbook, steps: dict[str, Any]) -> dict[str, Any]:
+def build_graph(playbook: Playbook, steps: Mapping[str, Any]) -> dict[str, Any]:
     """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}` in workflow
     order; `steps` is the state snapshot's `steps` (status per step that ran)."""
     nodes = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -221,7 +222,7 @@ class PassDriver:
         self,
         playbook: Playbook,
         row: ExecutionRow,
-        inputs: dict[str, Any],
+        inputs: Mapping[str, Any],
         facts: Facts,
         now: float,
     ) -> Decision:

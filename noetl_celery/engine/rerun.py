@@ -21,6 +21,7 @@ execution row, which every pass reads, small.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ def plan_rerun(
     *,
     from_step: str | None = None,
     failed_only: bool = False,
-    overrides: dict[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> RerunPlan:
     eid = original.execution_id
     if original.status == RUNNING:

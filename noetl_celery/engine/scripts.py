@@ -16,7 +16,7 @@ there.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +188,7 @@ def script_text(raw: Any, stored: StoredScripts, services: ToolServices, where: 
 
 
 def apply_script(
-    kind: str, config: dict[str, Any], text: str, render: Callable[[str], Any]
+    kind: str, config: Mapping[str, Any], text: str, render: Callable[[str], Any]
 ) -> dict[str, Any]:
     """The tool config with the script as its code (python, not rendered, as inline
     `code`) or its SQL (rendered, as inline `command` is); `script` wins over inline."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
@@ -119,7 +120,7 @@ def loop_pace(
     return round(rate, 3), round(remaining / rate, 1)
 
 
-def live_loops(steps: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+def live_loops(steps: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     """The running loop epoch of each step, from the state snapshot's `steps`: its
     counters are live there (the `loops` table is written at epoch start and end)."""
     live = {}

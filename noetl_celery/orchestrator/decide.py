@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -100,7 +100,7 @@ class Pass:
             return self._fresh[key]
         return self.facts.result(step, epoch)
 
-    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         results = {
             name: self.result_of(name, ep) for name, ep in self.state.result_pointers().items()
         }
@@ -200,7 +200,7 @@ class Pass:
         )
 
     # ---- routing ----------------------------------------------------------------------------
-    def route(self, step: Step, epoch: int, output: dict[str, Any], event_name: str) -> bool:
+    def route(self, step: Step, epoch: int, output: Mapping[str, Any], event_name: str) -> bool:
         """Evaluate the step's arcs; return True if a guarded arc matched (handled)."""
         handled = False
         for index, arc in enumerate(step.arcs):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from noetl_celery.errors import NoetlError
@@ -86,7 +86,7 @@ def completion_to_json(completion: Completion) -> dict[str, Any]:
     }
 
 
-def completion_from_json(data: dict[str, Any]) -> Completion:
+def completion_from_json(data: Mapping[str, Any]) -> Completion:
     return Completion(
         event_id=data["event_id"],
         command_id=data["command_id"],
@@ -101,7 +101,7 @@ def limits_to_json(limits: Limits) -> dict[str, Any]:
     return dataclasses.asdict(limits)
 
 
-def limits_from_json(data: dict[str, Any]) -> Limits:
+def limits_from_json(data: Mapping[str, Any]) -> Limits:
     return Limits(**data)
 
 
@@ -131,7 +131,7 @@ def decision_to_json(decision: Decision) -> dict[str, Any]:
 
 def pass_record(
     *,
-    playbook: dict[str, Any],
+    playbook: Mapping[str, Any],
     state: ExecutionState,
     completions: list[Completion],
     facts: RecordingFacts,
@@ -154,10 +154,10 @@ def pass_record(
 
 def start_record(
     *,
-    playbook: dict[str, Any],
+    playbook: Mapping[str, Any],
     execution_id: str,
-    payload: dict[str, Any] | None,
-    inputs: dict[str, Any],
+    payload: Mapping[str, Any] | None,
+    inputs: Mapping[str, Any],
     facts: RecordingFacts,
     now: float,
     limits: Limits,
@@ -178,7 +178,7 @@ def start_record(
     }
 
 
-def replay(record: dict[str, Any], playbook: Playbook) -> dict[str, Any]:
+def replay(record: Mapping[str, Any], playbook: Playbook) -> dict[str, Any]:
     """Decide the recorded pass again from its record alone; the decision as JSON."""
     record = json.loads(json.dumps(record))  # the pass shares nothing with the record
     facts = ReplayFacts(record["facts"])

@@ -7,6 +7,7 @@ cursor -> iterations -> run, and nothing below decide reaches back up into it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from noetl_celery.models.outcome import StepError
@@ -26,7 +27,7 @@ class Run(Protocol):
     loops_before: dict[str, LoopMirror]  # each loop's row as the pass found it
     finished_loops: list[LoopMirror]  # epochs finished in this pass (the state may re-enter)
 
-    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The template context: variables, step results, `extra` on top."""
         ...
 
@@ -46,6 +47,6 @@ class Run(Protocol):
         """Record an unhandled failure of `step`."""
         ...
 
-    def route(self, step: Step, epoch: int, output: dict[str, Any], event_name: str) -> bool:
+    def route(self, step: Step, epoch: int, output: Mapping[str, Any], event_name: str) -> bool:
         """Evaluate the step's arcs; True if a guarded arc matched."""
         ...

@@ -9,6 +9,7 @@ orchestration pass, so its size is the per-pass cost (design §2.6).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NotRequired, TypedDict
 
@@ -73,7 +74,7 @@ class LoopProgress:
         return self.succeeded + self.failed
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LoopProgress:
+    def from_json(cls, data: Mapping[str, Any]) -> LoopProgress:
         fields = dict(data)
         lanes = fields.pop("lanes", None)
         progress = cls(**fields)
@@ -102,7 +103,7 @@ class StepState:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StepState:
+    def from_json(cls, data: Mapping[str, Any]) -> StepState:
         loop = data.get("loop")
         return cls(
             epoch=data.get("epoch", 0),
@@ -158,7 +159,7 @@ class ExecutionState:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ExecutionState:
+    def from_json(cls, data: Mapping[str, Any]) -> ExecutionState:
         return cls(
             execution_id=data["execution_id"],
             vars=dict(data.get("vars") or {}),
