@@ -8,7 +8,7 @@ whole call into an error outcome listing each failed statement.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import psycopg
@@ -154,7 +154,7 @@ def _run(
 
 def _failure(
     errors: list[tuple[int, psycopg.Error]],
-    last: dict[str, Any] | None,
+    last: Mapping[str, Any] | None,
     count: int,
     redact: Redact,
 ) -> ToolOutcome:

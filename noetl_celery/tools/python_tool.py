@@ -60,7 +60,7 @@ class PythonTool:
         return self._execute(call, code, libs, filename)
 
     @staticmethod
-    def _execute(call: ToolCall, code: str, libs: dict[str, Any], filename: str) -> ToolOutcome:
+    def _execute(call: ToolCall, code: str, libs: Mapping[str, Any], filename: str) -> ToolOutcome:
         redact = call.services.redactor.redact
         try:
             compiled = compile(code, filename, "exec")
@@ -166,7 +166,7 @@ def _import_libs(libs: Any) -> dict[str, Any]:
     return imported
 
 
-def _namespace(call: ToolCall, libs: dict[str, Any]) -> dict[str, Any]:
+def _namespace(call: ToolCall, libs: Mapping[str, Any]) -> dict[str, Any]:
     namespace: dict[str, Any] = {
         # not "__main__": a script's own `if __name__ == "__main__": main()` must not run
         "__name__": "__noetl_python_step__",
@@ -206,7 +206,7 @@ def _resolve_awaitable(value: Any) -> Any:
         return pool.submit(context.run, asyncio.run, wait()).result()
 
 
-def _summary(namespace: dict[str, Any], initial: dict[str, Any]) -> dict[str, Any]:
+def _summary(namespace: Mapping[str, Any], initial: Mapping[str, Any]) -> dict[str, Any]:
     names = sorted(
         name
         for name, value in namespace.items()

@@ -202,7 +202,7 @@ class StepRunner:
         return replace(outcome, meta=meta, iter=outcome.iter if keep_iter else None)
 
 
-def single_outcome(outcome: ToolOutcome, iter_scope: dict[str, Any] | None) -> Outcome:
+def single_outcome(outcome: ToolOutcome, iter_scope: Mapping[str, Any] | None) -> Outcome:
     """A single-tool step fails when its result says `status: error|failed|failure`
     (NoETL: python steps use `{"status": "failed"}` as an assertion)."""
     if outcome.ok and isinstance(outcome.data, dict):
