@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any, TextIO
 
@@ -142,7 +142,7 @@ def _wait(
     return False
 
 
-def _elapsed(view: dict[str, Any]) -> float:
+def _elapsed(view: Mapping[str, Any]) -> float:
     """Seconds since the execution was created (the view's duration stops at its last
     pass while a long command runs)."""
     created = dt.datetime.fromisoformat(view["created_at"].rstrip("Z"))
@@ -170,7 +170,7 @@ def _confirm_cancel(execution_id: str) -> bool:
         return False
 
 
-def report(summary: dict[str, Any], *, as_json: bool, stdout: TextIO) -> int:
+def report(summary: Mapping[str, Any], *, as_json: bool, stdout: TextIO) -> int:
     """Print the end of a wait (`run`, `watch`, `rerun`); returns the exit code. `--json`:
     the summary object. Text: the status line and a COMPLETED run's result on stdout;
     what failed on stderr, one line per error (a failed run has no result to print)."""
@@ -193,7 +193,7 @@ def report(summary: dict[str, Any], *, as_json: bool, stdout: TextIO) -> int:
     return exit_code(status)
 
 
-def error_line(error: dict[str, Any]) -> str:
+def error_line(error: Mapping[str, Any]) -> str:
     """`step[item] kind: message` (the item's value, shortened, after it)."""
     where = error.get("step") or "execution"
     if error.get("item") is not None:

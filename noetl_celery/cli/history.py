@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -82,7 +82,7 @@ def _list(
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def _show_event(e: dict[str, Any]) -> None:
+def _show_event(e: Mapping[str, Any]) -> None:
     where = e["step"] or ""
     if e["iteration"] is not None:
         where += f"[{e['iteration']}]"
@@ -90,7 +90,7 @@ def _show_event(e: dict[str, Any]) -> None:
     click.echo(f"{e['event_id']:>8} {e['created_at']} {e['type']:<22} {where:<30} {payload[:120]}")
 
 
-def _show_log(r: dict[str, Any]) -> None:
+def _show_log(r: Mapping[str, Any]) -> None:
     where = r["step"] or "(execution)"
     if r["iteration"] is not None:
         where += f"[{r['iteration']}]"

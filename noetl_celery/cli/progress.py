@@ -10,6 +10,7 @@ start: a loop that slowed down says so), and the ETA is the remaining items at t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.cli.renderables import now_text
@@ -26,7 +27,7 @@ class Rates:
         self.window = window
         self._samples: dict[LoopKey, deque[tuple[float, int]]] = {}
 
-    def observe(self, view: dict[str, Any], now: float) -> None:
+    def observe(self, view: Mapping[str, Any], now: float) -> None:
         for lp in view["loops"]:
             key = (lp["step"], lp["epoch"])
             if lp["finished"]:
@@ -59,7 +60,7 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def loop_line(lp: dict[str, Any], rate: float | None) -> str:
+def loop_line(lp: Mapping[str, Any], rate: float | None) -> str:
     name = lp["step"] if lp["epoch"] <= 1 else f"{lp['step']} (epoch {lp['epoch']})"
     done, total = lp["done"], lp["total"]
     if total and lp["mode"] != "cursor":
@@ -75,7 +76,7 @@ def loop_line(lp: dict[str, Any], rate: float | None) -> str:
     return text
 
 
-def progress_lines(view: dict[str, Any], rates: Rates, elapsed: float) -> list[str]:
+def progress_lines(view: Mapping[str, Any], rates: Rates, elapsed: float) -> list[str]:
     """What to print for one sample: a line per running loop, and one naming the other
     running steps (always one line at least: a quiet pipeline still says it lives)."""
     head = f"{view['status']} {elapsed:.1f}s"

@@ -4,6 +4,7 @@ live progress of `run` (pure functions from the engine's views to rich renderabl
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -30,7 +31,7 @@ def _status(text: str) -> Text:
     return Text(text or "-", style=_STATUS_STYLE.get(text.upper(), ""))
 
 
-def _loops(view: dict[str, Any], live: bool) -> Table | None:
+def _loops(view: Mapping[str, Any], live: bool) -> Table | None:
     loops = [lp for lp in view["loops"] if not (live and lp["finished"])]
     if not loops:
         return None
@@ -56,7 +57,7 @@ def _loops(view: dict[str, Any], live: bool) -> Table | None:
     return table
 
 
-def status_renderable(view: dict[str, Any]) -> RenderableType:
+def status_renderable(view: Mapping[str, Any]) -> RenderableType:
     """`noetl-celery status ID`: the execution, its steps, loops and errors."""
     head = Text.assemble(
         ("execution ", "bold"),
@@ -92,7 +93,7 @@ def status_renderable(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def unfinished_text(execution_id: str, step: str, report: dict[str, Any]) -> str:
+def unfinished_text(execution_id: str, step: str, report: Mapping[str, Any]) -> str:
     """One line about the rows a cursor step left claimed in the user's queue."""
     interrupted = report.get("interrupted") or []
     note = ""
@@ -105,12 +106,12 @@ def unfinished_text(execution_id: str, step: str, report: dict[str, Any]) -> str
     )
 
 
-def _waiting_text(waiting: dict[str, Any]) -> str:
+def _waiting_text(waiting: Mapping[str, Any]) -> str:
     seconds = waiting.get("seconds")
     return "waiting for a worker" + (f" ({seconds:.0f}s)" if seconds is not None else "")
 
 
-def now_text(view: dict[str, Any]) -> str:
+def now_text(view: Mapping[str, Any]) -> str:
     """What runs now: claimed steps, and steps issued that no worker has taken (a
     command nobody took is not "running")."""
     parts = []
@@ -121,7 +122,7 @@ def now_text(view: dict[str, Any]) -> str:
     return "  ".join(parts) or "running: -"
 
 
-def progress_renderable(view: dict[str, Any]) -> RenderableType:
+def progress_renderable(view: Mapping[str, Any]) -> RenderableType:
     """One frame of `run`'s live display: status, running steps, running loops."""
     parts: list[RenderableType] = [
         Text.assemble(
@@ -135,7 +136,7 @@ def progress_renderable(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def started_by(row: dict[str, Any]) -> str:
+def started_by(row: Mapping[str, Any]) -> str:
     """How an execution was started, for the `trigger` column: `manual`, `schedule 3
     catalog:flows/daily` (`(by hand)` for `schedule trigger`), `rerun of <id>`,
     `parent <id>`."""
