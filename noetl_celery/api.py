@@ -23,12 +23,15 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noetl_celery.engine.bootstrap import Role, build_engine
 from noetl_celery.models.validation import read_playbook
 from noetl_celery.settings import Settings
 from noetl_celery.tasks.broker import client_dispatcher
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.summaries import ExecutionLine
 
 PlaybookSource = str | os.PathLike[str]
 
@@ -94,7 +97,7 @@ class Client:
         playbook: str | None = None,
         trigger: str | None = None,
         limit: int = 20,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ExecutionLine]:
         """Recent executions, newest first (`playbook` is a catalog path, `trigger` how
         they were started: manual, schedule, rerun or parent)."""
         return self.engine.executions(status=status, path=playbook, trigger=trigger, limit=limit)

@@ -4,7 +4,7 @@ live progress of `run` (pure functions from the engine's views to rich renderabl
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -154,7 +154,7 @@ def started_by(row: Mapping[str, Any]) -> str:
     return str(trigger)
 
 
-def executions_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+def executions_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """`noetl-celery executions`: one row per execution, newest first."""
     columns = ["execution_id", "playbook", "status", "started (UTC)", "seconds", "trigger"]
     table = Table()

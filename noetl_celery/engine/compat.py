@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.engine.catalog import suggest
-from noetl_celery.engine.summaries import run_errors, status_view
+from noetl_celery.engine.summaries import RunError, run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store import compat as sql
 from noetl_celery.store import overview
@@ -96,7 +96,7 @@ def executions_page(
 @dataclass(frozen=True)
 class StatusParts:
     view: dict[str, Any]  # Engine.status
-    errors: list[dict[str, Any]]  # what failed (engine.summaries.run_errors), empty when COMPLETED
+    errors: list[RunError]  # what failed (engine.summaries.run_errors), empty when COMPLETED
     order: list[str]  # the playbook's steps in declaration order
     last_step: str | None  # the last step that completed
 

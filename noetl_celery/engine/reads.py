@@ -10,7 +10,13 @@ from typing import Any
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
 from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.summaries import execution_line, run_errors, run_summary, status_view
+from noetl_celery.engine.summaries import (
+    ExecutionLine,
+    execution_line,
+    run_errors,
+    run_summary,
+    status_view,
+)
 from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
 from noetl_celery.tools.services import ToolServices
@@ -45,7 +51,7 @@ class EngineReads:
         path: str | None = None,
         trigger: str | None = None,
         limit: int = 20,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ExecutionLine]:
         """Recent executions, newest first, optionally by status, catalog path and how
         they were started (`constants.TRIGGERS`)."""
         rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
 from noetl_celery.models.summary import execution_summary
@@ -16,6 +16,49 @@ from noetl_celery.store.schema import utcnow
 # errors `run --json` lists for a failed execution, and characters kept of an item
 RUN_ERRORS_LIMIT = 20
 ITEM_PREVIEW_CHARS = 200
+
+
+class RunError(TypedDict):
+    """One entry of `run --json`'s `errors` (engine.summaries.run_errors)."""
+
+    step: str | None
+    item: int | None
+    value: NotRequired[str]  # a failed loop item's preview only
+    kind: str
+    message: str | None
+
+
+class LoopProgress(TypedDict):
+    """One loop epoch as `status` shows it (engine.summaries.loop_progress)."""
+
+    step: str
+    epoch: int
+    mode: str
+    total: int | None
+    done: int
+    succeeded: int
+    failed: int
+    in_flight: int
+    finished: bool
+    started_at: str | None
+    rate_per_second: float | None
+    eta_seconds: float | None
+
+
+class ExecutionLine(TypedDict):
+    """One execution as `executions` lists it (engine.summaries.execution_line)."""
+
+    execution_id: str
+    path: str
+    status: str
+    parent_execution_id: str | None
+    trigger: str
+    rerun_of: str | None
+    trigger_detail: dict[str, Any] | None
+    created_at: str
+    finished_at: str | None
+    duration_seconds: float
+    error: str | None
 
 
 def run_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
@@ -43,15 +86,13 @@ def preview(item: Any) -> str:
     return text if len(text) <= ITEM_PREVIEW_CHARS else text[: ITEM_PREVIEW_CHARS - 1] + "…"
 
 
-def run_errors(
-    store: Store, row: ExecutionRow, limit: int = RUN_ERRORS_LIMIT
-) -> list[dict[str, Any]]:
+def run_errors(store: Store, row: ExecutionRow, limit: int = RUN_ERRORS_LIMIT) -> list[RunError]:
     """What made an execution fail, first `limit`: `{step, item, kind, message}` per
     unhandled step failure, and per failed loop item (`item` its index, `value` a short
     preview of the item itself) in iteration order."""
     if row.status == COMPLETED:
         return []
-    out: list[dict[str, Any]] = []
+    out: list[RunError] = []
     for failure in (row.state or {}).get("failures") or []:
         if len(out) >= limit:
             break
@@ -131,12 +172,12 @@ def live_loops(steps: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]
     return live
 
 
-def loop_progress(store: Store, row: ExecutionRow) -> list[dict[str, Any]]:
+def loop_progress(store: Store, row: ExecutionRow) -> list[LoopProgress]:
     """Every loop epoch: finished ones from the `loops` table, the running one of each
     step live from the state snapshot, with its start, rate and ETA (`loop_pace`)."""
     live = live_loops((row.state or {}).get("steps") or {})
     now = utcnow()
-    out = []
+    out: list[LoopProgress] = []
     for lp in store.loops(row.execution_id):
         current = live.get((lp.step, lp.epoch))
         succeeded = current["succeeded"] if current else lp.succeeded
@@ -176,7 +217,7 @@ def _iso(value: dt.datetime | None) -> str | None:
     return None if value is None else value.isoformat() + "Z"
 
 
-def execution_line(row: ExecutionRow) -> dict[str, Any]:
+def execution_line(row: ExecutionRow) -> ExecutionLine:
     """One execution as `executions` lists it (and the head of `status`)."""
     return {
         "execution_id": row.execution_id,
