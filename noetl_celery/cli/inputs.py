@@ -13,6 +13,7 @@ import yaml
 from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from noetl_celery.errors import PayloadInvalid
 from noetl_celery.models.inputs import size_words
+from noetl_celery.models.json_types import JSONObject
 from noetl_celery.models.yaml_safe import YamlLimitExceeded, safe_load
 
 __all__ = ["parse_payload", "parse_sets"]
@@ -35,7 +36,7 @@ def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     return values
 
 
-def parse_payload(text: str | None, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> dict[str, Any]:
+def parse_payload(text: str | None, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> JSONObject:
     """`--payload JSON`: a JSON object. The text is measured before it is parsed, and
     json's own recursion guard (C code, it raises cleanly) turns a document too deep to
     parse into the depth error; shallower ones are bounded by `check_payload`."""

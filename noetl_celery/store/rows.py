@@ -6,6 +6,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from noetl_celery.models.json_types import JSONObject
+
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -24,7 +26,7 @@ class ExecutionRow:
     status: str
     parent_execution_id: str | None
     parent_command_id: str | None
-    payload: dict[str, Any] | None
+    payload: JSONObject | None
     state: dict[str, Any] | None
     result: Any
     error: Any
@@ -85,7 +87,7 @@ class SpawnRequest:
 
     path: str
     version: int | None
-    payload: dict[str, Any]
+    payload: JSONObject
     key: str  # unique per (parent command, task, spawn number)
     wait: bool
 
@@ -200,7 +202,7 @@ class ScheduleRow:
     path: str
     cron: str
     timezone: str
-    payload: dict[str, Any] | None
+    payload: JSONObject | None
     enabled: bool
     next_fire_at: dt.datetime
     last_fire_at: dt.datetime | None
