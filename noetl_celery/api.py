@@ -32,6 +32,7 @@ from noetl_celery.tasks.broker import client_dispatcher
 
 if TYPE_CHECKING:
     from noetl_celery.engine.summaries import ExecutionLine
+    from noetl_celery.store.rows import EventJSON, LogJSON
 
 PlaybookSource = str | os.PathLike[str]
 
@@ -131,13 +132,13 @@ class Client:
         types: Collection[str] = (),
         step: str | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EventJSON]:
         """Events oldest first (of any of `types`, of `step`; the newest `limit`)."""
         return self.engine.events(execution_id, types=types, step=step, limit=limit)
 
     def logs(
         self, execution_id: str, *, step: str | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[LogJSON]:
         """What the execution's commands printed and logged, one entry per command run:
         `{log_id, command_id, step, iteration, text, truncated, created_at, ...}`."""
         return self.engine.logs_page(execution_id, step=step, limit=limit)[0]

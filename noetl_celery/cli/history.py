@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,12 +20,15 @@ from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ExecutionNotFound
 
+if TYPE_CHECKING:
+    from noetl_celery.store.rows import EventJSON, LogJSON
+
 FOLLOW_POLL_SECONDS = 0.5
 DEFAULT_LIMIT = 200
 EXIT_INTERRUPTED = 130  # Ctrl-C ends a --follow: the shell's convention for SIGINT
 
 # (after, limit) -> (rows oldest first, how many the limit left out)
-Fetch = Callable[[int | None, int | None], tuple[list[dict[str, Any]], int]]
+Fetch = Callable[[int | None, int | None], tuple[Sequence[Mapping[str, Any]], int]]
 
 
 def _check(engine: Engine, execution_id: str, step: str | None) -> None:
@@ -49,7 +52,7 @@ def _list(
     limit: int,
     follow: bool,
     as_json: bool,
-    show: Callable[[dict[str, Any]], None],
+    show: Callable[[Mapping[str, Any]], None],
     what: str,
 ) -> None:
     rows, left_out = fetch(None, limit or None)
@@ -158,7 +161,7 @@ def events(
         if not chosen and (types or failed):
             return _nothing(as_json)
 
-        def fetch(after: int | None, count: int | None) -> tuple[list[dict[str, Any]], int]:
+        def fetch(after: int | None, count: int | None) -> tuple[list[EventJSON], int]:
             return engine.events_page(
                 execution_id, types=chosen, step=step, after=after, limit=count
             )
@@ -198,7 +201,7 @@ def logs(execution_id: str, step: str | None, limit: int, follow: bool, as_json:
     try:
         _check(engine, execution_id, step)
 
-        def fetch(after: int | None, count: int | None) -> tuple[list[dict[str, Any]], int]:
+        def fetch(after: int | None, count: int | None) -> tuple[list[LogJSON], int]:
             return engine.logs_page(execution_id, step=step, after=after, limit=count)
 
         _list(

@@ -19,6 +19,7 @@ from noetl_celery.engine.summaries import (
 )
 from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import EventJSON, LogJSON
 from noetl_celery.tools.services import ToolServices
 
 
@@ -162,7 +163,7 @@ class EngineReads:
         step: str | None = None,
         after: int | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EventJSON]:
         """Events oldest first: of any of `types` and of `step` when given, newer than
         event id `after`, the newest `limit` (all by default)."""
         return self.events_page(execution_id, types=types, step=step, after=after, limit=limit)[0]
@@ -175,7 +176,7 @@ class EngineReads:
         step: str | None = None,
         after: int | None = None,
         limit: int | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[EventJSON], int]:
         """`events` plus how many matching events the limit left out."""
         if after is None:
             self.store.execution(execution_id)  # raises ExecutionNotFound
@@ -191,7 +192,7 @@ class EngineReads:
         step: str | None = None,
         after: int | None = None,
         limit: int | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[LogJSON], int]:
         """Captured command output, in the order it was stored (see `events_page`)."""
         if after is None:
             self.store.execution(execution_id)  # raises ExecutionNotFound

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from noetl_celery.models.json_types import JSONObject
 
@@ -92,6 +92,33 @@ class SpawnRequest:
     wait: bool
 
 
+class EventJSON(TypedDict):
+    """An event as the read models answer it (`EventRow.to_json`)."""
+
+    event_id: int
+    execution_id: str
+    type: str
+    step: str | None
+    command_id: str | None
+    epoch: int | None
+    iteration: int | None
+    payload: Any
+    created_at: str
+
+
+class LogJSON(TypedDict):
+    """A captured output line as the read models answer it (`LogRow.to_json`)."""
+
+    log_id: int
+    execution_id: str
+    command_id: str | None
+    step: str | None
+    iteration: int | None
+    text: str
+    truncated: bool
+    created_at: str | None
+
+
 @dataclass(frozen=True)
 class EventRow:
     event_id: int
@@ -104,7 +131,7 @@ class EventRow:
     payload: Any
     created_at: dt.datetime
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EventJSON:
         return {
             "event_id": self.event_id,
             "execution_id": self.execution_id,
@@ -174,7 +201,7 @@ class LogRow:
     log_id: int = 0  # assigned by the database
     created_at: dt.datetime | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LogJSON:
         return {
             "log_id": self.log_id,
             "execution_id": self.execution_id,
