@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 
@@ -39,7 +39,18 @@ def playbook_files(target: Path) -> list[Path]:
     return [target]
 
 
-def problem_json(file: Path, problem: Problem) -> dict[str, Any]:
+class ProblemJSON(TypedDict):
+    """One problem as `validate --json` and `register --json` list it."""
+
+    file: str
+    line: int | None
+    step: str | None
+    field: str | None
+    message: str
+    severity: str
+
+
+def problem_json(file: Path, problem: Problem) -> ProblemJSON:
     return {
         "file": problem.file or str(file),
         "line": problem.line,

@@ -12,7 +12,7 @@ both databases, its execution cancelled so nothing is left RUNNING.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -21,7 +21,7 @@ from noetl_celery.engine.service import Engine
 from noetl_celery.errors import WorkersElsewhere
 from noetl_celery.settings import Settings
 
-Answers = list[dict[str, Any]]
+Answers = Sequence[Mapping[str, Any]]  # tasks.fleet.fleet_identities, only read here
 
 POLL_SECONDS = 1.0  # how often the check looks at the database
 ASK_AFTER_SECONDS = 3.0  # nothing claimed this long: ask the fleet (then every as long)
