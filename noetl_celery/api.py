@@ -20,7 +20,7 @@ created and migrated on the way.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -67,7 +67,7 @@ class Client:
         _, entry = self.engine.register_text(text, file)
         return {"path": entry.path, "version": entry.version, "catalog_id": entry.catalog_id}
 
-    def submit(self, playbook: PlaybookSource, payload: Mapping[str, Any] | None = None) -> str:
+    def submit(self, playbook: PlaybookSource, payload: dict[str, Any] | None = None) -> str:
         """Start an execution of a playbook file or YAML text; returns its id. Bad input
         raises before anything is written: `PlaybookInvalid`, `PayloadInvalid` (too deep,
         too large, text Postgres cannot store), `InputInvalid` (file not UTF-8, ...)."""
@@ -75,10 +75,7 @@ class Client:
         return self.engine.start_text(text, payload, file=file)
 
     def submit_path(
-        self,
-        catalog_path: str,
-        payload: Mapping[str, Any] | None = None,
-        version: int | None = None,
+        self, catalog_path: str, payload: dict[str, Any] | None = None, version: int | None = None
     ) -> str:
         """Start the registered playbook at `catalog_path` (latest version unless given)."""
         return self.engine.start_path(catalog_path, payload, version)
@@ -116,7 +113,7 @@ class Client:
         *,
         from_step: str | None = None,
         failed_items: bool = False,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> str:
         """Start a rerun of an ended execution (same catalog version, its payload plus
         `overrides`): from the first step, from `from_step`, or over the failed items of
@@ -160,7 +157,7 @@ class Client:
 
 def run(
     playbook: PlaybookSource,
-    payload: Mapping[str, Any] | None = None,
+    payload: dict[str, Any] | None = None,
     *,
     settings: Settings | None = None,
     timeout: float | None = None,

@@ -170,7 +170,7 @@ def _confirm_cancel(execution_id: str) -> bool:
         return False
 
 
-def report(summary: Mapping[str, Any], *, as_json: bool, stdout: TextIO) -> int:
+def report(summary: dict[str, Any], *, as_json: bool, stdout: TextIO) -> int:
     """Print the end of a wait (`run`, `watch`, `rerun`); returns the exit code. `--json`:
     the summary object. Text: the status line and a COMPLETED run's result on stdout;
     what failed on stderr, one line per error (a failed run has no result to print)."""

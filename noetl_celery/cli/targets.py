@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ def read_target(arg: str) -> Target:
     return Target(arg, path=path, version=version)
 
 
-def start_target(engine: Engine, target: Target, payload: Mapping[str, Any]) -> str:
+def start_target(engine: Engine, target: Target, payload: dict[str, Any]) -> str:
     """Start the execution; a catalog reference starts exactly the version it names (the
     latest when none). CatalogNotFound (one line) when PATH is neither a file nor
     registered."""

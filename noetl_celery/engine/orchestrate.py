@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -222,7 +221,7 @@ class PassDriver:
         self,
         playbook: Playbook,
         row: ExecutionRow,
-        inputs: Mapping[str, Any],
+        inputs: dict[str, Any],
         facts: Facts,
         now: float,
     ) -> Decision:

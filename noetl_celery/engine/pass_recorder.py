@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,8 @@ class PassRecorder:
         *,
         playbook_text: str,
         execution_id: str,
-        payload: Mapping[str, Any] | None,
-        inputs: Mapping[str, Any],
+        payload: dict[str, Any] | None,
+        inputs: dict[str, Any],
         facts: RecordingFacts,
         now: float,
         limits: Limits,

@@ -4,7 +4,7 @@ and the read models of the HTTP API and the pages (engine.readmodels), as method
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 from noetl_celery.constants import COMPLETED
@@ -62,7 +62,7 @@ class EngineReads:
     # Each answer goes through the tools' redactor once more: messages are masked where
     # they are made, but a step's result, a rerun's overrides or a payload echoed in an
     # error may hold a credential's secret, and these answers leave the machine.
-    def _masked(self, view: Mapping[str, Any]) -> dict[str, Any]:
+    def _masked(self, view: dict[str, Any]) -> dict[str, Any]:
         masked: dict[str, Any] = self.services.redactor.redact_value(view)
         return masked
 

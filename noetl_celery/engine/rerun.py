@@ -21,7 +21,6 @@ execution row, which every pass reads, small.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,7 @@ def plan_rerun(
     *,
     from_step: str | None = None,
     failed_only: bool = False,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> RerunPlan:
     eid = original.execution_id
     if original.status == RUNNING:

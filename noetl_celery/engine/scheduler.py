@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.constants import TRIGGER_SCHEDULE
@@ -36,7 +35,7 @@ class Schedules:
         cron: str,
         *,
         timezone: str = "UTC",
-        payload: Mapping[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
         name: str | None = None,
         enabled: bool = True,
     ) -> ScheduleRow:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,13 +198,13 @@ class Engine(EngineReads):
     def start_entry(
         self,
         entry: CatalogEntry,
-        payload: Mapping[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
-        trigger_detail: Mapping[str, Any] | None = None,
+        trigger_detail: dict[str, Any] | None = None,
     ) -> str:
         """Start an execution of a registered playbook; `PayloadInvalid` before anything
         is written when the payload is unusable."""
@@ -222,13 +222,13 @@ class Engine(EngineReads):
     def _start_checked(
         self,
         entry: CatalogEntry,
-        payload: Mapping[str, Any] | None,
+        payload: dict[str, Any] | None,
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
-        trigger_detail: Mapping[str, Any] | None = None,
+        trigger_detail: dict[str, Any] | None = None,
     ) -> str:
         # a keychain entry that cannot work here (a cloud secret manager) refuses the
         # start before the execution exists; the worker checks again for executions
@@ -249,13 +249,13 @@ class Engine(EngineReads):
         self.orchestrator.drive(execution_id, wait=True)
         return execution_id
 
-    def check_payload(self, payload: Mapping[str, Any] | None) -> None:
+    def check_payload(self, payload: dict[str, Any] | None) -> None:
         """Raise `PayloadInvalid` (key path and limit named) for a payload that is too
         deep, too large or holds what Postgres cannot store (models.inputs)."""
         check_payload(payload, self.payload_limits)
 
     def start_text(
-        self, text: str, payload: Mapping[str, Any] | None = None, file: str | None = None
+        self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
     ) -> str:
         self.check_payload(payload)  # before the playbook is registered: nothing written
         playbook = load_playbook(text, file)
@@ -264,10 +264,7 @@ class Engine(EngineReads):
         return self._start_checked(entry, payload)
 
     def start_path(
-        self,
-        catalog_path: str,
-        payload: Mapping[str, Any] | None = None,
-        version: int | None = None,
+        self, catalog_path: str, payload: dict[str, Any] | None = None, version: int | None = None
     ) -> str:
         self.check_payload(payload)
         return self._start_checked(self.store.resolve_catalog(catalog_path, version), payload)
@@ -309,7 +306,7 @@ class Engine(EngineReads):
         *,
         from_step: str | None = None,
         failed_items: bool = False,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> str:
         """Start a new execution of the catalog version `execution_id` ran, with its
         payload and `overrides`: from the first step, from `from_step` (with the

@@ -131,7 +131,7 @@ def decision_to_json(decision: Decision) -> dict[str, Any]:
 
 def pass_record(
     *,
-    playbook: Mapping[str, Any],
+    playbook: dict[str, Any],
     state: ExecutionState,
     completions: list[Completion],
     facts: RecordingFacts,
@@ -154,10 +154,10 @@ def pass_record(
 
 def start_record(
     *,
-    playbook: Mapping[str, Any],
+    playbook: dict[str, Any],
     execution_id: str,
-    payload: Mapping[str, Any] | None,
-    inputs: Mapping[str, Any],
+    payload: dict[str, Any] | None,
+    inputs: dict[str, Any],
     facts: RecordingFacts,
     now: float,
     limits: Limits,
@@ -178,7 +178,7 @@ def start_record(
     }
 
 
-def replay(record: Mapping[str, Any], playbook: Playbook) -> dict[str, Any]:
+def replay(record: dict[str, Any], playbook: Playbook) -> dict[str, Any]:
     """Decide the recorded pass again from its record alone; the decision as JSON."""
     record = json.loads(json.dumps(record))  # the pass shares nothing with the record
     facts = ReplayFacts(record["facts"])

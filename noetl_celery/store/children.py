@@ -9,7 +9,7 @@ a parent command that runs again finds its child instead of starting another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection
@@ -71,7 +71,7 @@ class ChildrenManager:
     def suspend_and_spawn(
         self,
         command: ClaimedCommand,
-        continuation: Mapping[str, Any],
+        continuation: dict[str, Any],
         request: SpawnRequest,
         child_id: str,
     ) -> tuple[str | None, bool]:

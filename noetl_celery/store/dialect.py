@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -32,7 +32,7 @@ def upsert(
     conn: Connection,
     table: Table,
     keys: Sequence[str],
-    values: Mapping[str, Any],
+    values: dict[str, Any],
     where: Any = None,
     insert_only: Sequence[str] = (),
 ) -> Any:

@@ -11,7 +11,7 @@ once, in `store.statements`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, text, update
@@ -131,7 +131,7 @@ def insert_catalog_version(
     name: str,
     content: str,
     digest: str,
-    scripts: Mapping[str, Any] | None,
+    scripts: dict[str, Any] | None,
     now: dt.datetime,
 ) -> int:
     """The new version's catalog_id (IntegrityError when another registration took it)."""
@@ -193,13 +193,13 @@ def insert_execution(
     conn: Connection,
     execution_id: str,
     entry: CatalogEntry,
-    payload: Mapping[str, Any] | None,
+    payload: dict[str, Any] | None,
     *,
     parent_execution_id: str | None,
     parent_command_id: str | None,
     trigger: str,
     rerun_of: str | None,
-    trigger_detail: Mapping[str, Any] | None,
+    trigger_detail: dict[str, Any] | None,
     owner: str | None,
     now: dt.datetime,
 ) -> None:
@@ -298,7 +298,7 @@ def append_terminal(
     epoch: int,
     iteration: int | None,
     event_type: str,
-    outcome: Mapping[str, Any],
+    outcome: dict[str, Any],
     now: dt.datetime,
 ) -> None:
     """A command's terminal event and its inbox entry (the unique index on the event
@@ -718,7 +718,7 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
 
 
 def save_state(
-    conn: Connection, execution_id: str, state: Mapping[str, Any], now: dt.datetime
+    conn: Connection, execution_id: str, state: dict[str, Any], now: dt.datetime
 ) -> None:
     conn.execute(SAVE_STATE, {"b_eid": execution_id, "b_state": state, "b_now": now})
 
@@ -727,7 +727,7 @@ def end_execution_row(
     conn: Connection,
     execution_id: str,
     terminal: Terminal,
-    state: Mapping[str, Any],
+    state: dict[str, Any],
     now: dt.datetime,
 ) -> None:
     """The terminal write: status, result, error and state in one UPDATE, made durable
@@ -752,7 +752,7 @@ def end_execution_row(
 
 # ---- children (sub-playbooks) -------------------------------------------------------------
 def park_for_child(
-    conn: Connection, command_id: str, continuation: Mapping[str, Any], spawn_key: str
+    conn: Connection, command_id: str, continuation: dict[str, Any], spawn_key: str
 ) -> bool:
     """A running parent command starts waiting for its child; False when it is no
     longer running."""
@@ -826,7 +826,7 @@ def waiting_parent_resume(conn: Connection, parent_command_id: str) -> dict[str,
 
 
 def reissue_parent(
-    conn: Connection, parent_command_id: str, resume: Mapping[str, Any], now: dt.datetime
+    conn: Connection, parent_command_id: str, resume: dict[str, Any], now: dt.datetime
 ) -> None:
     conn.execute(
         update(commands)
@@ -908,7 +908,7 @@ def schedule_named(conn: Connection, name: str) -> Any:
 
 
 def insert_schedule(
-    conn: Connection, name: str | None, values: Mapping[str, Any], now: dt.datetime
+    conn: Connection, name: str | None, values: dict[str, Any], now: dt.datetime
 ) -> int:
     return int(
         conn.execute(
@@ -919,12 +919,12 @@ def insert_schedule(
     )
 
 
-def update_schedule(conn: Connection, schedule_id: int, values: Mapping[str, Any]) -> None:
+def update_schedule(conn: Connection, schedule_id: int, values: dict[str, Any]) -> None:
     conn.execute(update(schedules).where(schedules.c.schedule_id == schedule_id).values(**values))
 
 
 def switch_schedule(
-    conn: Connection, schedule_id: int, enabled: bool, values: Mapping[str, Any]
+    conn: Connection, schedule_id: int, enabled: bool, values: dict[str, Any]
 ) -> bool:
     """Write `values` when the schedule is not already `enabled`; whether it changed."""
     changed = conn.execute(
@@ -1012,7 +1012,7 @@ def schedule_firings_of(conn: Connection, schedule_id: int) -> list[tuple[dt.dat
 
 # ---- termination (an execution ended from outside a pass) ---------------------------------
 def set_ended(
-    conn: Connection, execution_id: str, status: str, error: Mapping[str, Any], now: dt.datetime
+    conn: Connection, execution_id: str, status: str, error: dict[str, Any], now: dt.datetime
 ) -> None:
     conn.execute(
         update(executions)
@@ -1134,7 +1134,7 @@ def status_and_passes(conn: Connection, execution_id: str) -> Any:
 
 
 def insert_pass_failed(
-    conn: Connection, execution_id: str, payload: Mapping[str, Any], now: dt.datetime
+    conn: Connection, execution_id: str, payload: dict[str, Any], now: dt.datetime
 ) -> None:
     conn.execute(
         events.insert().values(

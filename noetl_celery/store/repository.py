@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -47,7 +47,7 @@ from noetl_celery.store.termination import TerminationManager
 REGISTER_ATTEMPTS = 50
 
 
-def catalog_digest(content: str, scripts: Mapping[str, Any] | None) -> str:
+def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
     """The version identity: the YAML, plus the text of its script files when it has
     any (a changed script file registers a new version; the base directory does not)."""
     digest = hashlib.sha256(content.encode())
@@ -76,7 +76,7 @@ class Store:
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(
-        self, path: str, name: str, content: str, scripts: Mapping[str, Any] | None = None
+        self, path: str, name: str, content: str, scripts: dict[str, Any] | None = None
     ) -> CatalogEntry:
         """Register `content` under `path`; identical content reuses the latest version.
 
@@ -96,7 +96,7 @@ class Store:
         )
 
     def _register_once(
-        self, path: str, name: str, content: str, digest: str, scripts: Mapping[str, Any] | None
+        self, path: str, name: str, content: str, digest: str, scripts: dict[str, Any] | None
     ) -> CatalogEntry:
         with self.db.write() as conn:
             latest = queries.latest_catalog_version(conn, path)
@@ -141,13 +141,13 @@ class Store:
         self,
         execution_id: str,
         entry: CatalogEntry,
-        payload: Mapping[str, Any] | None,
+        payload: dict[str, Any] | None,
         *,
         parent_execution_id: str | None = None,
         parent_command_id: str | None = None,
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
-        trigger_detail: Mapping[str, Any] | None = None,
+        trigger_detail: dict[str, Any] | None = None,
         owner: str | None = None,
     ) -> None:
         """A RUNNING execution and its `execution.started` event."""

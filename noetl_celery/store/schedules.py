@@ -8,7 +8,6 @@ nothing and starts nothing.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery.constants import TRIGGER_SCHEDULE
@@ -33,7 +32,7 @@ class ScheduleManager:
         path: str,
         cron: str,
         timezone: str,
-        payload: Mapping[str, Any],
+        payload: dict[str, Any],
         next_fire_at: dt.datetime,
         name: str | None = None,
         enabled: bool = True,
@@ -99,7 +98,7 @@ class ScheduleManager:
         next_fire_at: dt.datetime,
         entry: CatalogEntry,
         execution_id: str,
-        payload: Mapping[str, Any],
+        payload: dict[str, Any],
     ) -> bool:
         """Start the run of `schedule` for `fire_time` unless some firer already did; move
         the schedule on either way. True when this call started it."""
