@@ -13,6 +13,7 @@ claim SQL is expected to `LIMIT {{ __frame_max_rows }}` itself).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -28,7 +29,7 @@ class ClaimRequest:
     auth: Any  # a credential alias (postgres) or a database path (sqlite)
     sql: str  # rendered
     max_rows: int
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class CursorError(Exception):

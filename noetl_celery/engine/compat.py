@@ -5,7 +5,7 @@ stuck executions. Plain rows out; the shapes are web.noetl_shapes'."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +95,7 @@ def executions_page(
 
 @dataclass(frozen=True)
 class StatusParts:
-    view: dict[str, Any]  # Engine.status
+    view: Mapping[str, Any]  # Engine.status
     errors: list[RunError]  # what failed (engine.summaries.run_errors), empty when COMPLETED
     order: list[str]  # the playbook's steps in declaration order
     last_step: str | None  # the last step that completed

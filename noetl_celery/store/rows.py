@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -77,8 +78,8 @@ class ClaimedCommand:
     attempt: int
     ctx_version: int
     item: Any
-    meta: dict[str, Any] | None
-    resume: dict[str, Any] | None = None  # continuation (+ `child` summary) after a wait
+    meta: Mapping[str, Any] | None
+    resume: Mapping[str, Any] | None = None  # continuation (+ `child` summary) after a wait
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ class LostCommand:
     attempt: int
     ctx_version: int
     item: Any
-    meta: dict[str, Any] | None
-    resume: dict[str, Any] | None
+    meta: Mapping[str, Any] | None
+    resume: Mapping[str, Any] | None
     lease_until: dt.datetime | None
     deadline_at: dt.datetime | None

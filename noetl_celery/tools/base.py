@@ -75,7 +75,7 @@ class ToolCall:
 
     kind: str
     config: dict[str, Any]  # the tool mapping, rendered except `raw_fields`
-    input: dict[str, Any]  # rendered step input merged over tool input
+    input: Mapping[str, Any]  # rendered step input merged over tool input
     execution_id: str
     step: str
     command_id: str

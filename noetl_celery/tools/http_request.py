@@ -23,7 +23,7 @@ class RequestSpec:
     headers: dict[str, str] = field(default_factory=dict)
     # exactly one of these is set for a request with a body
     json_body: Any = _NO_VALUE
-    form: dict[str, Any] | None = None
+    form: Mapping[str, Any] | None = None
     content: str | bytes | None = None
 
     @property
