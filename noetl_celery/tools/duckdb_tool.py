@@ -21,6 +21,7 @@ from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import to_jsonable
 from noetl_celery.tools.sql_text import (
     SqlSourceError,
+    StatementResult,
     extract_sql,
     first_keyword,
     split_statements,
@@ -77,7 +78,7 @@ def _open(database: str) -> duckdb.DuckDBPyConnection:
     raise AssertionError("unreachable")
 
 
-def _result(con: duckdb.DuckDBPyConnection, statement: str, max_rows: int) -> dict[str, Any]:
+def _result(con: duckdb.DuckDBPyConnection, statement: str, max_rows: int) -> StatementResult:
     names = [column[0] for column in con.description or ()]
     keyword = first_keyword(statement)
     if names in (["Count"], ["Success"]) and keyword not in _QUERY_WORDS:
@@ -88,7 +89,7 @@ def _result(con: duckdb.DuckDBPyConnection, statement: str, max_rows: int) -> di
     if not names:
         return {"status": "success", "row_count": 0, "message": keyword or "OK"}
     kept = con.fetchmany(max_rows)
-    result: dict[str, Any] = {
+    result: StatementResult = {
         "status": "success",
         "rows": [
             {n: to_jsonable(v, bytes_as="hex") for n, v in zip(names, row, strict=True)}
@@ -152,7 +153,7 @@ class DuckdbTool:
 def _run(
     con: duckdb.DuckDBPyConnection, statements: tuple[str, ...], max_rows: int, redact: Redact
 ) -> ToolOutcome:
-    last: dict[str, Any] | None = None
+    last: StatementResult | None = None
     count = len(statements)
     for index, statement in enumerate(statements):
         try:

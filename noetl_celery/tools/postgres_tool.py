@@ -26,17 +26,22 @@ from noetl_celery.pgconn import (
 )
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import to_jsonable
-from noetl_celery.tools.sql_text import SqlSourceError, extract_sql, split_statements
+from noetl_celery.tools.sql_text import (
+    SqlSourceError,
+    StatementResult,
+    extract_sql,
+    split_statements,
+)
 
 Redact = Callable[[str], str]
 
 
-def _statement_result(cur: psycopg.Cursor[Any], max_rows: int) -> dict[str, Any]:
+def _statement_result(cur: psycopg.Cursor[Any], max_rows: int) -> StatementResult:
     if cur.description is None:
         return {"status": "success", "row_count": cur.rowcount, "message": cur.statusmessage}
     columns = [column.name for column in cur.description]
     kept = cur.fetchmany(max_rows)
-    result: dict[str, Any] = {
+    result: StatementResult = {
         "status": "success",
         "rows": [
             {
@@ -123,7 +128,7 @@ def _run(
     max_rows: int,
     redact: Redact,
 ) -> ToolOutcome:
-    last: dict[str, Any] | None = None
+    last: StatementResult | None = None
     errors: list[tuple[int, psycopg.Error]] = []
     if timeout:
         set_statement_timeout(conn, timeout)

@@ -7,7 +7,23 @@ import binascii
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+from noetl_celery.models.json_types import JSONObject
+
+
+class StatementResult(TypedDict):
+    """What a SQL tool (postgres, duckdb) answers for its last statement: the rows a
+    query returned (at most the row limit) or the count and status of a command."""
+
+    status: str
+    row_count: int
+    message: NotRequired[str | None]  # a command's status line
+    rows: NotRequired[list[JSONObject]]  # a query's rows, values made JSON
+    columns: NotRequired[list[str]]
+    truncated: NotRequired[bool]  # more rows than the limit
+    total_row_count: NotRequired[int]  # postgres: how many there were
+
 
 # NoETL's field priority: base64 variants first, then the inline aliases.
 B64_FIELDS = ("command_b64", "commands_b64", "query_b64")
