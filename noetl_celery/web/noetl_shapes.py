@@ -36,7 +36,7 @@ import binascii
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from noetl_celery.constants import (
     CANCELLED,
@@ -382,7 +382,24 @@ def _event_error(payload: Any) -> Any:
     return None
 
 
-def event_entry(event: Mapping[str, Any]) -> dict[str, Any]:
+class EventEntry(TypedDict):
+    """NoETL's `ExecutionEventResponse` (`event_entry`)."""
+
+    execution_id: str
+    event_id: int
+    event_type: str
+    node_id: str | None
+    node_name: str | None
+    status: str | None
+    created_at: str | None
+    timestamp: str | None
+    context: dict[str, Any]  # {native_type, command_id, epoch, iteration}
+    result: Any
+    error: str | None
+    duration: None
+
+
+def event_entry(event: Mapping[str, Any]) -> EventEntry:
     """NoETL's `ExecutionEventResponse` from an `EventRow.to_json()`."""
     native = str(event["type"])
     payload = event.get("payload")
@@ -412,7 +429,16 @@ def event_entry(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def pagination(page: int, page_size: int, total: int) -> dict[str, Any]:
+class Pagination(TypedDict):
+    page: int
+    page_size: int
+    total_events: int
+    total_pages: int
+    has_next: bool
+    has_prev: bool
+
+
+def pagination(page: int, page_size: int, total: int) -> Pagination:
     pages = max(1, math.ceil(total / page_size)) if page_size > 0 else 1
     return {
         "page": page,
@@ -436,7 +462,13 @@ def cancel_body(execution_id: str, cancelled: list[str], reason: str | None) -> 
     }
 
 
-def already_ended_body(execution_id: str, status: str) -> dict[str, Any]:
+class AlreadyEnded(TypedDict):
+    status: str
+    execution_id: str
+    message: str
+
+
+def already_ended_body(execution_id: str, status: str) -> AlreadyEnded:
     return {
         "status": "already_completed",
         "execution_id": execution_id,
@@ -444,7 +476,20 @@ def already_ended_body(execution_id: str, status: str) -> dict[str, Any]:
     }
 
 
-def ehdb_line(row: ExecutionRow, event_count: int) -> dict[str, Any]:
+class EhdbLine(TypedDict):
+    """An execution as NoETL's event-history listing shows it (`ehdb_line`)."""
+
+    execution_id: str
+    status: str
+    path: str
+    catalog_id: str
+    parent_execution_id: str | None
+    event_count: int
+    started_at: str | None
+    completed_at: str | None
+
+
+def ehdb_line(row: ExecutionRow, event_count: int) -> EhdbLine:
     return {
         "execution_id": row.execution_id,
         "status": row.status,
@@ -471,7 +516,15 @@ def ehdb_state(row: ExecutionRow, event_count: int, current_node: str | None) ->
     }
 
 
-def ehdb_event(event: Mapping[str, Any]) -> dict[str, Any]:
+class EhdbEvent(TypedDict):
+    event_id: int
+    event_type: str
+    node_name: str | None
+    status: str | None
+    created_at: str | None
+
+
+def ehdb_event(event: Mapping[str, Any]) -> EhdbEvent:
     native = str(event["type"])
     return {
         "event_id": event["event_id"],
