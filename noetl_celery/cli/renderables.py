@@ -173,7 +173,7 @@ def executions_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     return table
 
 
-def catalog_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+def catalog_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """`noetl-celery catalog list`: one row per catalog path."""
     table = Table()
     for column in ("path", "name", "latest", "versions", "registered (UTC)"):
@@ -194,7 +194,7 @@ def _utc(iso: str | None) -> str:
     return "-" if not iso else iso.replace("T", " ")[:19]
 
 
-def schedules_renderable(rows: list[dict[str, Any]]) -> RenderableType:
+def schedules_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """`noetl-celery schedule list`: one row per schedule (a paused one has no next
     firing until it is resumed)."""
     table = Table()
