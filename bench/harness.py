@@ -33,6 +33,8 @@ def fresh_database(name: str) -> str:
     workers never create tables)."""
     from noetl_celery.store.database import SchemaMode, open_database
 
+    # benches run side by side (helpers, CI) each name their databases apart
+    name += os.environ.get("NOETL_BENCH_DB_SUFFIX", "")
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -56,7 +58,13 @@ def push_calls(client: redis.Redis) -> int:
 
 
 def env_for(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    # the engine's settings come from `values` only; the bench's own (which Redis db,
+    # which database names) reach the processes it starts, e.g. the chord worker
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("NOETL_") or k.startswith("NOETL_BENCH_")
+    }
     env.update(values)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
