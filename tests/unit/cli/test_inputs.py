@@ -67,11 +67,11 @@ def test_payload_text_at_the_limit_parses() -> None:
     ],
 )
 def test_bad_set_values(pair: str, message: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PayloadInvalid) as info:
         parse_sets((pair,))
     assert str(info.value) == message
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_set_values_are_yaml_typed_and_text_stays_text() -> None:

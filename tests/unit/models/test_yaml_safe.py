@@ -60,10 +60,10 @@ LIMITS: dict[str, tuple[str, int | None, str]] = {
 @pytest.mark.parametrize("name", sorted(LIMITS))
 def test_limits_refuse_at_once_with_the_line(name: str) -> None:
     text, line, message = LIMITS[name]
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(YamlLimitExceeded) as info:
         safe_load(text)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert info.value.message == message and info.value.line == line
     assert isinstance(info.value, yaml.YAMLError)  # callers' `except YAMLError` see it
 
@@ -185,9 +185,9 @@ PLAYBOOK_PROBLEMS: dict[str, tuple[str, str]] = {
 @pytest.mark.parametrize("name", sorted(PLAYBOOK_PROBLEMS))
 def test_playbook_problems_are_one_line_with_file_and_line(name: str) -> None:
     text, message = PLAYBOOK_PROBLEMS[name]
-    started = time.monotonic()
+    started = time.process_time()
     assert only_error(text) == message
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_playbook_text_size_limit() -> None:

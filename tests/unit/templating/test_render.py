@@ -129,10 +129,10 @@ def test_mapping_keys_win_over_dict_methods() -> None:
     ],
 )
 def test_arithmetic_past_the_sandbox_bounds_fails_at_once(template: str, limit: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(TemplateError, match=limit):
         render_value(template, {}, "step 's' tool.code")
-    assert time.monotonic() - started < 1.0  # refused, not computed
+    assert time.process_time() - started < 1.0  # refused, not computed
 
 
 @pytest.mark.parametrize(
