@@ -30,8 +30,8 @@
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
     ├── RerunError                (engine.rerun) a rerun that cannot be made as asked
-    ├── ReplayError               (orchestrator.recording) a replayed pass asked history a
-    │                             question its record does not hold
+    ├── ReplayError               a replayed pass asked history a question its record does
+    │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist
     └── ScheduleNotFound          a schedule id that does not exist
 
@@ -207,6 +207,12 @@ class SchemaOutdated(StoreError):
     this engine needs (`noetl-celery db upgrade` creates / migrates them)."""
 
 
+class ReplayError(NoetlError):
+    """A replayed pass asked a question of history its record does not hold
+    (orchestrator.recording). Like a StoreError it is never a template's or a step's
+    failure: a template that reads history lets it through (templating.render)."""
+
+
 class ResultNotStorable(NoetlError):
     """The engine's database refused a command's outcome (a `DataError` at its close):
     deterministic, so storing it again would fail again. Not a StoreError: the database
@@ -219,3 +225,12 @@ class ExecutionNotFound(NoetlError):
 
 class ScheduleNotFound(NoetlError):
     """There is no schedule with this id."""
+
+
+def playbooks_fault(exc: NoetlError) -> bool:
+    """Whether an error raised while a pass evaluates the playbook (a template, a `set`,
+    a loop's `in`) is the playbook's doing, and so the step's failure. History that
+    could not be read (the engine's database away: StoreError; a replay's record
+    without the answer: ReplayError) is not: it must end the pass (rolled back, run
+    again), never fail a step that did nothing wrong."""
+    return not isinstance(exc, (StoreError, ReplayError))

@@ -36,7 +36,7 @@ from noetl_celery.constants import (
     RUNNING,
     StepStatus,
 )
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import StepError, error_message, output_view
 from noetl_celery.models.playbook import Playbook, Step
 from noetl_celery.orchestrator import cursor, loops
@@ -218,6 +218,8 @@ class Pass:
                     apply_set(self.state.vars, arc.set, context, where_set, renderer=self.renderer)
                     self.touch()
             except NoetlError as exc:
+                if not playbooks_fault(exc):
+                    raise
                 self.fail(step.step, epoch, str(exc))
                 return True  # the failure is recorded; do not double-report it
             if not matched:
@@ -264,6 +266,8 @@ class Pass:
                     apply_set(self.state.vars, step.set, context, where_set, renderer=self.renderer)
                     self.touch()
                 except NoetlError as exc:
+                    if not playbooks_fault(exc):
+                        raise
                     self.fail(step.step, completion.epoch, str(exc))
                     return
             self.route(step, completion.epoch, output, CALL_DONE)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE, StepStatus
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
 from noetl_celery.models.playbook import Step
 from noetl_celery.orchestrator.decisions import Completion, EngineEvent, IssueRange, LoopMirror
@@ -95,6 +95,8 @@ def _iteration_set(run: Run, step: Step, completion: Completion) -> None:
             renderer=run.renderer,
         )
     except NoetlError as exc:
+        if not playbooks_fault(exc):
+            raise
         run.fail(step.step, completion.epoch, str(exc))
     run.touch()
 

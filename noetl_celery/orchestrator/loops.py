@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from noetl_celery.constants import StepStatus
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.playbook import FrameSpec, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import Completion, LoopMirror, LoopPlan
@@ -91,6 +91,8 @@ def enter_loop(run: Run, step: Step) -> None:
                 else positive_int(run, step, frame.max_attempts, "loop.spec.frame.max_attempts")
             )
         except NoetlError as exc:
+            if not playbooks_fault(exc):
+                raise
             run.fail(step.step, epoch, str(exc))
             return
         cursor.enter_cursor(run, step, window, max_rows, row_concurrency, attempts)
@@ -105,6 +107,8 @@ def enter_loop(run: Run, step: Step) -> None:
         )
         window = window_of(run, step)
     except NoetlError as exc:
+        if not playbooks_fault(exc):
+            raise
         run.fail(step.step, epoch, str(exc))
         return
     st.status = StepStatus.RUNNING
@@ -134,6 +138,8 @@ def enter_preplanned(run: Run, step: Step, total: int) -> None:
     try:
         window = window_of(run, step)
     except NoetlError as exc:
+        if not playbooks_fault(exc):
+            raise
         run.fail(step.step, st.epoch, str(exc))
         return
     st.status = StepStatus.RUNNING
@@ -183,14 +189,27 @@ def mirrors_of(state: ExecutionState) -> dict[str, LoopMirror]:
 
 
 def mirrors(run: Run) -> list[LoopMirror]:
-    """The loops rows this pass changed: every epoch whose counters differ from the
-    state the pass started from (a worker's close reads them mid-loop), and every epoch
-    it started or finished."""
+    """The loops rows this pass writes: every epoch it started or finished, and every
+    epoch whose counters a worker's close reads mid-loop (done, window, in flight)
+    changed. A pass that only folds completions and refills the window leaves those
+    as they were, so most passes of a long loop write no row: the succeeded/failed
+    counters of a running epoch are live in the state snapshot (engine.summaries)."""
     current = {
         (name, m.epoch): m
         for name, m in mirrors_of(run.state).items()
-        if name in run.touched_loops or run.loops_before.get(name) != m
+        if name in run.touched_loops or _close_reads_changed(run.loops_before.get(name), m)
     }
     for m in run.finished_loops:
         current.setdefault((m.step, m.epoch), m)  # an epoch the state no longer holds
     return [current[key] for key in sorted(current)]
+
+
+def _close_reads_changed(before: LoopMirror | None, after: LoopMirror) -> bool:
+    """Whether a close would read another answer from the epoch's row than before."""
+    if before is None or before.epoch != after.epoch:
+        return True
+    return (before.done, before.window, before.in_flight) != (
+        after.done,
+        after.window,
+        after.in_flight,
+    )

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import ReplayError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.decide import decide, start
@@ -24,10 +24,6 @@ from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Lim
 from noetl_celery.orchestrator.state import ExecutionState
 
 RECORD_VERSION = 1
-
-
-class ReplayError(NoetlError):
-    """A replayed pass asked a question of history its record does not hold."""
 
 
 def _key(call: str, args: Iterable[Any]) -> str:

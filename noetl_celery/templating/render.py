@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.runtime import Undefined
 
-from noetl_celery.errors import TemplateError, UndefinedVariable
+from noetl_celery.errors import ReplayError, StoreError, TemplateError, UndefinedVariable
 from noetl_celery.templating.environment import (
     UndefinedNameError,
     compile_expression,
@@ -75,7 +75,9 @@ def render_string(
             f"template error{_location(where)}: {exc} (template: {source.strip()!r})",
             template=source,
         ) from None
-    except TemplateError:
+    except (TemplateError, StoreError, ReplayError):
+        # a template that reads history (a step's result) and finds the engine's database
+        # away, or a replay's record without the answer, did nothing wrong: not its failure
         raise
     except Exception as exc:  # errors raised by expressions: ZeroDivisionError, TypeError...
         raise TemplateError(

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from noetl_celery.errors import ReplayError, StoreInterrupted
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.orchestrator.decide import copy_state, decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from noetl_celery.orchestrator.recording import (
-    ReplayError,
     ReplayFacts,
     completion_from_json,
     decision_to_json,
@@ -96,11 +96,15 @@ def test_a_pass_whose_core_read_the_wall_clock_is_detected() -> None:
 
 
 def test_a_replay_refuses_a_fact_the_record_lacks() -> None:
+    """Every recorded pass that read history fails to replay without its answers, even
+    one that read them inside a template (an arc's `when`): a missing answer is never
+    turned into the step's template failure."""
     reading = [r for r in map(load, RECORDS) if r["facts"]]
     assert reading, "no recorded pass reads facts"
-    record = {**reading[0], "facts": []}
-    with pytest.raises(ReplayError, match="not recorded"):
-        replay(record, playbook_for(record))
+    for recorded in reading:
+        record = {**recorded, "facts": []}
+        with pytest.raises(ReplayError, match="not recorded"):
+            replay(record, playbook_for(record))
 
 
 def test_replay_facts_answer_copies() -> None:
@@ -197,3 +201,31 @@ def test_the_state_copy_shares_nothing_a_pass_changes() -> None:
     assert original is not None and original.lanes is not None
     assert original.succeeded == 0 and original.lanes[0].frame == 0
     assert len(original.errors) == 1 and len(state.failures) == 1
+
+
+class _DatabaseAway(ReplayFacts):
+    """Facts whose every read fails as the store's do when its database is away."""
+
+    def result(self, step: str, epoch: int) -> Any:
+        raise StoreInterrupted("the connection was lost while reading a result")
+
+    def iteration_results(self, step: str, epoch: int, limit: int) -> list[Any]:
+        raise StoreInterrupted("the connection was lost while reading results")
+
+
+def test_history_that_cannot_be_read_ends_the_pass_instead_of_failing_a_step() -> None:
+    """A pass whose templates read step results (an arc's `when`, a `set`) when the
+    database goes away must raise the StoreError (the pass rolls back and runs again),
+    never record the step as failed with the database's words as its error."""
+    reading = [r for r in map(load, RECORDS) if r["facts"] and r["state"] is not None]
+    assert reading, "no recorded pass reads facts"
+    for record in reading:
+        with pytest.raises(StoreInterrupted):
+            decide(
+                playbook_for(record),
+                ExecutionState.from_json(record["state"]),
+                [completion_from_json(c) for c in record["completions"]],
+                _DatabaseAway([]),
+                limits_from_json(record["limits"]),
+                record["now"],
+            )
