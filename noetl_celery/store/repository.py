@@ -1,6 +1,6 @@
 """`Store`: the façade over the engine's database (procrastinate style: the SQL is the
-named queries of `store.queries`; the façade opens the transactions and says what
-commits together).
+named queries of the package `store.queries`; the façade and its sub-managers open the
+transactions and say what commits together).
 
 Layers above receive plain rows (`store.rows`) and never see SQLAlchemy; a driver error
 reaches them as a StoreError (store.database).

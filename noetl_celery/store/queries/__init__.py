@@ -1,14 +1,18 @@
-"""Named queries (procrastinate style): every statement of the façade (`Store`) and of its
-transaction objects (`OrchestrationTx`, `CompletionTx`) and of the children's
-spawn/resume, as one function `(conn, ...)` each.
+"""Named queries (procrastinate style): every statement of the façade (`Store`), of its
+transaction objects (`OrchestrationTx`, `CompletionTx`) and of its sub-managers, as one
+function `(conn, ...)` each.
 
 A function runs on the connection it is given and never opens or commits a transaction:
-the caller (the façade) decides what commits together. Functions return plain rows
-(`store.rows`) or scalars, never SQLAlchemy objects. The hot-path statements are built
-once, in `store.statements`.
+the caller (the façade or a manager) decides what commits together. Functions return
+plain rows (`store.rows`) or scalars, never SQLAlchemy objects. The hot-path statements
+are built once, in `store.statements`.
 
-One module per area; every public name is re-exported here, so callers keep
-`from noetl_celery.store import queries` and `queries.claim(...)`.
+One module per area. The engine's own areas (catalog, executions, commands, results,
+inbox, decisions, children, operator, schedules, termination, reaper) are re-exported
+here, so callers keep `from noetl_celery.store import queries` and `queries.claim(...)`.
+The operators' read models (overview, history, catalog_reads, compat, reruns, owners,
+metrics) are used as modules by their read managers (`store.overview`, ...): their names
+(`listing`, `versions`, `failed_items`) only make sense with the module's.
 """
 
 from __future__ import annotations
