@@ -9,10 +9,8 @@ from typing import Any
 import yaml
 
 from noetl_celery.errors import CatalogNotFound
-from noetl_celery.store import catalog as sql
-from noetl_celery.store.catalog import CatalogSummary, CatalogVersion
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import CatalogEntry
+from noetl_celery.store.rows import CatalogEntry, CatalogSummary, CatalogVersion
 
 _PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 
@@ -48,10 +46,10 @@ class Catalog:
         self.store = store
 
     def listing(self) -> list[CatalogSummary]:
-        return sql.listing(self.store)
+        return self.store.catalog_reads.listing()
 
     def versions(self, path: str) -> list[CatalogVersion]:
-        return sql.versions(self.store, path)
+        return self.store.catalog_reads.versions(path)
 
     def _version(
         self, path: str, version: int | None

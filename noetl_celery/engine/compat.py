@@ -12,10 +12,7 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.engine.catalog import suggest
 from noetl_celery.engine.summaries import RunError, run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
-from noetl_celery.store import compat as sql
-from noetl_celery.store import overview
-from noetl_celery.store.compat import CatalogRow
-from noetl_celery.store.rows import EventRow, ExecutionRow
+from noetl_celery.store.rows import CatalogRow, EventRow, ExecutionRow
 from noetl_celery.store.schema import utcnow
 
 if TYPE_CHECKING:
@@ -46,7 +43,7 @@ class ExecutionPageRow:
 
 
 def catalog_rows(engine: Engine, path: str | None = None) -> list[CatalogRow]:
-    return sql.catalog_rows(engine.store, path)
+    return engine.store.compat.catalog_rows(path)
 
 
 def catalog_entry(
@@ -57,7 +54,7 @@ def catalog_entry(
     catalog_id: int | None = None,
 ) -> CatalogRow:
     """One version; CatalogNotFound names what was asked for."""
-    found = sql.catalog_row(engine.store, path=path, version=version, catalog_id=catalog_id)
+    found = engine.store.compat.catalog_row(path=path, version=version, catalog_id=catalog_id)
     if found is not None:
         return found
     asked = path if path is not None else f"catalog_id {catalog_id}"
@@ -77,11 +74,11 @@ def version_of(engine: Engine, catalog_id: int) -> int:
 def executions_page(
     engine: Engine, *, status: str | None = None, offset: int = 0, limit: int = 100
 ) -> list[ExecutionPageRow]:
-    rows, _ = overview.executions_page(engine.store, status=status, offset=offset, limit=limit)
+    rows, _ = engine.store.overview.executions_page(status=status, offset=offset, limit=limit)
     ids = [r.execution_id for r in rows]
-    versions = sql.catalog_versions(engine.store, {r.catalog_id for r in rows})
-    progress = sql.command_progress(engine.store, ids)
-    counts = sql.event_counts(engine.store, ids)
+    versions = engine.store.compat.catalog_versions({r.catalog_id for r in rows})
+    progress = engine.store.compat.command_progress(ids)
+    counts = engine.store.compat.event_counts(ids)
     return [
         ExecutionPageRow(
             row=r,
@@ -116,15 +113,15 @@ def status_parts(engine: Engine, execution_id: str) -> StatusParts:
 
 def commands_made(engine: Engine, execution_id: str) -> int:
     """How many commands the execution has issued so far (NoETL's `commands_generated`)."""
-    return sql.command_progress(engine.store, [execution_id]).get(execution_id, (0, 0))[1]
+    return engine.store.compat.command_progress([execution_id]).get(execution_id, (0, 0))[1]
 
 
 def progress(engine: Engine, execution_id: str) -> tuple[int, int]:
-    return sql.command_progress(engine.store, [execution_id]).get(execution_id, (0, 0))
+    return engine.store.compat.command_progress([execution_id]).get(execution_id, (0, 0))
 
 
 def event_count(engine: Engine, execution_id: str) -> int:
-    return sql.event_counts(engine.store, [execution_id]).get(execution_id, 0)
+    return engine.store.compat.event_counts([execution_id]).get(execution_id, 0)
 
 
 def events_slice(
@@ -136,8 +133,8 @@ def events_slice(
     offset: int = 0,
     limit: int = 100,
 ) -> tuple[list[EventRow], int]:
-    return sql.events_slice(
-        engine.store, execution_id, types=types, after=after, offset=offset, limit=limit
+    return engine.store.compat.events_slice(
+        execution_id, types=types, after=after, offset=offset, limit=limit
     )
 
 
@@ -145,7 +142,7 @@ def cleanup(engine: Engine, older_than_minutes: int, *, dry_run: bool) -> list[s
     """Cancel (unless `dry_run`) top-level executions RUNNING for longer than
     `older_than_minutes`; their ids (those that were still running when cancelled)."""
     cutoff = utcnow() - dt.timedelta(minutes=older_than_minutes)
-    stuck = sql.stuck_executions(engine.store, cutoff)
+    stuck = engine.store.compat.stuck_executions(cutoff)
     if dry_run:
         return stuck
     reason = f"cleanup: running for more than {older_than_minutes} minute(s)"

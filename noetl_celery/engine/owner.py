@@ -22,8 +22,6 @@ from noetl_celery.constants import FAILED
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.termination import end_tree
-from noetl_celery.store.history import write_logs
-from noetl_celery.store.owners import running_owned
 from noetl_celery.store.repository import Store
 
 log = logging.getLogger("noetl_celery.owner")
@@ -89,7 +87,7 @@ def end_orphans(store: Store, dispatcher: Dispatcher, logs: LogSink | None = Non
     ended = []
     collector = logs.collector() if logs is not None else None
     with logcapture.capturing(collector):
-        for execution_id, owner in running_owned(store):
+        for execution_id, owner in store.owners.running_owned():
             if not is_gone(owner):
                 continue
             message = (
@@ -105,5 +103,5 @@ def end_orphans(store: Store, dispatcher: Dispatcher, logs: LogSink | None = Non
                     extra={"execution_id": execution_id},
                 )
                 ended.append(execution_id)
-    write_logs(store, LogSink.collected_rows(collector))
+    store.history.write_logs(LogSink.collected_rows(collector))
     return ended

@@ -1,6 +1,6 @@
 """Read models of the HTTP API and the operator pages: the executions listing with loop
-totals, one execution in detail, a loop's failed items, the flow graph. Queries are in
-`store.overview`; this module shapes them (pure folding where a decision is made)."""
+totals, one execution in detail, a loop's failed items, the flow graph. Queries are
+`store.overview`'s; this module shapes them (pure folding where a decision is made)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from noetl_celery.engine.summaries import (
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.store import history, overview
 from noetl_celery.store.overview import LoopTotals
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
@@ -54,8 +53,7 @@ def executions_page(
     """`{"executions": [line + items_done, items_failed], "total", "limit", "offset"}`,
     newest first. Three queries whatever the page size: the page (with its count), the
     loop totals of its ids, and the live counters of those with an open loop epoch."""
-    rows, total = overview.executions_page(
-        store,
+    rows, total = store.overview.executions_page(
         status=status,
         path=path,
         trigger=trigger,
@@ -63,9 +61,9 @@ def executions_page(
         limit=limit,
         offset=offset,
     )
-    totals = overview.loop_totals(store, [r.execution_id for r in rows])
+    totals = store.overview.loop_totals([r.execution_id for r in rows])
     open_ids = [eid for eid, t in totals.items() if t.open_epochs]
-    steps = overview.step_states(store, open_ids)
+    steps = store.overview.step_states(open_ids)
     lines = []
     for row in rows:
         done, failed = loop_items(
@@ -154,8 +152,8 @@ def events_since(
     (unchanged when there was none), `left_out` counts the matching events past it."""
     if types is None:
         return {"events": [], "next_since": since, "left_out": 0}
-    page = history.events_after(
-        store, row.execution_id, types=types, step=step, after=since, limit=limit
+    page = store.history.events_after(
+        row.execution_id, types=types, step=step, after=since, limit=limit
     )
     rows = [e.to_json() for e in page.rows]
     next_since = rows[-1]["event_id"] if rows else since
@@ -166,7 +164,7 @@ def logs_since(
     store: Store, row: ExecutionRow, *, step: str | None, since: int, limit: int
 ) -> dict[str, Any]:
     """`{"logs": [...], "next_since", "left_out"}` as `events_since`, over log ids."""
-    page = history.logs_after(store, row.execution_id, step=step, after=since, limit=limit)
+    page = store.history.logs_after(row.execution_id, step=step, after=since, limit=limit)
     rows = [r.to_json() for r in page.rows]
     next_since = rows[-1]["log_id"] if rows else since
     return {"logs": rows, "next_since": next_since, "left_out": page.left_out}

@@ -17,7 +17,6 @@ from noetl_celery.engine.summaries import (
     run_summary,
     status_view,
 )
-from noetl_celery.store.history import events_page, logs_page
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import EventJSON, LogJSON
 from noetl_celery.tools.services import ToolServices
@@ -180,8 +179,8 @@ class EngineReads:
         """`events` plus how many matching events the limit left out."""
         if after is None:
             self.store.execution(execution_id)  # raises ExecutionNotFound
-        page = events_page(
-            self.store, execution_id, types=types, step=step, after=after, limit=limit
+        page = self.store.history.events_page(
+            execution_id, types=types, step=step, after=after, limit=limit
         )
         return [e.to_json() for e in page.rows], page.left_out
 
@@ -196,5 +195,5 @@ class EngineReads:
         """Captured command output, in the order it was stored (see `events_page`)."""
         if after is None:
             self.store.execution(execution_id)  # raises ExecutionNotFound
-        page = logs_page(self.store, execution_id, step=step, after=after, limit=limit)
+        page = self.store.history.logs_page(execution_id, step=step, after=after, limit=limit)
         return [r.to_json() for r in page.rows], page.left_out

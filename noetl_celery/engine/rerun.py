@@ -29,7 +29,6 @@ from noetl_celery.errors import NoetlError
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.decide import merge_payload
 from noetl_celery.store.repository import Store
-from noetl_celery.store.reruns import failed_items, failed_loops, step_context
 from noetl_celery.store.rows import ExecutionRow
 
 
@@ -71,7 +70,7 @@ def plan_rerun(
         items = _failing_loops(store, original, playbook)
         entry = entry or next(iter(items))
     assert entry is not None
-    version = step_context(store, eid, entry)
+    version = store.reruns.step_context(eid, entry)
     if version is not None:
         pointers = store.context(eid, version).get("results") or {}
     else:  # the step never ran: start from where the original ended
@@ -92,7 +91,7 @@ def plan_rerun(
 def _failing_loops(store: Store, original: ExecutionRow, playbook: Playbook) -> dict[str, int]:
     """Loop steps with failed items, the one whose first failure came first leading
     (the rerun enters it first): step -> count."""
-    failing = failed_loops(store, original.execution_id)
+    failing = store.reruns.failed_loops(original.execution_id)
     if not failing:
         raise RerunError(f"execution {original.execution_id} has no failed loop items to rerun")
     for name in failing:
@@ -126,5 +125,5 @@ def start_inputs(store: Store, row: ExecutionRow) -> dict[str, Any]:
             name: store.result(original, name, int(epoch))
             for name, epoch in (begin.get("results") or {}).items()
         },
-        "loop_items": {name: failed_items(store, original, name) for name in begin["items"]},
+        "loop_items": {name: store.reruns.failed_items(original, name) for name in begin["items"]},
     }

@@ -35,7 +35,6 @@ from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.models.outcome import ErrorKind
-from noetl_celery.store.history import write_logs
 from noetl_celery.store.reaper import LostCommand
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow
@@ -110,7 +109,7 @@ class Reaper:
                 report = self._sweep()
         finally:
             self.store.reaper.release_lease(LEASE_NAME, self.owner)
-        write_logs(self.store, LogSink.collected_rows(collector))
+        self.store.history.write_logs(LogSink.collected_rows(collector))
         # a sweep runs every few seconds: a line at INFO only when it did something
         log.log(logging.INFO if report else logging.DEBUG, "reaper: %s", report)
         return report

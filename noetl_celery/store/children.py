@@ -19,11 +19,9 @@ from noetl_celery.errors import CatalogNotFound
 from noetl_celery.models.summary import execution_summary
 from noetl_celery.store import queries
 from noetl_celery.store.database import Database
-from noetl_celery.store.queries import WAITING_FOR_CHILD, ResultCache
+from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.rows import CatalogEntry, ClaimedCommand, ExecutionRow, SpawnRequest
 from noetl_celery.store.schema import utcnow
-
-WAITING = WAITING_FOR_CHILD
 
 
 def child_summary(conn: Connection, child: ExecutionRow, results: ResultCache) -> dict[str, Any]:

@@ -1,153 +1,82 @@
-"""Reads NoETL's server API needs (web.api_noetl) and the engine's own reads do not:
-catalog rows with their content, executions and events by offset (NoETL pages by
-number), per-execution progress and event counts in one query per page.
+"""`store.compat`: reads NoETL's server API needs (web.api_noetl) and the engine's own
+reads do not (catalog rows with their content, events by offset, progress and event
+counts per page, stuck executions), each in a read transaction of its own; the SQL is
+`store.queries.compat`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 
-from sqlalchemy import case, func, select
+from noetl_celery.store.database import Database
+from noetl_celery.store.queries import compat as sql
+from noetl_celery.store.rows import CatalogRow, EventRow
 
-from noetl_celery.constants import CMD_TERMINAL, RUNNING
-from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import EventRow
-from noetl_celery.store.schema import catalog, commands, events, executions
+__all__ = ["CatalogRow", "CompatManager"]
 
 
-@dataclass(frozen=True)
-class CatalogRow:
-    """One registered version, with its YAML."""
+class CompatManager:
+    """What `engine.compat` reads for NoETL's API."""
 
-    catalog_id: int
-    path: str
-    version: int
-    name: str
-    content: str
-    content_sha256: str
-    created_at: dt.datetime
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
+    def catalog_rows(self, path: str | None = None) -> list[CatalogRow]:
+        """Every registered version (of `path`), newest first (as NoETL lists them)."""
+        with self.db.read() as conn:
+            return sql.catalog_rows(conn, path)
 
-_CATALOG_COLUMNS = (
-    catalog.c.catalog_id,
-    catalog.c.path,
-    catalog.c.version,
-    catalog.c.name,
-    catalog.c.content,
-    catalog.c.content_sha256,
-    catalog.c.created_at,
-)
+    def catalog_row(
+        self,
+        *,
+        path: str | None = None,
+        version: int | None = None,
+        catalog_id: int | None = None,
+    ) -> CatalogRow | None:
+        """The version `catalog_id`, or `path`'s `version` (latest when None); None:
+        absent."""
+        with self.db.read() as conn:
+            return sql.catalog_row(conn, path=path, version=version, catalog_id=catalog_id)
 
+    def catalog_versions(self, catalog_ids: Collection[int]) -> dict[int, int]:
+        """catalog_id -> version, for the ids given."""
+        if not catalog_ids:
+            return {}
+        with self.db.read() as conn:
+            return sql.catalog_versions(conn, catalog_ids)
 
-def catalog_rows(store: Store, path: str | None = None) -> list[CatalogRow]:
-    """Every registered version (of `path`), newest first (as NoETL lists them)."""
-    query = select(*_CATALOG_COLUMNS).order_by(
-        catalog.c.created_at.desc(), catalog.c.catalog_id.desc()
-    )
-    if path is not None:
-        query = query.where(catalog.c.path == path)
-    with store.db.read() as conn:
-        rows = conn.execute(query).all()
-    return [CatalogRow(**r._mapping) for r in rows]
+    def command_progress(self, execution_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """execution_id -> (commands ended, commands made), for the ids given."""
+        if not execution_ids:
+            return {}
+        with self.db.read() as conn:
+            return sql.command_progress(conn, execution_ids)
 
+    def event_counts(self, execution_ids: Sequence[str]) -> dict[str, int]:
+        if not execution_ids:
+            return {}
+        with self.db.read() as conn:
+            return sql.event_counts(conn, execution_ids)
 
-def catalog_row(
-    store: Store,
-    *,
-    path: str | None = None,
-    version: int | None = None,
-    catalog_id: int | None = None,
-) -> CatalogRow | None:
-    """The version `catalog_id`, or `path`'s `version` (latest when None); None: absent."""
-    query = select(*_CATALOG_COLUMNS)
-    if catalog_id is not None:
-        query = query.where(catalog.c.catalog_id == catalog_id)
-    if path is not None:
-        query = query.where(catalog.c.path == path)
-    if version is not None:
-        query = query.where(catalog.c.version == version)
-    with store.db.read() as conn:
-        row = conn.execute(query.order_by(catalog.c.version.desc()).limit(1)).first()
-    return None if row is None else CatalogRow(**row._mapping)
-
-
-def catalog_versions(store: Store, catalog_ids: Collection[int]) -> dict[int, int]:
-    """catalog_id -> version, for the ids given."""
-    if not catalog_ids:
-        return {}
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(catalog.c.catalog_id, catalog.c.version).where(
-                catalog.c.catalog_id.in_(sorted(set(catalog_ids)))
+    def events_slice(
+        self,
+        execution_id: str,
+        *,
+        types: Collection[str] = (),
+        after: int | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[EventRow], int]:
+        """Events oldest first (of `types` when given, newer than event id `after`),
+        `limit` of them after skipping `offset`, and how many match in all."""
+        with self.db.read() as conn:
+            return sql.events_slice(
+                conn, execution_id, types=types, after=after, offset=offset, limit=limit
             )
-        ).all()
-    return {r.catalog_id: r.version for r in rows}
 
-
-def command_progress(store: Store, execution_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """execution_id -> (commands ended, commands made), for the ids given."""
-    if not execution_ids:
-        return {}
-    ended = func.sum(case((commands.c.status.in_(sorted(CMD_TERMINAL)), 1), else_=0))
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(commands.c.execution_id, ended, func.count())
-            .where(commands.c.execution_id.in_(list(execution_ids)))
-            .group_by(commands.c.execution_id)
-        ).all()
-    return {r[0]: (int(r[1] or 0), int(r[2])) for r in rows}
-
-
-def event_counts(store: Store, execution_ids: Sequence[str]) -> dict[str, int]:
-    if not execution_ids:
-        return {}
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(events.c.execution_id, func.count())
-            .where(events.c.execution_id.in_(list(execution_ids)))
-            .group_by(events.c.execution_id)
-        ).all()
-    return {r[0]: int(r[1]) for r in rows}
-
-
-def events_slice(
-    store: Store,
-    execution_id: str,
-    *,
-    types: Collection[str] = (),
-    after: int | None = None,
-    offset: int = 0,
-    limit: int = 100,
-) -> tuple[list[EventRow], int]:
-    """Events oldest first (of `types` when given, newer than event id `after`), `limit`
-    of them after skipping `offset`, and how many match in all."""
-    where = [events.c.execution_id == execution_id]
-    if types:
-        where.append(events.c.type.in_(sorted(types)))
-    if after is not None:
-        where.append(events.c.event_id > after)
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(events).where(*where).order_by(events.c.event_id).offset(offset).limit(limit)
-        ).all()
-        total = conn.execute(select(func.count()).select_from(events).where(*where)).scalar_one()
-    return [EventRow(**r._mapping) for r in rows], int(total)
-
-
-def stuck_executions(store: Store, started_before: dt.datetime, limit: int = 1000) -> list[str]:
-    """Top-level executions still RUNNING that started before `started_before`, oldest
-    first (children end with their parent)."""
-    with store.db.read() as conn:
-        rows = conn.execute(
-            select(executions.c.execution_id)
-            .where(
-                executions.c.status == RUNNING,
-                executions.c.parent_execution_id.is_(None),
-                executions.c.created_at < started_before,
-            )
-            .order_by(executions.c.created_at)
-            .limit(limit)
-        ).all()
-    return [r[0] for r in rows]
+    def stuck_executions(self, started_before: dt.datetime, limit: int = 1000) -> list[str]:
+        """Top-level executions still RUNNING that started before `started_before`,
+        oldest first (children end with their parent)."""
+        with self.db.read() as conn:
+            return sql.stuck_executions(conn, started_before, limit)

@@ -19,9 +19,9 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
-from noetl_celery.store.history import add_logs
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
+from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
 from noetl_celery.store.schema import utcnow
 

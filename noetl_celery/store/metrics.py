@@ -1,9 +1,5 @@
-"""The figures `/metrics` exports, read per scrape in one read transaction.
-
-Everything is counted in SQL over indexed columns, bounded by what is live: commands are
-counted for RUNNING executions only (terminal executions have none in flight), and the
-state snapshots read are those of RUNNING executions (their running loop epochs live
-there; the `loops` table is written at epoch start and end).
+"""`store.metrics`: the figures `/metrics` exports, read per scrape in one read
+transaction; the SQL (and why it stays cheap) is `store.queries.metrics`.
 """
 
 from __future__ import annotations
@@ -12,13 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from noetl_celery.store.database import Database
+from noetl_celery.store.queries import metrics as sql
+from noetl_celery.store.queries.metrics import IN_FLIGHT
 
-from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_RUNNING, RUNNING
-from noetl_celery.store.children import WAITING as CMD_WAITING
-from noetl_celery.store.schema import commands, counters, executions, loops
-
-IN_FLIGHT = (CMD_ISSUED, CMD_RUNNING, CMD_WAITING, CMD_DELAYED)
+__all__ = ["IN_FLIGHT", "LoopTotals", "MetricsManager", "MetricsSnapshot"]
 
 
 @dataclass(frozen=True)
@@ -41,50 +35,18 @@ class MetricsSnapshot:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-def read_snapshot(db: Any) -> MetricsSnapshot:
-    """`db` is the store's `Database`."""
-    snap = MetricsSnapshot()
-    running = executions.c.status == RUNNING
-    with db.read() as conn:
-        for status, count in conn.execute(
-            select(executions.c.status, func.count()).group_by(executions.c.status)
-        ):
-            snap.executions_by_status[status] = int(count)
-        totals = conn.execute(
-            select(
-                executions.c.path,
-                loops.c.step,
-                func.sum(loops.c.succeeded),
-                func.sum(loops.c.failed),
+class MetricsManager:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def read_snapshot(self) -> MetricsSnapshot:
+        """Every figure, from one read transaction (one consistent snapshot)."""
+        with self.db.read() as conn:
+            return MetricsSnapshot(
+                executions_by_status=sql.executions_by_status(conn),
+                finished_loops=[LoopTotals(*t) for t in sql.finished_loops(conn)],
+                running_states=sql.running_states(conn),
+                commands_by_status=sql.commands_by_status(conn),
+                oldest_issued_at=sql.oldest_issued_at(conn),
+                counters=sql.counter_values(conn),
             )
-            .select_from(loops.join(executions, executions.c.execution_id == loops.c.execution_id))
-            .where(loops.c.done.is_(True))
-            .group_by(executions.c.path, loops.c.step)
-        )
-        snap.finished_loops = [
-            LoopTotals(path, step, int(ok or 0), int(bad or 0)) for path, step, ok, bad in totals
-        ]
-        snap.running_states = [
-            (path, state or {})
-            for path, state in conn.execute(
-                select(executions.c.path, executions.c.state).where(running)
-            )
-        ]
-        in_flight = commands.join(executions, executions.c.execution_id == commands.c.execution_id)
-        for status, count in conn.execute(
-            select(commands.c.status, func.count())
-            .select_from(in_flight)
-            .where(running, commands.c.status.in_(IN_FLIGHT))
-            .group_by(commands.c.status)
-        ):
-            snap.commands_by_status[status] = int(count)
-        snap.oldest_issued_at = conn.execute(
-            select(func.min(commands.c.issued_at))
-            .select_from(in_flight)
-            .where(running, commands.c.status == CMD_ISSUED)
-        ).scalar()
-        snap.counters = {
-            name: int(value)
-            for name, value in conn.execute(select(counters.c.name, counters.c.value))
-        }
-    return snap

@@ -1,6 +1,6 @@
 """`Store`: the façade over the engine's database (procrastinate style: the SQL is the
-named queries of `store.queries`; the façade opens the transactions and says what
-commits together).
+named queries of the package `store.queries`; the façade and its sub-managers open the
+transactions and say what commits together).
 
 Layers above receive plain rows (`store.rows`) and never see SQLAlchemy; a driver error
 reaches them as a StoreError (store.database).
@@ -20,14 +20,21 @@ from sqlalchemy.exc import IntegrityError
 from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
 from noetl_celery.models.outcome import Outcome
-from noetl_celery.store import overview, queries
+from noetl_celery.store import queries
 from noetl_celery.store.cache import ImmutableCache
+from noetl_celery.store.catalog import CatalogReadsManager
 from noetl_celery.store.children import ChildrenManager
+from noetl_celery.store.compat import CompatManager
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
+from noetl_celery.store.history import HistoryManager
+from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.overview import OverviewManager
+from noetl_celery.store.owners import OwnersManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
+from noetl_celery.store.reruns import RerunsManager
 from noetl_celery.store.rows import (
     CatalogEntry,
     ClaimedCommand,
@@ -60,8 +67,9 @@ def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
 
 class Store:
     """The façade: its own methods for the hot path and the reads, and one sub-manager
-    per area (`schedules`, `reaper`, `children`, `termination`) sharing its database and
-    caches."""
+    per area (`schedules`, `reaper`, `children`, `termination`; the operators' reads
+    `overview`, `history`, `catalog_reads`, `compat`, `reruns`, `owners`, `metrics`)
+    sharing its database and caches."""
 
     def __init__(self, database: Database) -> None:
         self.db = database
@@ -73,6 +81,14 @@ class Store:
         self.reaper = ReaperManager(database)
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
         self.termination = TerminationManager(database, self.result_cache)
+        # the operators' reads: each opens its own read transaction
+        self.overview = OverviewManager(database)
+        self.history = HistoryManager(database)
+        self.catalog_reads = CatalogReadsManager(database)
+        self.compat = CompatManager(database)
+        self.reruns = RerunsManager(database)
+        self.owners = OwnersManager(database)
+        self.metrics = MetricsManager(database)
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(
@@ -266,14 +282,14 @@ class Store:
         """`limit` failed iterations of a loop epoch (every epoch when None) from
         `offset`, in iteration order, with their items (through the failed iterations'
         partial index); `count_failed_iterations` tells how many there are."""
-        return overview.failed_iterations(
-            self, execution_id, step, epoch=epoch, offset=offset, limit=limit
+        return self.overview.failed_iterations(
+            execution_id, step, epoch=epoch, offset=offset, limit=limit
         )
 
     def count_failed_iterations(
         self, execution_id: str, step: str, epoch: int | None = None
     ) -> int:
-        return overview.count_failed_iterations(self, execution_id, step, epoch=epoch)
+        return self.overview.count_failed_iterations(execution_id, step, epoch=epoch)
 
     def command_counts(self, execution_id: str) -> CommandCounts:
         with self.db.read() as conn:

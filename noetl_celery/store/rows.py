@@ -270,3 +270,75 @@ class LostCommand:
     resume: Mapping[str, Any] | None
     lease_until: dt.datetime | None
     deadline_at: dt.datetime | None
+
+
+def _iso(value: dt.datetime) -> str:
+    return value.isoformat() + "Z"
+
+
+@dataclass(frozen=True)
+class LoopTotals:
+    """Loop iterations of one execution over its finished epochs, and how many of its
+    epochs are still open (their live counters are in the state snapshot only)."""
+
+    succeeded: int = 0
+    failed: int = 0
+    open_epochs: int = 0
+
+
+@dataclass(frozen=True)
+class CatalogVersion:
+    """One registered version of a path."""
+
+    catalog_id: int
+    path: str
+    version: int
+    name: str
+    content_sha256: str
+    created_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "catalog_id": self.catalog_id,
+            "version": self.version,
+            "name": self.name,
+            "content_sha256": self.content_sha256,
+            "registered_at": _iso(self.created_at),
+        }
+
+
+@dataclass(frozen=True)
+class CatalogSummary:
+    """A catalog path with its latest version."""
+
+    path: str
+    name: str  # the latest version's `metadata.name`
+    latest_version: int
+    versions: int
+    catalog_id: int  # of the latest version
+    registered_at: dt.datetime  # when the latest version was registered
+    first_registered_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "name": self.name,
+            "latest_version": self.latest_version,
+            "versions": self.versions,
+            "catalog_id": self.catalog_id,
+            "registered_at": _iso(self.registered_at),
+            "first_registered_at": _iso(self.first_registered_at),
+        }
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    """One registered version, with its YAML (what NoETL's API lists)."""
+
+    catalog_id: int
+    path: str
+    version: int
+    name: str
+    content: str
+    content_sha256: str
+    created_at: dt.datetime

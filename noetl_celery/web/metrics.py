@@ -13,7 +13,6 @@ from prometheus_client.registry import Collector
 
 from noetl_celery.engine.metrics import families
 from noetl_celery.engine.service import Engine
-from noetl_celery.store.metrics import read_snapshot
 from noetl_celery.store.schema import utcnow
 
 router = APIRouter(tags=["metrics"])
@@ -24,7 +23,7 @@ class EngineCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        snapshot = read_snapshot(self.engine.store.db)
+        snapshot = self.engine.store.metrics.read_snapshot()
         for family in families(snapshot, utcnow()):
             kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
             metric = kind(family.name, family.help, labels=list(family.labels))

@@ -38,7 +38,6 @@ from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
-from noetl_celery.store.history import write_logs
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
@@ -132,7 +131,7 @@ class CommandExecutor:
         result = _masked(result)
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
-            write_logs(self.store, LogSink.command_rows(capture, command))
+            self.store.history.write_logs(LogSink.command_rows(capture, command))
             self._wait_for_child(command, result)
             return CommandReport(command_id, WAITING)
         if isinstance(result, HeldFrame):

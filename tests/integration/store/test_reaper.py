@@ -21,7 +21,6 @@ from noetl_celery.store.counters import (
     COUNTER_REPUBLISHED,
 )
 from noetl_celery.store.database import SchemaMode
-from noetl_celery.store.metrics import read_snapshot
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -114,7 +113,7 @@ def test_lost_message_then_lost_worker_then_give_up(
     counts = built.store.command_counts(eid)
     assert counts.issued == counts.running == 0
     # what /metrics exports, counted in the sweeps' own transactions (store.counters)
-    assert read_snapshot(built.store.db).counters == {
+    assert built.store.metrics.read_snapshot().counters == {
         COUNTER_REPUBLISHED: 2,
         COUNTER_REISSUED: 1,
         COUNTER_LEASES_EXPIRED: 2,  # the first run's and the last attempt's

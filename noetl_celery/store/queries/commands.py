@@ -1,0 +1,205 @@
+"""The worker side of a command: the claim, the close with its terminal event and
+inbox entry (also as one Postgres statement), the lease, the deadline."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
+
+from noetl_celery.constants import (
+    CMD_COMPLETED,
+    CMD_FAILED,
+    CMD_RUNNING,
+    EV_COMMAND_COMPLETED,
+    EV_COMMAND_FAILED,
+)
+from noetl_celery.models.outcome import Outcome
+from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.rows import ClaimedCommand, LoopCounters
+from noetl_celery.store.schema import commands, events, inbox, loops
+from noetl_celery.store.statements import CLAIM, CLOSE_COMMAND, WAITING_EPOCH
+
+
+def claim(
+    conn: Connection, command_id: str, worker: str, now: dt.datetime, lease_until: dt.datetime
+) -> Any:
+    """The claimed command's COMMAND_COLUMNS, or None when it is not issued (any more)."""
+    params = {"b_cid": command_id, "b_worker": worker, "b_now": now, "b_lease": lease_until}
+    return conn.execute(CLAIM, params).first()
+
+
+def append_terminal(
+    conn: Connection,
+    execution_id: str,
+    step: str,
+    command_id: str,
+    epoch: int,
+    iteration: int | None,
+    event_type: str,
+    outcome: dict[str, Any],
+    now: dt.datetime,
+) -> None:
+    """A command's terminal event and its inbox entry (the unique index on the event
+    keeps a second terminal of the same command out)."""
+    event_id = conn.execute(
+        insert_ignore(conn, events).returning(events.c.event_id),
+        {
+            "execution_id": execution_id,
+            "type": event_type,
+            "step": step,
+            "command_id": command_id,
+            "epoch": epoch,
+            "iteration": iteration,
+            "payload": outcome,
+            "created_at": now,
+        },
+    ).scalar()
+    if event_id is not None:
+        conn.execute(
+            inbox.insert().values(
+                event_id=event_id,
+                execution_id=execution_id,
+                step=step,
+                epoch=epoch,
+                iteration=iteration,
+            )
+        )
+
+
+def close_command(
+    conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
+) -> bool:
+    """Close a running command and append its terminal event; False when it is no
+    longer running (cancelled, re-issued)."""
+    ok = outcome.ok
+    closed = conn.execute(
+        CLOSE_COMMAND,
+        {
+            "b_cid": command.command_id,
+            "b_status": CMD_COMPLETED if ok else CMD_FAILED,
+            "b_now": now,
+        },
+    ).first()
+    if closed is None:
+        return False
+    append_terminal(
+        conn,
+        command.execution_id,
+        command.step,
+        command.command_id,
+        command.epoch,
+        command.iteration,
+        EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+        outcome.to_json(),
+        now,
+    )
+    return True
+
+
+_CLOSE_PG = text(
+    """
+    WITH closed AS (
+        UPDATE commands SET status = :b_status, finished_at = :b_now
+        WHERE command_id = :b_cid AND status = 'running'
+        RETURNING command_id, execution_id, step, epoch, iteration
+    ), inserted AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT execution_id, :b_type, step, command_id, epoch, iteration, :b_payload, :b_now
+        FROM closed
+        ON CONFLICT DO NOTHING
+        RETURNING event_id, execution_id, step, epoch, iteration
+    ), queued AS (
+        INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
+        SELECT event_id, execution_id, step, epoch, iteration FROM inserted
+    )
+    SELECT
+        (SELECT count(*) FROM closed) AS closed,
+        (SELECT count(*) FROM inbox
+          WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
+        x.status AS status,
+        l.done AS loop_done,
+        l.window_size AS loop_window,
+        l.in_flight AS loop_in_flight
+    FROM executions x
+    LEFT JOIN loops l
+        ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
+    WHERE x.execution_id = :b_eid
+    """
+).bindparams(bindparam("b_payload", type_=JSONB))
+
+
+def close_and_read(
+    conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
+) -> Any:
+    """Postgres only, one statement: close the command, append its terminal event and
+    inbox entry, and read (closed, waiting, status, the epoch's loops row counters:
+    loop_done, loop_window, loop_in_flight, null without a row) from the snapshot taken
+    before that insert (waiting does not count this completion)."""
+    ok = outcome.ok
+    return conn.execute(
+        _CLOSE_PG,
+        {
+            "b_cid": command.command_id,
+            "b_status": CMD_COMPLETED if ok else CMD_FAILED,
+            "b_now": now,
+            "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+            "b_payload": outcome.to_json(),
+            "b_eid": command.execution_id,
+            "b_step": command.step,
+            "b_epoch": command.epoch,
+        },
+    ).first()
+
+
+def loop_counters(
+    conn: Connection, execution_id: str, step: str, epoch: int
+) -> LoopCounters | None:
+    """What the close reads of a loop epoch's row (None: no row, not a loop epoch)."""
+    row = conn.execute(
+        select(loops.c.done, loops.c.window_size, loops.c.in_flight).where(
+            loops.c.execution_id == execution_id, loops.c.step == step, loops.c.epoch == epoch
+        )
+    ).first()
+    return None if row is None else LoopCounters(bool(row[0]), int(row[1]), int(row[2]))
+
+
+def waiting_in_epoch(conn: Connection, execution_id: str, step: str, epoch: int) -> int:
+    """Completions of one loop epoch waiting in the inbox."""
+    params = {"b_eid": execution_id, "b_step": step, "b_epoch": epoch}
+    return int(conn.execute(WAITING_EPOCH, params).scalar_one())
+
+
+def renew_lease(conn: Connection, command_id: str, until: dt.datetime) -> bool:
+    row = conn.execute(
+        update(commands)
+        .where(commands.c.command_id == command_id, commands.c.status == CMD_RUNNING)
+        .values(lease_until=until)
+        .returning(commands.c.command_id)
+    ).first()
+    return row is not None
+
+
+def any_claimed(conn: Connection, execution_id: str) -> bool:
+    row = conn.execute(
+        select(commands.c.command_id)
+        .where(commands.c.execution_id == execution_id, commands.c.started_at.is_not(None))
+        .limit(1)
+    ).first()
+    return row is not None
+
+
+def command_status(conn: Connection, command_id: str) -> str | None:
+    value = conn.execute(
+        select(commands.c.status).where(commands.c.command_id == command_id)
+    ).scalar()
+    return None if value is None else str(value)
+
+
+def set_deadline(conn: Connection, command_id: str, deadline: dt.datetime) -> None:
+    conn.execute(
+        update(commands).where(commands.c.command_id == command_id).values(deadline_at=deadline)
+    )

@@ -1,0 +1,211 @@
+"""Writing a decision: results, contexts, planned and issued commands, engine events,
+the loops mirror, the state snapshot, the terminal write."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, update
+
+from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_PLANNED, KIND_ITERATION, KIND_STEP
+from noetl_celery.orchestrator.decisions import (
+    EngineEvent,
+    IssueRange,
+    LoopMirror,
+    LoopPlan,
+    NewCommand,
+    ResultWrite,
+    Terminal,
+)
+from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.store.dialect import insert_ignore, upsert
+from noetl_celery.store.queries._common import SYNC_COMMIT
+from noetl_celery.store.schema import commands, contexts, events, executions, loops, results
+from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE
+
+# rows per multi-row INSERT when planning a large loop
+PLAN_CHUNK = 5000
+
+
+def insert_results(
+    conn: Connection, execution_id: str, records: Sequence[ResultWrite], now: dt.datetime
+) -> None:
+    conn.execute(
+        insert_ignore(conn, results),
+        [
+            {
+                "execution_id": execution_id,
+                "step": r.step,
+                "epoch": r.epoch,
+                "status": r.status,
+                "data": r.data,
+                "created_at": now,
+            }
+            for r in records
+        ],
+    )
+
+
+def insert_contexts(
+    conn: Connection, execution_id: str, versions: dict[int, dict[str, Any]], now: dt.datetime
+) -> None:
+    conn.execute(
+        insert_ignore(conn, contexts),
+        [
+            {"execution_id": execution_id, "version": v, "data": data, "created_at": now}
+            for v, data in versions.items()
+        ],
+    )
+
+
+def insert_planned(conn: Connection, execution_id: str, plan: LoopPlan) -> None:
+    """A loop's planned (not yet issued) iteration commands."""
+    # rows are built one chunk at a time: a 100k-item loop must not hold 100k row dicts
+    # (and one giant INSERT) in memory at once
+    for start in range(0, len(plan.items), PLAN_CHUNK):
+        chunk = plan.items[start : start + PLAN_CHUNK]
+        conn.execute(
+            insert_ignore(conn, commands),
+            [
+                {
+                    "command_id": iteration_command_id(execution_id, plan.step, plan.epoch, i),
+                    "execution_id": execution_id,
+                    "step": plan.step,
+                    "kind": KIND_ITERATION,
+                    "epoch": plan.epoch,
+                    "iteration": i,
+                    "attempt": 1,
+                    "status": CMD_PLANNED,
+                    "ctx_version": plan.ctx_version,
+                    "item": item,
+                    "meta": plan.meta,
+                }
+                for i, item in enumerate(chunk, plan.start + start)
+            ],
+        )
+
+
+def insert_commands(
+    conn: Connection, execution_id: str, new: Sequence[NewCommand], now: dt.datetime
+) -> list[str]:
+    """Insert commands; the ids this statement inserted (a command already there is
+    left as it is)."""
+    stmt = insert_ignore(conn, commands).returning(commands.c.command_id)
+    rows = [
+        {
+            "command_id": c.command_id,
+            "execution_id": execution_id,
+            "step": c.step,
+            "kind": c.kind or KIND_STEP,
+            "epoch": c.epoch,
+            "iteration": c.iteration,
+            "attempt": c.attempt,
+            # a delayed command is parked with its due time; the reaper's sweep issues
+            # and publishes it then (no worker sleeps through a backoff)
+            "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
+            "ctx_version": c.ctx_version,
+            "item": c.item,
+            "meta": c.meta,
+            "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
+        }
+        for c in new
+    ]
+    return [r[0] for r in conn.execute(stmt, rows).all()]
+
+
+def issue_range(
+    conn: Connection, execution_id: str, issue: IssueRange, now: dt.datetime
+) -> list[str]:
+    """Issue planned iterations [start, stop); the ids issued, in iteration order."""
+    params = {
+        "b_eid": execution_id,
+        "b_step": issue.step,
+        "b_epoch": issue.epoch,
+        "b_start": issue.start,
+        "b_stop": issue.stop,
+        "b_now": now,
+        "b_ctx": issue.ctx_version,
+    }
+    issued = sorted(conn.execute(ISSUE_RANGE, params).all(), key=lambda r: r[1])
+    return [r[0] for r in issued]
+
+
+def insert_events(
+    conn: Connection, execution_id: str, new: Sequence[EngineEvent], now: dt.datetime
+) -> None:
+    conn.execute(
+        insert_ignore(conn, events),
+        [
+            {
+                "execution_id": execution_id,
+                "type": e.type,
+                "step": e.step,
+                "epoch": e.epoch,
+                "payload": e.payload,
+                "created_at": now,
+            }
+            for e in new
+        ],
+    )
+
+
+def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt.datetime) -> None:
+    """The loops table's row of one loop epoch (what reads and the reaper see)."""
+    conn.execute(
+        upsert(
+            conn,
+            loops,
+            ["execution_id", "step", "epoch"],
+            {
+                "execution_id": execution_id,
+                "step": mirror.step,
+                "epoch": mirror.epoch,
+                "mode": mirror.mode,
+                "total": mirror.total,
+                "issued": mirror.issued,
+                "succeeded": mirror.succeeded,
+                "failed": mirror.failed,
+                "done": mirror.done,
+                "window_size": mirror.window,
+                "in_flight": mirror.in_flight,
+                "updated_at": now,
+                "started_at": now,  # the epoch's first write is its start
+            },
+            insert_only=["started_at"],
+        )
+    )
+
+
+def save_state(
+    conn: Connection, execution_id: str, state: dict[str, Any], now: dt.datetime
+) -> None:
+    conn.execute(SAVE_STATE, {"b_eid": execution_id, "b_state": state, "b_now": now})
+
+
+def end_execution_row(
+    conn: Connection,
+    execution_id: str,
+    terminal: Terminal,
+    state: dict[str, Any],
+    now: dt.datetime,
+) -> None:
+    """The terminal write: status, result, error and state in one UPDATE, made durable
+    on Postgres before it commits (a terminal status is what clients act on; WAL being
+    sequential, everything committed before it is durable too)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(SYNC_COMMIT)
+    conn.execute(
+        update(executions)
+        .where(executions.c.execution_id == execution_id)
+        .values(
+            state=state,
+            passes=executions.c.passes + 1,
+            updated_at=now,
+            status=terminal.status,
+            result=terminal.result,
+            error=terminal.error,
+            finished_at=now,
+        )
+    )

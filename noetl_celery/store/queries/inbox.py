@@ -1,0 +1,85 @@
+"""What an orchestration pass reads: the inbox of completions and the facts of a loop
+or cursor epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from noetl_celery.constants import COMMAND_TERMINAL_EVENTS, EV_COMMAND_FAILED
+from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.decisions import Completion
+from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.schema import cursor_rows, events
+from noetl_celery.store.statements import HAS_UNHANDLED, INBOX, MARK_HANDLED, WAITING
+
+
+def has_unhandled(conn: Connection, execution_id: str) -> bool:
+    return conn.execute(HAS_UNHANDLED, {"b_eid": execution_id}).first() is not None
+
+
+def inbox_completions(conn: Connection, execution_id: str, limit: int) -> list[Completion]:
+    rows = conn.execute(INBOX, {"b_eid": execution_id, "b_limit": limit})
+    return [
+        Completion(
+            event_id=row.event_id,
+            command_id=row.command_id or "",
+            step=row.step or "",
+            epoch=row.epoch or 0,
+            iteration=row.iteration,
+            outcome=Outcome.from_json(row.payload or {}),
+        )
+        for row in rows
+    ]
+
+
+def waiting(conn: Connection, execution_id: str) -> list[tuple[str, int, int, bool]]:
+    """The inbox grouped by (step, epoch): count, and whether any entry is not a loop
+    iteration."""
+    rows = conn.execute(WAITING, {"b_eid": execution_id}).all()
+    return [(r[0] or "", r[1] or 0, int(r[2]), bool(r[3])) for r in rows]
+
+
+def mark_handled(conn: Connection, event_ids: Sequence[int]) -> None:
+    if event_ids:
+        conn.execute(MARK_HANDLED, {"b_ids": list(event_ids)})
+
+
+def iteration_results(
+    conn: Connection, execution_id: str, step: str, epoch: int, limit: int
+) -> list[Any]:
+    """Each iteration's result (a failed one: `{status: error, error}`), in order."""
+    query = (
+        select(events.c.iteration, events.c.type, events.c.payload)
+        .where(
+            events.c.execution_id == execution_id,
+            events.c.step == step,
+            events.c.epoch == epoch,
+            events.c.iteration.is_not(None),
+            events.c.type.in_(COMMAND_TERMINAL_EVENTS),
+        )
+        .order_by(events.c.iteration)
+        .limit(limit)
+    )
+    out: list[Any] = []
+    for _, type_, payload in conn.execute(query):
+        payload = payload or {}
+        if type_ == EV_COMMAND_FAILED:
+            out.append({"status": "error", "error": payload.get("error")})
+        else:
+            out.append(payload.get("result"))
+    return out
+
+
+def first_claimed_keys(
+    conn: Connection, execution_id: str, step: str, epoch: int, keys: Iterable[str]
+) -> set[str]:
+    """Record cursor row keys as claimed in their epoch; the keys not claimed before."""
+    base = {"execution_id": execution_id, "step": step, "epoch": epoch}
+    new = conn.execute(
+        insert_ignore(conn, cursor_rows).returning(cursor_rows.c.row_key),
+        [{**base, "row_key": key} for key in keys],
+    ).scalars()
+    return set(new)
