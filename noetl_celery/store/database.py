@@ -51,7 +51,7 @@ from noetl_celery.settings import (
     DB_STATEMENT_TIMEOUT_SECONDS,
     mask_url,
 )
-from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, metadata
+from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
 from noetl_celery.templating.environment import json_default
 
 _dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
@@ -156,6 +156,7 @@ class Database:
                 event.listen(self.read_engine, "handle_error", self._unusable)
         elif self.url.startswith("postgresql"):
             self.dialect = "postgresql"
+            for_postgres()  # the partial indexes' Postgres WHERE (store.schema)
             # session settings travel in the startup packet: no round trip per connection
             options = " ".join(f"-c {name}={value}" for name, value in self.session.items())
             connect_args: dict[str, Any] = {"options": options}

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB
 
 from noetl_celery.constants import (
     CMD_CANCELLED,
@@ -65,6 +64,7 @@ from noetl_celery.store.rows import (
     SpawnRequest,
 )
 from noetl_celery.store.schema import (
+    Json,
     catalog,
     commands,
     contexts,
@@ -388,7 +388,7 @@ _CLOSE_PG = text(
         ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
     WHERE x.execution_id = :b_eid
     """
-).bindparams(bindparam("b_payload", type_=JSONB))
+).bindparams(bindparam("b_payload", type_=Json))
 
 
 def close_and_read(
