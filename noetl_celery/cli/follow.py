@@ -137,7 +137,8 @@ def _wait(
                 raise StillRunning(f"execution {execution_id} still running after {timeout}s")
             if on_poll is not None:
                 on_poll()
-            interrupted.wait(poll)
+            # Ctrl-C is seen within one poll: the signal handler sets `interrupted`
+            engine.wait_progress(poll)
     return False
 
 

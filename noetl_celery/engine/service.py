@@ -154,6 +154,15 @@ class Engine(EngineReads):
         self._reaper_thread = ReaperThread(self.reaper, self.settings.reaper_interval_seconds)
         self._reaper_thread.start()
 
+    def wait_progress(self, timeout: float) -> None:
+        """Sleep up to `timeout` between two looks at an execution; embedded, wake as soon
+        as one of this process's workers finishes a job (the end of a short run is seen
+        at once, not at the next poll)."""
+        if self._inprocess is not None:
+            self._inprocess.wait_progress(timeout)
+        else:
+            time.sleep(timeout)
+
     def close(self) -> None:
         if self._reaper_thread is not None:
             self._reaper_thread.stop()
@@ -297,7 +306,7 @@ class Engine(EngineReads):
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
             if on_poll is not None:
                 on_poll()
-            time.sleep(interval)
+            self.wait_progress(interval)
 
     def cancel(self, execution_id: str, reason: str = "cancelled") -> bool:
         """End a running execution CANCELLED, with its children: nothing more is issued or
