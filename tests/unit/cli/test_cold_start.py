@@ -71,3 +71,18 @@ def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path
     report = json.loads(last)
     assert report["codes"] == [0, 0]
     assert report["loaded"] == [], f"imported by an embedded hello_world run: {report['loaded']}"
+
+
+def test_every_command_in_the_lazy_table_loads_under_its_name() -> None:
+    """cli.main imports commands by name: a wrong module or attribute in its table would
+    only show when someone ran that command."""
+    import click
+
+    from noetl_celery.cli.main import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name, name
+    assert cli.get_command(ctx, "no-such-command") is None
