@@ -1,15 +1,23 @@
-"""Embedded mode start-up: wall time of `noetl-celery run hello_world --json` on a fresh
-machine (no services), against the bare interpreter start measured in the same run.
+"""Embedded mode start-up: wall time of `noetl-celery run hello_world --json`, process
+start to exit, on a machine with no services, against the bare interpreter start
+measured in the same run.
 
-    python bench/startup.py [--runs 7]
+    python -m bench.startup [--runs 7] [--no-bytecode]
 
-Target (issue 2): median <= 1.5 s.
+Target (issue 15): median <= 0.3 s on an existing home (a fresh home is printed too).
+
+Python's bytecode cache is on, in a temporary PYTHONPYCACHEPREFIX warmed by one run
+first: an installed wheel ships compiled modules (pip compiles them), so compiling
+every module on every start (PYTHONDONTWRITEBYTECODE, set in some shells) is not what
+a user waits for. `--no-bytecode` measures that case. CPU seconds (user + system of the
+child) are printed beside the wall time: on a loaded machine they move less.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -19,39 +27,70 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
+TARGET_SECONDS = 0.3
 
 
-def wall(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of `cmd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def base_environment(bytecode: bool, cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--no-bytecode", action="store_true", help="compile every module on every start"
+    )
     args = parser.parse_args()
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
     cli = [sys.executable, "-m", "noetl_celery.cli.main", "run", str(HELLO), "--json"]
-    cold, warm, bare = [], [], []
-    for _ in range(args.runs):
-        with tempfile.TemporaryDirectory() as home:
-            env = {**base_env, "NOETL_HOME": home}
-            cold.append(wall(cli, env))  # first run: creates the SQLite schema
-            warm.append(wall(cli, env))  # later runs on the same embedded database
-        bare.append(wall([sys.executable, "-c", "pass"], base_env))
-    rows = [
-        ("python -c pass (baseline)", bare),
-        ("hello_world, fresh home", cold),
-        ("hello_world, existing home", warm),
-    ]
-    base = statistics.median(bare)
-    print(f"{'what':32} {'median s':>9} {'min s':>7} {'x baseline':>11}")
-    for name, values in rows:
-        med = statistics.median(values)
-        print(f"{name:32} {med:9.3f} {min(values):7.3f} {med / base:11.1f}")
-    verdict = "meets" if statistics.median(cold) <= 1.5 else "MISSES"
-    print(f"target median <= 1.5 s on a fresh home: {verdict}")
+    bare_cmd = [sys.executable, "-c", "pass"]
+    bare: list[tuple[float, float]] = []
+    fresh: list[tuple[float, float]] = []
+    existing: list[tuple[float, float]] = []
+    rows = {
+        "python -c pass (baseline)": bare,
+        "hello_world, fresh home": fresh,
+        "hello_world, existing home": existing,
+    }
+    with tempfile.TemporaryDirectory() as cache:
+        base_env = base_environment(not args.no_bytecode, cache)
+        with tempfile.TemporaryDirectory() as home:  # warm-up: fills the bytecode cache
+            timed(cli, {**base_env, "NOETL_HOME": home})
+            timed(bare_cmd, base_env)
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory() as home:
+                env = {**base_env, "NOETL_HOME": home}
+                fresh.append(timed(cli, env))  # first run: creates the SQLite database
+                existing.append(timed(cli, env))  # later runs on the same embedded database
+            bare.append(timed(bare_cmd, base_env))
+    base = statistics.median(w for w, _ in bare)
+    mode = "no bytecode cache" if args.no_bytecode else "bytecode cached"
+    print(f"{args.runs} runs each, {mode}")
+    print(f"{'what':32} {'median s':>9} {'min s':>7} {'x baseline':>11} {'cpu s':>7}")
+    for name, values in rows.items():
+        walls = [w for w, _ in values]
+        med = statistics.median(walls)
+        cpu = statistics.median(c for _, c in values)
+        print(f"{name:32} {med:9.3f} {min(walls):7.3f} {med / base:11.1f} {cpu:7.3f}")
+    result = statistics.median(w for w, _ in existing)
+    verdict = "meets" if result <= TARGET_SECONDS else "MISSES"
+    print(f"target median <= {TARGET_SECONDS} s on an existing home: {verdict} ({result:.3f} s)")
 
 
 if __name__ == "__main__":

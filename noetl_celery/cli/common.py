@@ -8,19 +8,19 @@ import logging
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from noetl_celery import logcapture
 from noetl_celery.constants import COMPLETED, TERMINAL_STATUSES
-from noetl_celery.engine.bootstrap import Role
-from noetl_celery.engine.bootstrap import build_engine as bootstrap_engine
-from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS, ContextFilter
 from noetl_celery.settings import Settings
-from noetl_celery.tasks.broker import client_dispatcher
 from noetl_celery.templating.environment import json_default
+
+if TYPE_CHECKING:  # the engine is imported by the commands that build one (cli.main)
+    from noetl_celery.engine.bootstrap import Role
+    from noetl_celery.engine.service import Engine
 
 # `run` / `watch` exit codes (README "Command line"): COMPLETED, FAILED or CANCELLED,
 # invalid input or configuration, still running when `--timeout` ran out. 2 is also
@@ -133,6 +133,9 @@ def load_settings() -> Settings:
 def build_engine(settings: Settings, role: Role) -> Engine:
     """An engine for a CLI command (engine.bootstrap says what each role may do); with a
     broker, a role that starts work sends it to Celery workers."""
+    from noetl_celery.engine.bootstrap import build_engine as bootstrap_engine
+    from noetl_celery.tasks.broker import client_dispatcher
+
     return bootstrap_engine(settings, role, broker=client_dispatcher)
 
 

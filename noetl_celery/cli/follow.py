@@ -27,18 +27,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
-from typing import Any, TextIO
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
-from rich.console import Console
-from rich.live import Live
 
 from noetl_celery.cli.common import dump_json, exit_code
 from noetl_celery.cli.progress import Rates, progress_lines
-from noetl_celery.cli.renderables import progress_renderable
 from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
-from noetl_celery.engine.service import Engine
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.service import Engine
 
 ASK, CANCEL, DETACH = "ask", "cancel", "detach"
 LIVE_REFRESH_SECONDS = 1.0
@@ -111,19 +110,19 @@ def _wait(
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     poll = max(MIN_POLL_SECONDS, engine.settings.wait_poll_seconds)
-    display = Live(console=Console(stderr=True), refresh_per_second=4, transient=True)
+    show = _LiveView() if live else None
     rates = Rates()
     next_view = started
     samples = 0
-    with display if live else nullcontext():
+    with show or nullcontext():
         while not interrupted.is_set():
             if engine.store.execution_status(execution_id) in TERMINAL_STATUSES:
                 return True
             now = time.monotonic()
             if now >= next_view and (live or every > 0):
                 view = engine.status(execution_id)
-                if live:
-                    display.update(progress_renderable(view))
+                if show is not None:
+                    show.update(view)
                     next_view = now + LIVE_REFRESH_SECONDS
                 else:
                     # sampled from the start, printed from the second sample on: the
@@ -138,8 +137,33 @@ def _wait(
                 raise StillRunning(f"execution {execution_id} still running after {timeout}s")
             if on_poll is not None:
                 on_poll()
-            interrupted.wait(poll)
+            # Ctrl-C is seen within one poll: the signal handler sets `interrupted`
+            engine.wait_progress(poll)
     return False
+
+
+class _LiveView(AbstractContextManager["_LiveView"]):
+    """The live terminal view (rich), built only on a terminal: `--json` and piped runs
+    never import rich."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        from noetl_celery.cli.renderables import progress_renderable
+
+        self._render = progress_renderable
+        self._live = Live(console=Console(stderr=True), refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> _LiveView:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._live.__exit__(*exc)
+
+    def update(self, view: Mapping[str, Any]) -> None:
+        self._live.update(self._render(view))
 
 
 def _elapsed(view: Mapping[str, Any]) -> float:

@@ -4,35 +4,76 @@ Every error the engine raises on purpose (`NoetlError`: a bad setting, a databas
 cannot be used, tables at another revision, ...) is printed here, once, as one line, with
 exit code 2 and no traceback; commands only handle the ones they turn into their own
 output (`run --json` prints its JSON object).
+
+Each command's module is imported only when that command runs (`LazyGroup`): `run` of
+an embedded playbook must not pay for Celery, Flower, the web server, rich tables or
+the catalog commands it never uses (issue 15: a cold start in a blink).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
 from noetl_celery import __version__
-from noetl_celery.cli.admin import beat, db, worker
-from noetl_celery.cli.catalog import catalog, validate
 from noetl_celery.cli.common import EXIT_INVALID, setup_logging
-from noetl_celery.cli.example_api import example_api
-from noetl_celery.cli.flower import flower
-from noetl_celery.cli.history import events, logs
-from noetl_celery.cli.inspect import cancel, executions, status
-from noetl_celery.cli.rerun import rerun
-from noetl_celery.cli.run import run
-from noetl_celery.cli.schedule import schedule
-from noetl_celery.cli.serve import serve
-from noetl_celery.cli.watch import watch
 from noetl_celery.errors import NoetlError
 
 # commands whose logging Celery configures (levels from its own options)
 CELERY_COMMANDS = frozenset({"worker", "beat", "flower"})
 
 
-@click.group()
+# name -> "module:attribute" of every command (`--help` lists them sorted)
+COMMANDS = {
+    "run": "noetl_celery.cli.run:run",
+    "watch": "noetl_celery.cli.watch:watch",
+    "rerun": "noetl_celery.cli.rerun:rerun",
+    "validate": "noetl_celery.cli.catalog:validate",
+    "status": "noetl_celery.cli.inspect:status",
+    "executions": "noetl_celery.cli.inspect:executions",
+    "events": "noetl_celery.cli.history:events",
+    "logs": "noetl_celery.cli.history:logs",
+    "cancel": "noetl_celery.cli.inspect:cancel",
+    "catalog": "noetl_celery.cli.catalog:catalog",
+    "schedule": "noetl_celery.cli.schedule:schedule",
+    "worker": "noetl_celery.cli.admin:worker",
+    "beat": "noetl_celery.cli.admin:beat",
+    "flower": "noetl_celery.cli.flower:flower",
+    "serve": "noetl_celery.cli.serve:serve",
+    "db": "noetl_celery.cli.admin:db",
+    "example-api": "noetl_celery.cli.example_api:example_api",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported by name when one is asked for (to run it,
+    or to list it in `--help`), never all at start."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.lazy, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy.get(cmd_name)
+        if target is None or cmd_name in self.commands:
+            return super().get_command(ctx, cmd_name)
+        module, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):  # a wrong table entry, not user input
+            raise TypeError(f"{target} is not a click command")
+        self.commands[cmd_name] = command
+        return command
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 # the package's location too: "which install is this?" is the first question when a
 # deployment misbehaves (an editable checkout, a wheel, a stale copy)
 @click.version_option(
@@ -49,28 +90,6 @@ def cli(ctx: click.Context, verbose: int) -> None:
     embedded SQLite database (~/.noetl-celery/noetl.sqlite3).
     """
     setup_logging(verbose, capture=ctx.invoked_subcommand not in CELERY_COMMANDS)
-
-
-for command in (
-    run,
-    watch,
-    rerun,
-    validate,
-    status,
-    executions,
-    events,
-    logs,
-    cancel,
-    catalog,
-    schedule,
-    worker,
-    beat,
-    flower,
-    serve,
-    db,
-    example_api,
-):
-    cli.add_command(command)
 
 
 def one_line(exc: BaseException) -> str:

@@ -13,8 +13,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_celery.cli.renderables import now_text
-
 RATE_WINDOW = 30.0
 
 LoopKey = tuple[str, int]
@@ -89,3 +87,19 @@ def progress_lines(view: Mapping[str, Any], rates: Rates, elapsed: float) -> lis
     if steps or waiting or not lines:
         lines.insert(0, f"{head}  {now_text({'current': steps, 'waiting': waiting})}")
     return lines
+
+
+def waiting_text(waiting: Mapping[str, Any]) -> str:
+    seconds = waiting.get("seconds")
+    return "waiting for a worker" + (f" ({seconds:.0f}s)" if seconds is not None else "")
+
+
+def now_text(view: Mapping[str, Any]) -> str:
+    """What runs now: claimed steps, and steps issued that no worker has taken (a
+    command nobody took is not "running")."""
+    parts = []
+    if view["current"]:
+        parts.append("running: " + ", ".join(view["current"]))
+    for waiting in view.get("waiting") or []:
+        parts.append(f"{waiting_text(waiting)}: {waiting['step']}")
+    return "  ".join(parts) or "running: -"

@@ -12,6 +12,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from noetl_celery.cli.progress import now_text, waiting_text
+
 
 def stdout_console() -> Console:
     """A terminal gets its own width; a pipe gets room enough that ids and paths are
@@ -78,7 +80,7 @@ def status_renderable(view: Mapping[str, Any]) -> RenderableType:
     for st in view["steps"]:
         now = "running" if st["step"] in view["current"] else ""
         if st["step"] in waiting:
-            now = _waiting_text(waiting[st["step"]])
+            now = waiting_text(waiting[st["step"]])
         steps.add_row(st["step"], _status(st["status"]), str(st["runs"]), now)
     parts.append(steps)
     loops = _loops(view, live=False)
@@ -104,22 +106,6 @@ def unfinished_text(execution_id: str, step: str, report: Mapping[str, Any]) -> 
         f"in your queue; list them: noetl-celery events {execution_id} --type "
         "cursor.unfinished --json"
     )
-
-
-def _waiting_text(waiting: Mapping[str, Any]) -> str:
-    seconds = waiting.get("seconds")
-    return "waiting for a worker" + (f" ({seconds:.0f}s)" if seconds is not None else "")
-
-
-def now_text(view: Mapping[str, Any]) -> str:
-    """What runs now: claimed steps, and steps issued that no worker has taken (a
-    command nobody took is not "running")."""
-    parts = []
-    if view["current"]:
-        parts.append("running: " + ", ".join(view["current"]))
-    for waiting in view.get("waiting") or []:
-        parts.append(f"{_waiting_text(waiting)}: {waiting['step']}")
-    return "  ".join(parts) or "running: -"
 
 
 def progress_renderable(view: Mapping[str, Any]) -> RenderableType:

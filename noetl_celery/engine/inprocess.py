@@ -23,6 +23,9 @@ class InProcessDispatcher:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._execute: Callable[[str], object] | None = None
         self._drive: Callable[[str], object] | None = None
+        # set after every job: a waiter (`run` following its execution) looks at the
+        # database again at once instead of at its next poll
+        self._progressed = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"noetl-worker-{n}", daemon=True)
             for n in range(workers)
@@ -41,6 +44,11 @@ class InProcessDispatcher:
     def wake(self, execution_id: str) -> None:
         assert self._drive is not None, "dispatcher not bound to an engine"
         self._jobs.put((self._drive, execution_id))
+
+    def wait_progress(self, timeout: float) -> None:
+        """Return when a job has finished since the last call, or after `timeout`."""
+        if self._progressed.wait(timeout):
+            self._progressed.clear()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Drop queued jobs (their commands stay `issued` in the database), let running
@@ -65,3 +73,4 @@ class InProcessDispatcher:
                 log.exception(
                     "in-process task %s(%s) failed", getattr(run, "__name__", run), argument
                 )
+            self._progressed.set()

@@ -29,11 +29,10 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import FAILED, RUNNING
 from noetl_celery.engine.dispatch import Dispatcher
-from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.rerun import start_inputs
 from noetl_celery.engine.retry import again_if_interrupted
@@ -44,12 +43,14 @@ from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.batching import may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits, Terminal
-from noetl_celery.orchestrator.recording import RecordingFacts
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
+
+if TYPE_CHECKING:  # built by the engine only when NOETL_RECORD_PASSES is set
+    from noetl_celery.engine.pass_recorder import PassRecorder
 
 log = logging.getLogger("noetl_celery.orchestrate")
 
@@ -203,6 +204,8 @@ class PassDriver:
         now: float,
     ) -> Decision:
         """`decide`, with its inputs, the facts it read and its decision recorded."""
+        from noetl_celery.orchestrator.recording import RecordingFacts
+
         assert self.recorder is not None
         recording = RecordingFacts(facts)
         decision = decide(playbook, state, completions, recording, self.limits, now)
@@ -226,6 +229,8 @@ class PassDriver:
         now: float,
     ) -> Decision:
         """`start`, with its inputs and decision recorded."""
+        from noetl_celery.orchestrator.recording import RecordingFacts
+
         assert self.recorder is not None
         recording = RecordingFacts(facts)
         decision = start(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import (
     CANCELLED,
@@ -20,7 +20,6 @@ from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
-from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.rerun import plan_rerun
@@ -42,6 +41,9 @@ from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.execute import CommandExecutor, worker_identity
 from noetl_celery.worker.runner import StepRunner
 
+if TYPE_CHECKING:
+    from noetl_celery.engine.pass_recorder import PassRecorder
+
 
 class _LateDispatcher:
     """Lets the dispatcher be attached after the engine exists (it needs the engine)."""
@@ -54,6 +56,15 @@ class _LateDispatcher:
 
     def wake(self, execution_id: str) -> None:
         self.target.wake(execution_id)
+
+
+def _pass_recorder(directory: str | None) -> PassRecorder | None:
+    """NOETL_RECORD_PASSES' recorder; its modules are imported only when it is set."""
+    if not directory:
+        return None
+    from noetl_celery.engine.pass_recorder import PassRecorder
+
+    return PassRecorder(directory)
 
 
 class Engine(EngineReads):
@@ -85,7 +96,7 @@ class Engine(EngineReads):
             self._dispatcher,
             batch=settings.orchestrate_batch,
             limits=limits,
-            recorder=PassRecorder(settings.record_passes) if settings.record_passes else None,
+            recorder=_pass_recorder(settings.record_passes),
         )
         self.runner = StepRunner(self.store, self.services, settings)
         # what commands print and log, redacted with the tools' redactor, per command
@@ -142,6 +153,15 @@ class Engine(EngineReads):
         # no beat here: step deadlines and the execution timeout are swept on a thread
         self._reaper_thread = ReaperThread(self.reaper, self.settings.reaper_interval_seconds)
         self._reaper_thread.start()
+
+    def wait_progress(self, timeout: float) -> None:
+        """Sleep up to `timeout` between two looks at an execution; embedded, wake as soon
+        as one of this process's workers finishes a job (the end of a short run is seen
+        at once, not at the next poll)."""
+        if self._inprocess is not None:
+            self._inprocess.wait_progress(timeout)
+        else:
+            time.sleep(timeout)
 
     def close(self) -> None:
         if self._reaper_thread is not None:
@@ -286,7 +306,7 @@ class Engine(EngineReads):
                 raise TimeoutError(f"execution {execution_id} still running after {timeout}s")
             if on_poll is not None:
                 on_poll()
-            time.sleep(interval)
+            self.wait_progress(interval)
 
     def cancel(self, execution_id: str, reason: str = "cancelled") -> bool:
         """End a running execution CANCELLED, with its children: nothing more is issued or

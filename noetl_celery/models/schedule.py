@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, croniter
-
 from noetl_celery.errors import ConfigurationError
 
 UTC = dt.UTC
@@ -40,6 +38,10 @@ def check_cron(expression: str, timezone: str = "UTC") -> None:
             f"cron {expression!r} needs 5 fields (minute hour day month weekday) "
             "or 6 (plus seconds last)"
         )
+    # croniter is imported when a cron expression is read: a playbook without a
+    # schedule (every embedded `run` of one) starts without it
+    from croniter import CroniterBadCronError, croniter
+
     try:
         croniter(expression)
     except (CroniterBadCronError, ValueError, KeyError) as exc:
@@ -56,6 +58,8 @@ def _naive(aware: dt.datetime) -> dt.datetime:
 
 def next_after(expression: str, timezone: str, after: dt.datetime) -> dt.datetime:
     """The first firing strictly after `after` (naive UTC in and out)."""
+    from croniter import croniter
+
     tz = zone(timezone)
     value = croniter(expression, _aware(after, tz)).get_next(dt.datetime)
     assert isinstance(value, dt.datetime)
@@ -64,6 +68,8 @@ def next_after(expression: str, timezone: str, after: dt.datetime) -> dt.datetim
 
 def latest_at_or_before(expression: str, timezone: str, now: dt.datetime) -> dt.datetime:
     """The last firing time at or before `now` (naive UTC)."""
+    from croniter import croniter
+
     tz = zone(timezone)
     probe = _aware(now, tz) + dt.timedelta(microseconds=1)
     value = croniter(expression, probe).get_prev(dt.datetime)

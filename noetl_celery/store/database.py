@@ -51,7 +51,7 @@ from noetl_celery.settings import (
     DB_STATEMENT_TIMEOUT_SECONDS,
     mask_url,
 )
-from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, metadata
+from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
 from noetl_celery.templating.environment import json_default
 
 _dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
@@ -156,6 +156,7 @@ class Database:
                 event.listen(self.read_engine, "handle_error", self._unusable)
         elif self.url.startswith("postgresql"):
             self.dialect = "postgresql"
+            for_postgres()  # the partial indexes' Postgres WHERE (store.schema)
             # session settings travel in the startup packet: no round trip per connection
             options = " ".join(f"-c {name}={value}" for name, value in self.session.items())
             connect_args: dict[str, Any] = {"options": options}
@@ -310,12 +311,14 @@ class Database:
         if revision == SCHEMA_REVISION:
             return
         if mode is SchemaMode.MIGRATE and (revision is None or revision in known_revisions()):
-            self.upgrade()
+            self.upgrade(new=revision is None)
             return
         raise SchemaOutdated(outdated_message(self.shown, revision))
 
-    def upgrade(self) -> None:
-        from noetl_celery.store.migrate import upgrade_to_head
+    def upgrade(self, *, new: bool = False) -> None:
+        """Migrate the tables to SCHEMA_REVISION; `new`: there are none yet (a new
+        SQLite database is then created at the head without alembic, store.migrate)."""
+        from noetl_celery.store.migrate import create_at_head, upgrade_to_head
 
         path = self.sqlite_path
         if path is not None:
@@ -323,7 +326,10 @@ class Database:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(unusable_message(self.shown, self.url, exc)) from exc
-        upgrade_to_head(self)
+        if new and self.is_sqlite:
+            create_at_head(self)
+        else:
+            upgrade_to_head(self)
 
     def read_identity(self) -> str | None:
         """`<engine_info.database_id>/<database name>` on Postgres: a copy made with

@@ -7,13 +7,22 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Table
-from sqlalchemy.dialects import postgresql, sqlite
+
+
+def _dialect_insert(dialect: str, table: Table) -> Any:
+    # each dialect's module is imported by the first statement on it: the embedded
+    # SQLite default never imports the Postgres dialect (issue 15, start-up time)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def _insert(conn: Connection, table: Table) -> Any:
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
+    return _dialect_insert(conn.dialect.name, table)
 
 
 def insert_ignore(conn: Connection, table: Table) -> Any:
@@ -24,8 +33,7 @@ def insert_ignore(conn: Connection, table: Table) -> Any:
 
 @lru_cache(maxsize=64)
 def _insert_ignore(dialect: str, table: Table) -> Any:
-    module = postgresql if dialect == "postgresql" else sqlite
-    return module.insert(table).on_conflict_do_nothing()
+    return _dialect_insert(dialect, table).on_conflict_do_nothing()
 
 
 def upsert(

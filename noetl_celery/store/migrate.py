@@ -1,21 +1,29 @@
-"""Run the alembic migrations shipped inside the package against a `Database`.
+"""Run the alembic migrations shipped inside the package against a `Database`, or
+create a new SQLite database's tables at the head revision directly.
 
 The migrations are package data (`noetl_celery/store/migrations`), so an installed wheel
 can create and upgrade its tables without the source tree. Only `noetl-celery db upgrade` and
-the embedded default database reach this module: alembic is imported nowhere else.
+the embedded default database reach this module: alembic is imported nowhere else, and only
+to upgrade existing tables or create Postgres ones. A new SQLite file (the embedded default
+on its first run) is created from `store.schema` and stamped at the head revision without
+alembic: the migrations create exactly that schema (tests/integration/store/
+test_fresh_sqlite.py compares the two), and importing alembic and replaying every
+migration was most of a first run's start-up (issue 15).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
+from sqlalchemy import insert, text
 
 from noetl_celery.errors import StoreError
+from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, metadata, utcnow
 
 if TYPE_CHECKING:
     from noetl_celery.store.database import Database
@@ -77,3 +85,35 @@ def upgrade_to_head(database: Database) -> None:
                 conn.execute(text("RESET statement_timeout"))
                 conn.execute(text("RESET idle_in_transaction_session_timeout"))
                 conn.commit()
+
+
+# what `alembic stamp` creates on SQLite (alembic.runtime.migration's version table)
+_VERSION_TABLE = (
+    "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+    "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+)
+
+
+def create_at_head(database: Database) -> None:
+    """Create a SQLite database's engine tables at SCHEMA_REVISION, as the migrations
+    would: the tables of `store.schema`, the database's identity row (0006) and the
+    alembic version stamp, in one write transaction. Two processes creating the same new
+    file at once take turns on SQLite's write lock; the second finds the stamp and stops."""
+    if not database.is_sqlite:
+        raise StoreError("create_at_head is for a new SQLite database; use upgrade_to_head")
+    with database.write() as conn:  # BEGIN IMMEDIATE: the database-wide write lock
+        stamped = conn.execute(
+            text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'")
+        ).first()
+        if stamped is not None:
+            return
+        metadata.create_all(conn)
+        conn.execute(text(_VERSION_TABLE))
+        conn.execute(
+            text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": SCHEMA_REVISION}
+        )
+        conn.execute(
+            insert(engine_info).values(
+                key="database_id", value=uuid.uuid4().hex, created_at=utcnow()
+            )
+        )

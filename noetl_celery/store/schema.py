@@ -12,6 +12,7 @@ Invariants enforced here rather than in process memory (design §2):
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 from sqlalchemy import (
@@ -30,14 +31,32 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
 SCHEMA_REVISION = "0011"
 
 metadata = MetaData()
 
-Json = JSON().with_variant(JSONB(), "postgresql")
+
+class JsonType(TypeDecorator[Any]):
+    """JSON, stored as JSONB on Postgres. The Postgres type is looked up when a Postgres
+    connection first needs it: importing `sqlalchemy.dialects.postgresql` costs a tenth
+    of the embedded `run`'s start, which never talks to Postgres (issue 15)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(JSON())
+
+
+Json = JsonType()
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -49,8 +68,31 @@ def utcnow() -> dt.datetime:
 
 
 def _partial(where: str) -> dict[str, Any]:
+    """A partial index's options. Its Postgres `WHERE` waits in `info` until
+    `for_postgres()` attaches it: a `postgresql_*` option given here would import the
+    Postgres dialect with this module, and the embedded default never needs it."""
     clause = text(where)
-    return {"postgresql_where": clause, "sqlite_where": clause}
+    return {"sqlite_where": clause, "info": {_PG_WHERE: clause}}
+
+
+_PG_WHERE = "postgresql_where"
+_pg_lock = threading.Lock()
+_pg_done = False
+
+
+def for_postgres() -> MetaData:
+    """The tables with their Postgres options attached (the partial indexes' WHERE).
+    Called before any use against Postgres (`Database` does, and so does the
+    migrations' environment); idempotent and thread-safe."""
+    global _pg_done
+    with _pg_lock:
+        if not _pg_done:
+            for table in metadata.tables.values():
+                for index in table.indexes:
+                    if _PG_WHERE in index.info:
+                        index.dialect_options["postgresql"]["where"] = index.info[_PG_WHERE]
+            _pg_done = True
+    return metadata
 
 
 catalog = Table(

@@ -29,9 +29,11 @@ def parse(words: list[str]) -> tuple[str, dict[str, Any]]:
     command: click.Command = cli
     path: list[str] = []
     while isinstance(command, click.Group):
-        assert words and words[0] in command.commands, f"no command {[*path, *words[:1]]}"
+        # get_command: the top group imports its commands by name (cli.main.LazyGroup)
+        found = command.get_command(click.Context(command), words[0]) if words else None
+        assert found is not None, f"no command {[*path, *words[:1]]}"
         path.append(words[0])
-        command, words = command.commands[words[0]], words[1:]
+        command, words = found, words[1:]
     return " ".join(path), command.make_context(path[-1], list(words)).params
 
 

@@ -9,10 +9,10 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from noetl_celery.store.database import normalise_url
-from noetl_celery.store.schema import metadata
+from noetl_celery.store.schema import for_postgres
 
 config = context.config
-target_metadata = metadata
+target_metadata = for_postgres()  # with its Postgres-only options
 
 
 def run_migrations_online() -> None:

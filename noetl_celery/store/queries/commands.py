@@ -7,7 +7,6 @@ import datetime as dt
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -19,7 +18,7 @@ from noetl_celery.constants import (
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.rows import ClaimedCommand, LoopCounters
-from noetl_celery.store.schema import commands, events, inbox, loops
+from noetl_celery.store.schema import Json, commands, events, inbox, loops
 from noetl_celery.store.statements import CLAIM, CLOSE_COMMAND, WAITING_EPOCH
 
 
@@ -129,7 +128,7 @@ _CLOSE_PG = text(
         ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
     WHERE x.execution_id = :b_eid
     """
-).bindparams(bindparam("b_payload", type_=JSONB))
+).bindparams(bindparam("b_payload", type_=Json))
 
 
 def close_and_read(

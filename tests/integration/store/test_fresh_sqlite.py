@@ -1,0 +1,120 @@
+"""A new SQLite engine database (the embedded default's first run) is created from
+`store.schema` and stamped at the head revision without alembic (store.migrate
+.create_at_head). That is only right while it is the very database the migrations make:
+these compare the two, table by table, column by column, index by index."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.migrate import script_location, upgrade_to_head
+from noetl_celery.store.schema import SCHEMA_REVISION
+
+
+def _shape(path: Path) -> dict[str, Any]:
+    """What SQLite says about every table: columns (type, not null, default, primary
+    key), indexes (unique, origin, partial, columns, their SQL) and foreign keys."""
+    conn = sqlite3.connect(path)
+    try:
+        shape: dict[str, Any] = {}
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        for (name,) in tables:
+            indexes = conn.execute(f"PRAGMA index_list('{name}')").fetchall()
+            shape[name] = {
+                "columns": sorted(r[1:] for r in conn.execute(f"PRAGMA table_info('{name}')")),
+                "indexes": sorted(
+                    (
+                        r[1],
+                        r[2],
+                        r[3],
+                        r[4],
+                        [c[2] for c in conn.execute(f"PRAGMA index_info('{r[1]}')")],
+                    )
+                    for r in indexes
+                ),
+                "foreign_keys": sorted(
+                    r[2:] for r in conn.execute(f"PRAGMA foreign_key_list('{name}')")
+                ),
+            }
+        sql = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        ).fetchall()
+        shape["index sql"] = sorted((n, " ".join(s.split())) for n, s in sql)
+        return shape
+    finally:
+        conn.close()
+
+
+def _identity_rows(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT key, value FROM engine_info").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_new_sqlite_database_is_what_the_migrations_make(tmp_path: Path) -> None:
+    created, migrated = tmp_path / "created.sqlite3", tmp_path / "migrated.sqlite3"
+    fresh = Database(f"sqlite:///{created}")
+    fresh.prepare(SchemaMode.MIGRATE)  # a new file: create_at_head
+    by_alembic = Database(f"sqlite:///{migrated}")
+    upgrade_to_head(by_alembic)
+    assert fresh.current_revision() == by_alembic.current_revision() == SCHEMA_REVISION
+    fresh.dispose()
+    by_alembic.dispose()
+    shape = _shape(created)
+    assert "executions" in shape and "alembic_version" in shape
+    assert shape == _shape(migrated)
+    ((key, value),) = _identity_rows(created)
+    assert key == "database_id" and len(value) == 32
+
+
+def test_alembic_reads_the_stamp_as_its_head(tmp_path: Path) -> None:
+    """A later `db upgrade` (with a newer noetl-celery's migrations) starts from the
+    stamp: alembic must see the head revision there, not an empty database."""
+    database = Database(f"sqlite:///{tmp_path / 'noetl.sqlite3'}")
+    database.prepare(SchemaMode.MIGRATE)
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with database.engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == head
+    upgrade_to_head(database)  # nothing left to do, and nothing fails
+    assert database.current_revision() == head
+    database.dispose()
+
+
+def test_two_processes_creating_the_file_at_once_make_one_database(tmp_path: Path) -> None:
+    path = tmp_path / "noetl.sqlite3"
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            database = Database(f"sqlite:///{path}")
+            database.prepare(SchemaMode.MIGRATE)
+            database.dispose()
+        except BaseException as exc:  # reported below: a thread's error is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(_identity_rows(path)) == 1
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (SCHEMA_REVISION,)
+        ]
+    finally:
+        conn.close()

@@ -1,0 +1,88 @@
+"""The embedded `run` of hello_world imports only what it uses (issue 15: a cold start
+in a blink). Not a timing test: it names the packages that must stay unimported, so a
+module-level import that drags one back in fails here whatever the machine's speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
+
+# what hello_world never needs: the broker side, Flower and the web server, migrations
+# (an existing and a new SQLite file are both read and made without alembic), the other
+# tools' drivers, the Postgres dialect, rich (no terminal), croniter (no schedule)
+UNUSED = [
+    "celery",
+    "kombu",
+    "flower",
+    "tornado",
+    "fastapi",
+    "uvicorn",
+    "alembic",
+    "duckdb",
+    "httpx",
+    "psycopg",
+    "sqlalchemy.dialects.postgresql",
+    "sqlalchemy.orm",
+    "rich",
+    "croniter",
+    "noetl_celery.tasks.app",
+    "noetl_celery.web.app",
+    "noetl_celery.engine.pass_recorder",
+]
+
+# runs `noetl-celery run hello_world --json` twice in one process (a new NOETL_HOME, then
+# the existing one) through the console script's entry point, then lists what was loaded
+SCRIPT = """
+import json, sys
+from noetl_celery.cli.main import main
+playbook, unused = sys.argv[1], json.loads(sys.argv[2])
+codes = []
+for _ in range(2):
+    sys.argv = ["noetl-celery", "run", playbook, "--json"]
+    try:
+        main()
+    except SystemExit as exc:
+        codes.append(exc.code)
+print(json.dumps({"codes": codes, "loaded": [m for m in unused if m in sys.modules]}))
+"""
+
+
+def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    env.update(NOETL_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(HELLO), json.dumps(UNUSED)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    *runs, last = done.stdout.strip().splitlines()
+    assert len(runs) == 2 and all(json.loads(r)["status"] == "COMPLETED" for r in runs), runs
+    report = json.loads(last)
+    assert report["codes"] == [0, 0]
+    assert report["loaded"] == [], f"imported by an embedded hello_world run: {report['loaded']}"
+
+
+def test_every_command_in_the_lazy_table_loads_under_its_name() -> None:
+    """cli.main imports commands by name: a wrong module or attribute in its table would
+    only show when someone ran that command."""
+    import click
+
+    from noetl_celery.cli.main import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name, name
+    assert cli.get_command(ctx, "no-such-command") is None
