@@ -1335,3 +1335,22 @@ def running_since(conn: Connection, cutoff: dt.datetime, limit: int) -> list[str
         .limit(limit)
     ).scalars()
     return [str(r) for r in rows]
+
+
+# ---- parking ------------------------------------------------------------------------------
+def park_for_retry(
+    conn: Connection,
+    command_id: str,
+    resume: dict[str, Any],
+    due: dt.datetime,
+) -> bool:
+    """A running command waits out a retry delay as a `delayed` row due at `due` (the
+    reaper issues it then); False when it is no longer running (cancelled, taken over).
+    The lease is dropped: nothing runs it until it is issued again."""
+    parked = conn.execute(
+        update(commands)
+        .where(commands.c.command_id == command_id, commands.c.status == CMD_RUNNING)
+        .values(status=CMD_DELAYED, resume=resume, issued_at=due, lease_until=None, worker=None)
+        .returning(commands.c.command_id)
+    ).first()
+    return parked is not None

@@ -26,6 +26,7 @@ from noetl_celery.store.children import ChildrenManager
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
 from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.parking import ParkingManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.rows import (
@@ -73,6 +74,7 @@ class Store:
         self.reaper = ReaperManager(database)
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
         self.termination = TerminationManager(database, self.result_cache)
+        self.parking = ParkingManager(database)
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(

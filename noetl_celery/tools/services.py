@@ -108,7 +108,9 @@ class ToolServices:
                     verify=verify,
                     follow_redirects=False,
                     timeout=self.settings.http_timeout_seconds,
-                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+                    # every connection kept alive: a thread-pool worker's 32 threads
+                    # calling one API must not close and reopen sockets per request
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
                 )
                 self._http[verify] = client
             return client
