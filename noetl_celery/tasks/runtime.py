@@ -35,7 +35,16 @@ def engine() -> Engine:
     if _engine is None:
         with _lock:
             if _engine is None:
-                _engine = build_engine(worker_settings(), Role.WORKER, broker=worker_dispatcher)
+                sized = worker_settings()
+                if _threads:  # logged here: logging is not set up yet at worker_init
+                    log.info(
+                        "threads pool of %d: engine database pool of %d connections "
+                        "(+%d at a peak)",
+                        _threads,
+                        sized.db_pool_size,
+                        sized.db_max_overflow,
+                    )
+                _engine = build_engine(sized, Role.WORKER, broker=worker_dispatcher)
     return _engine
 
 
@@ -64,14 +73,6 @@ def _size_for_pool(sender: object = None, **_: object) -> None:
     concurrency = getattr(sender, "concurrency", 0)
     if pool in THREADED_POOLS and isinstance(concurrency, int):
         _threads = concurrency
-        sized = worker_settings()
-        log.info(
-            "%s pool of %d: engine database pool of %d connections (+%d at a peak)",
-            pool,
-            concurrency,
-            sized.db_pool_size,
-            sized.db_max_overflow,
-        )
 
 
 def read_identity() -> str | None:

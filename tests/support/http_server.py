@@ -1,6 +1,7 @@
 """A small local HTTP API for engine tests (127.0.0.1 only).
 
-- `/status/<code>` answers that status; `/json?k=v` echoes its query
+- `/status/<code>` answers that status; any other path echoes its path and query, after
+  `sleep` seconds when the query has it (`/slow/1?sleep=0.3`)
 - `/pages/<id>?page=N`: `pages_for(id)` pages of 3 items each, `{items, page, has_more}`;
   a page past the end is 404 `{error}`; `fail=1` answers 500 on the first request of each
   page; `limit=R` caps the route at R requests per sliding second (429, Retry-After: 1)
@@ -54,6 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts[0] == "throttle":
             self._throttle(parts[1], query)
         else:
+            time.sleep(float(query.get("sleep", 0)))
             self._count(url.path, 200)
             self._send(200, {"path": url.path, "query": query})
 
