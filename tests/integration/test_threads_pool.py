@@ -9,9 +9,10 @@ commands when due, and re-issues the commands of a killed worker).
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,43 @@ def test_a_killed_threads_worker_loses_no_item(
         "failed": 0,
     }
     assert all(served.get(f"/slow/{i}:200", 0) >= 1 for i in range(60))
+
+
+def test_the_embedded_mode_parks_and_resumes_too(tmp_path: Path) -> None:
+    """No beat there: the embedded reaper thread issues the parked command when due."""
+    from noetl_celery.settings import Settings
+    from noetl_celery.store.database import SchemaMode
+
+    settings = Settings(
+        home=tmp_path,
+        database_url=f"sqlite:///{tmp_path / 'noetl.sqlite3'}",
+        reaper_interval_seconds=0.5,
+    )
+    engine = Engine(settings, schema=SchemaMode.MIGRATE)
+    engine.use_in_process_workers()
+    try:
+        with http_api() as api:
+            eid = engine.start_text(THROTTLED, {"api": api, "key": "e", "times": 1, "after": 2})
+            seen: set[str] = set()
+            deadline = time.monotonic() + 30
+            while engine.store.execution(eid).status == "RUNNING":
+                assert time.monotonic() < deadline
+                seen.update(c["status"] for c in _commands(engine, eid, "call"))
+                time.sleep(0.05)
+            served = stats()
+        row = engine.store.execution(eid)
+        assert row.status == "COMPLETED", row.error
+        assert "delayed" in seen
+        assert engine.summary(eid)["result"] == {"requests": 2, "key": "e"}
+        assert (served["/mark/e:200"], served["throttle:e:429"]) == (1, 1)
+    finally:
+        engine.close()
+
+
+def _commands(engine: Engine, eid: str, step: str) -> list[dict[str, Any]]:
+    path = engine.settings.effective_database_url.removeprefix("sqlite:///")
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute(
+            "SELECT status FROM commands WHERE execution_id = ? AND step = ?", (eid, step)
+        ).fetchall()
+    return [{"status": str(r[0])} for r in rows]
