@@ -173,6 +173,9 @@ class Settings:
     # concurrency, see for_worker_threads)
     db_pool_size: int = 5
     db_max_overflow: int = 20
+    # commands a worker process runs at once on threads (`--pool threads -c N`; 0 for
+    # a process per command): set by the worker runtime, not from the environment
+    worker_threads: int = 0
     # largest payload `run` / `submit` / `schedule add` accept, as compact JSON bytes;
     # a larger one is refused before anything is written (it is stored in rows)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
@@ -231,9 +234,11 @@ class Settings:
         process (`--pool threads`, gevent, eventlet): every thread may hold an engine
         connection for its command and a second one at its close (the in-place pass, a
         child started), besides the heartbeat's; the pool keeps one per thread and may
-        open as many again at a peak, never fewer than configured."""
+        open as many again at a peak, never fewer than configured. The postgres tool's
+        pool per credential may hold one connection per thread too."""
         return replace(
             self,
+            worker_threads=concurrency,
             db_pool_size=max(self.db_pool_size, concurrency + THREAD_POOL_SPARE),
             db_max_overflow=max(self.db_max_overflow, concurrency + THREAD_POOL_SPARE),
         )

@@ -125,6 +125,6 @@ def test_park_after_default_and_value() -> None:
 def test_thread_pool_sizes_the_database_pool_from_the_concurrency() -> None:
     base = Settings.from_env({})
     sized = base.for_worker_threads(32)
-    assert (sized.db_pool_size, sized.db_max_overflow) == (36, 36)
+    assert (sized.db_pool_size, sized.db_max_overflow, sized.worker_threads) == (36, 36, 32)
     small = base.for_worker_threads(1)  # never below what is configured
     assert (small.db_pool_size, small.db_max_overflow) == (5, 20)
