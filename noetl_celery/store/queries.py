@@ -1354,3 +1354,19 @@ def park_for_retry(
         .returning(commands.c.command_id)
     ).first()
     return parked is not None
+
+
+def issue_parked(conn: Connection, command_id: str, due: dt.datetime, now: dt.datetime) -> bool:
+    """Issue a parked command whose wait, parked until `due`, is over; False when it is
+    no longer that parked command (issued by a sweep, cancelled, parked again later)."""
+    issued = conn.execute(
+        update(commands)
+        .where(
+            commands.c.command_id == command_id,
+            commands.c.status == CMD_DELAYED,
+            commands.c.issued_at <= due,
+        )
+        .values(status=CMD_ISSUED, issued_at=now)
+        .returning(commands.c.command_id)
+    ).first()
+    return issued is not None

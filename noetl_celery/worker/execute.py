@@ -92,6 +92,10 @@ class CommandExecutor:
             lambda cid: store.renew_lease(cid, lease_seconds), lease_seconds
         )
         self.logs = logs
+        # parked commands are issued by this process when due (the sweep if it is gone)
+        self.wakeups = parking.Wakeups(
+            store.parking.issue_when_due, lambda ids: self.orchestrator.dispatcher.publish(ids)
+        )
         if logs is not None:
             logcapture.install()
 
@@ -131,7 +135,7 @@ class CommandExecutor:
         finally:
             self.heartbeats.stop(command_id)
         if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
-            parking.park(self.store, command, parking.masked(result), capture)
+            parking.park(self.store, command, parking.masked(result), capture, self.wakeups)
             return CommandReport(command_id, WAITING)
         result = _masked(result)
         if isinstance(result, Suspended):

@@ -313,19 +313,21 @@ def test_a_killed_threads_worker_loses_no_item(
 
 
 def test_the_embedded_mode_parks_and_resumes_too(tmp_path: Path) -> None:
-    """No beat there: the embedded reaper thread issues the parked command when due."""
+    """The process that parked a command issues it when due, without waiting for a
+    sweep (the embedded reaper thread would sweep only after a minute here)."""
     from noetl_celery.settings import Settings
     from noetl_celery.store.database import SchemaMode
 
     settings = Settings(
         home=tmp_path,
         database_url=f"sqlite:///{tmp_path / 'noetl.sqlite3'}",
-        reaper_interval_seconds=0.5,
+        reaper_interval_seconds=60,
     )
     engine = Engine(settings, schema=SchemaMode.MIGRATE)
     engine.use_in_process_workers()
     try:
         with http_api() as api:
+            began = time.monotonic()
             eid = engine.start_text(THROTTLED, {"api": api, "key": "e", "times": 1, "after": 2})
             seen: set[str] = set()
             deadline = time.monotonic() + 30
@@ -333,10 +335,12 @@ def test_the_embedded_mode_parks_and_resumes_too(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline
                 seen.update(c["status"] for c in _commands(engine, eid, "call"))
                 time.sleep(0.05)
+            took = time.monotonic() - began
             served = stats()
         row = engine.store.execution(eid)
         assert row.status == "COMPLETED", row.error
         assert "delayed" in seen
+        assert 2.0 <= took < 15, took  # on time: the wait, not a sweep interval
         assert engine.summary(eid)["result"] == {"requests": 2, "key": "e"}
         assert (served["/mark/e:200"], served["throttle:e:429"]) == (1, 1)
     finally:

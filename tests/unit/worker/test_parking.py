@@ -128,3 +128,34 @@ def test_thread_pool_sizes_the_database_pool_from_the_concurrency() -> None:
     assert (sized.db_pool_size, sized.db_max_overflow, sized.worker_threads) == (36, 36, 32)
     small = base.for_worker_threads(1)  # never below what is configured
     assert (small.db_pool_size, small.db_max_overflow) == (5, 20)
+
+
+def test_wakeups_issue_and_publish_in_due_order() -> None:
+    import datetime as dt
+    import threading
+    import time
+
+    from noetl_celery.worker.parking import Wakeups
+
+    issued: list[str] = []
+    published: list[str] = []
+    done = threading.Event()
+
+    def issue(command_id: str, due: dt.datetime) -> bool:
+        issued.append(command_id)
+        return command_id != "gone"  # cancelled meanwhile: not published
+
+    def publish(ids: Any) -> None:
+        published.extend(ids)
+        if len(published) == 2:
+            done.set()
+
+    wakeups = Wakeups(issue, publish)
+    now = dt.datetime.now(dt.UTC)
+    began = time.monotonic()
+    wakeups.at("late", now, 0.3)
+    wakeups.at("gone", now, 0.1)
+    wakeups.at("early", now, 0.2)
+    assert done.wait(5)
+    assert time.monotonic() - began >= 0.3
+    assert issued == ["gone", "early", "late"] and published == ["early", "late"]
