@@ -6,11 +6,16 @@ Postgres, Redis as the broker and two `noetl-celery worker` processes (concurren
     python -m bench.compat --tier heavy --server-args '--rate-limit 200'
 
 Arguments go to `../shared/compat/run.py` unchanged; the exit status is the kit's. Worker
-logs are kept under a temporary directory printed at the start.
+logs are kept under a temporary directory printed at the start. The workers' pool and
+concurrency come from the environment (the arguments are the kit's):
+
+    NOETL_BENCH_POOL=threads NOETL_BENCH_CONCURRENCY=16 python -m bench.compat \
+        --tier heavy --case pft_flow_full --server-args '--rate-limit 300'
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +34,8 @@ from bench.harness import (
 )
 
 WORKERS = 2
+POOL = os.environ.get("NOETL_BENCH_POOL", "prefork")
+CONCURRENCY = os.environ.get("NOETL_BENCH_CONCURRENCY", "2")
 
 
 def main(argv: list[str]) -> int:
@@ -44,7 +51,9 @@ def main(argv: list[str]) -> int:
         NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds)
     )
     print(f"engine db {url}, broker {REDIS_URL}, logs in {logs}", file=sys.stderr)
-    cmd = [python(), "-m", "noetl_celery.cli.main", "worker", "-c", "2", "-l", "INFO"]
+    cmd = [python(), "-m", "noetl_celery.cli.main", "worker", "-c", CONCURRENCY, "-P", POOL]
+    cmd += ["-l", "INFO"]
+    print(f"workers: {WORKERS} x --pool {POOL} -c {CONCURRENCY}", file=sys.stderr)
     with ExitStack() as stack:
         for n in range(WORKERS):
             stack.enter_context(worker([*cmd, "-n", f"compat{n}@%h"], env, logs / f"w{n}.log"))

@@ -3,8 +3,10 @@ compat kit's test API with a rate limit: wall time against the rate bound (rate-
 requests answered 200 ÷ allowed requests per second), and the exact row counts.
 
     python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
+    python -m bench.pft_cursor --pool threads --concurrency 16     # I/O-bound settings
 
-Postgres + Redis + two `noetl-celery worker` processes (concurrency 2); the test API
+Postgres + Redis + `--workers` `noetl-celery worker` processes (default two, prefork,
+concurrency 2; `--pool threads` runs each worker's commands on threads); the test API
 server is `../shared/compat/test_api_server.py` (NOETL_COMPAT_KIT points at another
 run.py beside it).
 """
@@ -70,6 +72,9 @@ def main() -> int:
     parser.add_argument("--rate-limit", type=int, default=300)
     parser.add_argument("--facilities", type=int, default=10)
     parser.add_argument("--patients", type=int, default=1000)
+    parser.add_argument("--pool", default="prefork", help="the workers' Celery pool")
+    parser.add_argument("--concurrency", type=int, default=2, help="per worker")
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
     creds = logs / "credentials.json"
@@ -83,8 +88,9 @@ def main() -> int:
     api, api_url = start_api(args.rate_limit)
     try:
         with ExitStack() as stack:
-            for n in range(2):
-                cmd = [*cli, "worker", "-c", "2", "-n", f"pft{n}@%h"]
+            for n in range(args.workers):
+                cmd = [*cli, "worker", "-c", str(args.concurrency), "-P", args.pool]
+                cmd += ["-n", f"pft{n}@%h"]
                 stack.enter_context(worker(cmd, env, logs / f"w{n}.log"))
             started = time.time()
             run = subprocess.run(
@@ -121,6 +127,7 @@ def main() -> int:
     print(f"status {summary['status']} error {summary['error']}")
     print(f"wall {wall:.1f} s; rate-limited requests answered {ok} (+{limited} x 429)")
     print(f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f}")
+    print(f"workers: {args.workers} x --pool {args.pool} -c {args.concurrency}")
     scale = args.facilities * args.patients / 10_000
     with psycopg.connect(DATA_DSN) as conn:
         for table, full in EXPECTED.items():

@@ -35,7 +35,8 @@ class CommandStatus(StrEnum):
     # a loop iteration inserted with its epoch, issued when the window reaches it
     PLANNED = "planned"
     # parked until its due time (`issued_at`), then issued and published by the reaper's
-    # sweep: a cursor claim retried after a backoff
+    # sweep: a cursor claim retried after a backoff, a pipeline waiting out a long retry
+    # delay (worker.parking)
     DELAYED = "delayed"
     ISSUED = "issued"  # inserted, message published (or about to be)
     RUNNING = "running"  # claimed by a worker, lease running

@@ -6,6 +6,7 @@ can build any configuration without touching the process environment.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -20,6 +21,9 @@ from noetl_celery.errors import ConfigurationError
 # store.database uses them as its defaults too.
 DB_IDLE_IN_TRANSACTION_SECONDS = 10.0
 DB_STATEMENT_TIMEOUT_SECONDS = 60.0
+# engine connections a thread-pool worker keeps beyond one per thread (the heartbeat's
+# renewals, the stop checks and a pass's reads overlap with the threads' own)
+THREAD_POOL_SPARE = 4
 
 _USERINFO = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<user>[^:@/?#]*):(?P<password>[^/?#]*)@")
 _SECRET_PARAMS = {"password", "passwd", "sslpassword"}
@@ -66,6 +70,14 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigurationError(f"{name} must be a number, got {raw!r}") from exc
     if value < 0:
         raise ConfigurationError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _finite(env: Mapping[str, str], name: str, default: float) -> float:
+    """`_float`, and neither NaN nor infinity (a threshold compared with every delay)."""
+    value = _float(env, name, default)
+    if not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value}")
     return value
 
 
@@ -120,6 +132,11 @@ class Settings:
     max_pipeline_jumps: int = 100_000
     # longest single retry delay a policy may ask for, seconds
     max_retry_delay_seconds: float = 300.0
+    # a pipeline retry that waits longer than this (its backoff, or a `Retry-After`)
+    # parks its command in Postgres (`delayed`, due at the end of the wait) and frees the
+    # worker's slot; the reaper's sweep issues it when due and it resumes at the waiting
+    # task. Shorter waits sleep in place (a round trip through the reaper costs more)
+    park_after_seconds: float = 1.0
     # how often `run` / `wait` poll the database for the terminal state
     wait_poll_seconds: float = 0.05
     # where duckdb files of executions live (default: home/duckdb)
@@ -151,6 +168,14 @@ class Settings:
     # Postgres cancels an engine statement running this long (0: never), waits for a
     # lock included: a backstop against a lock holder stuck inside a statement
     db_statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS
+    # the engine database's connection pool per process: kept connections, and how many
+    # more may be opened at a peak (a worker on a thread pool raises both to its
+    # concurrency, see for_worker_threads)
+    db_pool_size: int = 5
+    db_max_overflow: int = 20
+    # commands a worker process runs at once on threads (`--pool threads -c N`; 0 for
+    # a process per command): set by the worker runtime, not from the environment
+    worker_threads: int = 0
     # largest payload `run` / `submit` / `schedule add` accept, as compact JSON bytes;
     # a larger one is refused before anything is written (it is stored in rows)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
@@ -204,6 +229,20 @@ class Settings:
     def effective_duckdb_dir(self) -> Path:
         return Path(self.duckdb_dir) if self.duckdb_dir else self.home / "duckdb"
 
+    def for_worker_threads(self, concurrency: int) -> Settings:
+        """The settings of a worker running `concurrency` commands on threads of one
+        process (`--pool threads`, gevent, eventlet): every thread may hold an engine
+        connection for its command and a second one at its close (the in-place pass, a
+        child started), besides the heartbeat's; the pool keeps one per thread and may
+        open as many again at a peak, never fewer than configured. The postgres tool's
+        pool per credential may hold one connection per thread too."""
+        return replace(
+            self,
+            worker_threads=concurrency,
+            db_pool_size=max(self.db_pool_size, concurrency + THREAD_POOL_SPARE),
+            db_max_overflow=max(self.db_max_overflow, concurrency + THREAD_POOL_SPARE),
+        )
+
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -246,6 +285,7 @@ class Settings:
             max_retry_delay_seconds=_float(
                 env, "NOETL_MAX_RETRY_DELAY_SECONDS", base.max_retry_delay_seconds
             ),
+            park_after_seconds=_finite(env, "NOETL_PARK_AFTER_SECONDS", base.park_after_seconds),
             wait_poll_seconds=_float(env, "NOETL_WAIT_POLL_SECONDS", base.wait_poll_seconds),
             duckdb_dir=env.get("NOETL_DUCKDB_DIR", "").strip(),
             loop_results_cap=_int(env, "NOETL_LOOP_RESULTS_CAP", base.loop_results_cap, 0),
@@ -265,6 +305,8 @@ class Settings:
             db_statement_timeout_seconds=_float(
                 env, "NOETL_DB_STATEMENT_TIMEOUT_SECONDS", base.db_statement_timeout_seconds
             ),
+            db_pool_size=_int(env, "NOETL_DB_POOL_SIZE", base.db_pool_size, 1),
+            db_max_overflow=_int(env, "NOETL_DB_MAX_OVERFLOW", base.db_max_overflow, 0),
             max_payload_bytes=_int(env, "NOETL_MAX_PAYLOAD_BYTES", base.max_payload_bytes, 1),
             log_capture_bytes=_int(env, "NOETL_LOG_CAPTURE_BYTES", base.log_capture_bytes, 0),
             progress_seconds=_float(env, "NOETL_PROGRESS_SECONDS", base.progress_seconds),

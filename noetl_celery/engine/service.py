@@ -77,6 +77,8 @@ class Engine(EngineReads):
             synchronous_commit=settings.synchronous_commit,
             idle_in_transaction_seconds=settings.db_idle_in_transaction_seconds,
             statement_timeout_seconds=settings.db_statement_timeout_seconds,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
         )
         self.store = Store(self.database)
         self.services = ToolServices(settings)  # reads the credentials file when needed

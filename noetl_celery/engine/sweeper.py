@@ -9,7 +9,8 @@ One sweep, run by one process at a time (a lease row in Postgres):
    fail with a terminal event like any failed command, and the flow goes on from there;
 3. executions with completions nobody folded (a lost wake-up) get an orchestration pass;
 4. executions running longer than the execution timeout end FAILED;
-5. `delayed` commands whose due time came (a cursor claim retried after a backoff) are
+5. `delayed` commands whose due time came (a cursor claim retried after a backoff, a
+   pipeline parked for a long retry delay whose worker is gone, worker.parking) are
    issued and published.
 
 Each part, and each execution or command within it, is handled on its own: whatever goes

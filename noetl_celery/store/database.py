@@ -94,6 +94,8 @@ def open_database(
     synchronous_commit: str = "off",
     idle_in_transaction_seconds: float = DB_IDLE_IN_TRANSACTION_SECONDS,
     statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS,
+    pool_size: int = 5,
+    max_overflow: int = 20,
 ) -> Database:
     """The engine database at `url`, its tables checked (or migrated) as `mode` allows and
     its identity read. Raises ConfigurationError / StoreError / SchemaOutdated with one
@@ -103,6 +105,8 @@ def open_database(
         synchronous_commit=synchronous_commit,
         idle_in_transaction_seconds=idle_in_transaction_seconds,
         statement_timeout_seconds=statement_timeout_seconds,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
     )
     try:
         if mode is SchemaMode.READ and database.current_revision() is None:
@@ -126,6 +130,8 @@ class Database:
         synchronous_commit: str = "off",
         idle_in_transaction_seconds: float = DB_IDLE_IN_TRANSACTION_SECONDS,
         statement_timeout_seconds: float = DB_STATEMENT_TIMEOUT_SECONDS,
+        pool_size: int = 5,
+        max_overflow: int = 20,
     ) -> None:
         # what messages show: the URL as configured, password masked
         self.shown = mask_url(url)
@@ -138,6 +144,9 @@ class Database:
             "idle_in_transaction_session_timeout": _ms(idle_in_transaction_seconds),
             "statement_timeout": _ms(statement_timeout_seconds),
         }
+        # Postgres connections kept per process, and how many more a peak may open (a
+        # thread-pool worker sizes them from its concurrency, Settings.for_worker_threads)
+        self.pool_size, self.max_overflow = pool_size, max_overflow
         try:
             self._build()
         except (ArgumentError, ValueError) as exc:
@@ -165,8 +174,8 @@ class Database:
             self.engine = create_engine(
                 self.url,
                 json_serializer=_dumps,
-                pool_size=5,
-                max_overflow=20,
+                pool_size=self.pool_size,
+                max_overflow=self.max_overflow,
                 connect_args=connect_args,
                 # no pre-ping (a round trip per checkout on the hot path): a connection
                 # that died is invalidated by the error it raises, and callers retry

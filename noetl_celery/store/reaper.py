@@ -6,7 +6,8 @@
   next attempt of the same coordinate (`:a<n>`, same item, same context), up to a limit;
   past the limit, or past its step deadline, it fails with a terminal event in the inbox
 - an execution with completions waiting and nobody folding them is woken
-- a `delayed` command (a cursor claim retried after a backoff) whose due time came is
+- a `delayed` command (a cursor claim retried after a backoff, a pipeline parked for a
+  long retry delay) whose due time came is
   issued, and published by the transaction that issued it
 
 Only RUNNING executions are looked at, through their commands' index (there is no index

@@ -32,6 +32,7 @@ from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
+from noetl_celery.store.parking import ParkingManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.reruns import RerunsManager
@@ -81,6 +82,7 @@ class Store:
         self.reaper = ReaperManager(database)
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
         self.termination = TerminationManager(database, self.result_cache)
+        self.parking = ParkingManager(database)
         # the operators' reads: each opens its own read transaction
         self.overview = OverviewManager(database)
         self.history = HistoryManager(database)

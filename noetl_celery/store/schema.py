@@ -159,7 +159,8 @@ commands = Table(
     Column("iteration", Integer, nullable=True),
     Column("attempt", Integer, nullable=False, default=1),
     # planned -> issued -> running [-> waiting -> issued -> running] -> completed | failed
-    # | cancelled; a claim retried after a backoff is inserted `delayed` -> issued -> ...
+    # | cancelled; a claim retried after a backoff is inserted `delayed` -> issued -> ...;
+    # a pipeline waiting out a long retry delay goes running -> delayed -> issued -> ...
     Column("status", String(16), nullable=False),
     Column("ctx_version", Integer, nullable=False),
     Column("item", Json, nullable=True),  # the loop item / claimed row of this command

@@ -108,7 +108,9 @@ class ToolServices:
                     verify=verify,
                     follow_redirects=False,
                     timeout=self.settings.http_timeout_seconds,
-                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+                    # every connection kept alive: a thread-pool worker's 32 threads
+                    # calling one API must not close and reopen sockets per request
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
                 )
                 self._http[verify] = client
             return client
@@ -127,7 +129,8 @@ class ToolServices:
                 pool = ConnectionPool(
                     conninfo,
                     min_size=0,
-                    max_size=PG_POOL_MAX_SIZE,
+                    # a thread-pool worker may run a postgres step on every thread
+                    max_size=max(PG_POOL_MAX_SIZE, self.settings.worker_threads),
                     kwargs={"autocommit": True, "connect_timeout": PG_CONNECT_TIMEOUT},
                     # a round trip on checkout: a connection killed by a server restart
                     # is discarded here instead of failing the user's statement

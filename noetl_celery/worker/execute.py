@@ -41,9 +41,10 @@ from noetl_celery.store.database import transient
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
+from noetl_celery.worker import parking
 from noetl_celery.worker.claims import HeldFrame
 from noetl_celery.worker.heartbeat import Heartbeats
-from noetl_celery.worker.pipeline import StopCheck
+from noetl_celery.worker.pipeline import Parked, StopCheck
 from noetl_celery.worker.reports import DUPLICATE, WAITING, CommandReport, report_of
 from noetl_celery.worker.runner import StepRunner
 from noetl_celery.worker.subplaybook import Suspended
@@ -90,6 +91,10 @@ class CommandExecutor:
             lambda cid: store.renew_lease(cid, lease_seconds), lease_seconds
         )
         self.logs = logs
+        # parked commands are issued by this process when due (the sweep if it is gone)
+        self.wakeups = parking.Wakeups(
+            store.parking.issue_when_due, lambda ids: self.orchestrator.dispatcher.publish(ids)
+        )
         if logs is not None:
             logcapture.install()
 
@@ -128,6 +133,9 @@ class CommandExecutor:
             )
         finally:
             self.heartbeats.stop(command_id)
+        if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
+            parking.park(self.store, command, parking.masked(result), capture, self.wakeups)
+            return CommandReport(command_id, WAITING)
         result = _masked(result)
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own

@@ -9,6 +9,11 @@ iteration scope and `ctx.*` into the pipeline's ctx, returned to the orchestrato
 A task that waits for a sub-playbook suspends the pipeline: its whole run state is
 returned as a continuation (plain JSON) and the pipeline resumes from it, with the
 child's outcome as that task's outcome, when the command is issued again.
+
+A retry that must wait longer than `PipelineLimits.park_after` seconds (a long backoff,
+an HTTP `Retry-After`) parks the pipeline the same way instead of sleeping in the
+worker's slot (design §2.7): `Parked` carries the run state, with the waiting task's
+attempt already counted, and the wait; the command resumes at that task when it is due.
 """
 
 from __future__ import annotations
@@ -47,6 +52,26 @@ class PipelineLimits:
     max_retry_delay: float = 300.0
     sleep: Callable[[float], None] = time.sleep
     renderer: Renderer = STRICT
+    # a retry delay above this many seconds parks the command instead of sleeping in
+    # its slot (None: always sleep, e.g. where there is nothing to park in)
+    park_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A pipeline that waits `delay` seconds before retrying a task: what to save (the
+    run state, its `index` at the waiting task) and when to go on."""
+
+    continuation: dict[str, Any]
+    delay: float
+    task: str
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """`_act`'s answer for a retry to be parked rather than slept through."""
+
+    delay: float
 
 
 class TaskRecord(TypedDict):
@@ -116,11 +141,13 @@ def run_pipeline(
     limits: PipelineLimits,
     resume: Mapping[str, Any] | None = None,
     stop: StopCheck | None = None,
-) -> Outcome | Suspended:
-    """Run the tasks; return the step's outcome (see models.outcome), or `Suspended`.
+) -> Outcome | Suspended | Parked:
+    """Run the tasks; return the step's outcome (see models.outcome), `Suspended` or
+    `Parked`.
 
     `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
-    waited for a sub-playbook."""
+    waited for a sub-playbook, or `{"continuation": RunState, "parked": {...}}` of one
+    that waited out a retry delay (no child: the waiting task simply runs again)."""
     labels = [label for label, _ in tasks]
     run, child = _start(resume, iter_scope)
     status: str = "ok"
@@ -154,6 +181,8 @@ def run_pipeline(
             status, failure = PIPELINE_STATUS_FAILED, StepError("template_error", str(exc))
             break
         stopped = _act(step, labels, run, attempt, outcome, then, limits)
+        if isinstance(stopped, _Wait):
+            return Parked(run.to_json(), stopped.delay, label)
         if stopped is not None:
             status, failure = stopped
             break
@@ -165,7 +194,7 @@ def _start(
 ) -> tuple[RunState, Mapping[str, Any] | None]:
     """The run state to go on from, and the child's summary a resumed task gets as outcome."""
     if resume is not None:
-        return RunState.from_json(resume["continuation"]), resume["child"]
+        return RunState.from_json(resume["continuation"]), resume.get("child")
     return RunState(iter=dict(iter_scope or {})), None
 
 
@@ -224,9 +253,9 @@ def _act(
     outcome: ToolOutcome,
     then: Then | None,
     limits: PipelineLimits,
-) -> tuple[str, StepError | None] | None:
-    """Carry out the matched rule's action on `run`; None to go on, or the pipeline's final
-    (status, failure)."""
+) -> tuple[str, StepError | None] | _Wait | None:
+    """Carry out the matched rule's action on `run`; None to go on, `_Wait` to park before
+    the retry, or the pipeline's final (status, failure)."""
     label = labels[run.index]
     action = then.do if then is not None else ("continue" if outcome.ok else "fail")
     if action == "continue":
@@ -237,8 +266,11 @@ def _act(
         assert then is not None
         if attempt >= then.attempts:
             return PIPELINE_STATUS_FAILED, _exhausted(outcome, attempt)
-        limits.sleep(_retry_delay(then, attempt, outcome, limits.max_retry_delay))
-        run.attempts[label] = attempt + 1
+        delay = _retry_delay(then, attempt, outcome, limits.max_retry_delay)
+        run.attempts[label] = attempt + 1  # counted before parking: max attempts still bound it
+        if limits.park_after is not None and delay > limits.park_after:
+            return _Wait(delay)
+        limits.sleep(delay)
         return None
     if action == "jump":
         assert then is not None and then.to is not None

@@ -28,7 +28,7 @@ from noetl_celery.tools.keychain import KeychainError
 from noetl_celery.tools.redaction import current_masks
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.claims import HeldFrame, run_claim
-from noetl_celery.worker.pipeline import PipelineLimits, StopCheck, run_pipeline
+from noetl_celery.worker.pipeline import Parked, PipelineLimits, StopCheck, run_pipeline
 from noetl_celery.worker.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.worker.tool_call import run_tool
 
@@ -42,6 +42,7 @@ class StepRunner:
             max_jumps=settings.max_pipeline_jumps,
             max_retry_delay=settings.max_retry_delay_seconds,
             renderer=self.renderer,
+            park_after=settings.park_after_seconds,
         )
         # (catalog id, step) -> whether the step mentions the keychain
         self._mentions: dict[tuple[int, str], bool] = {}
@@ -119,9 +120,9 @@ class StepRunner:
         command: ClaimedCommand,
         children: Children | None = None,
         stop: StopCheck | None = None,
-    ) -> Outcome | Suspended | HeldFrame:
-        """The command's outcome, `Suspended` when it must wait for a child, or a claim's
-        `HeldFrame`."""
+    ) -> Outcome | Suspended | Parked | HeldFrame:
+        """The command's outcome, `Suspended` when it must wait for a child, `Parked` when
+        it must wait out a long retry delay, or a claim's `HeldFrame`."""
         started = time.monotonic()
         step = playbook.step(command.step)
         context, scope = self.context_for(command, step)
@@ -138,7 +139,9 @@ class StepRunner:
                 return Outcome.failed(StepError(exc.kind, str(exc)))
         if command.kind == KIND_CLAIM:
             return run_claim(step, command, context, self.services, self.renderer)
-        resume = command.resume if command.resume and "child" in command.resume else None
+        # a continuation to go on from: after a child's end, or after a parked retry delay
+        waited = command.resume and ("child" in command.resume or "parked" in command.resume)
+        resume = command.resume if waited else None
         call = partial(
             run_tool,
             playbook=playbook,
@@ -162,7 +165,7 @@ class StepRunner:
                 spawn_key=f"{command.command_id}#{key}",
             )
 
-        outcome: Outcome | Suspended
+        outcome: Outcome | Suspended | Parked
         if step.is_pipeline:
             try:
                 step_input = self.renderer.value(step.input, context, f"step '{step.step}' input")
@@ -177,7 +180,7 @@ class StepRunner:
             try:
                 single = (
                     child_outcome(resume["child"])
-                    if resume is not None
+                    if resume is not None and "child" in resume
                     else call(
                         tool=step.tool,
                         context=context,
@@ -190,7 +193,7 @@ class StepRunner:
             except Suspend as suspend:
                 return Suspended({"single": True}, suspend.request)
             outcome = single_outcome(single, scope if step.set else None)
-        if isinstance(outcome, Suspended):
+        if isinstance(outcome, Suspended | Parked):
             return outcome
         meta: OutcomeMeta = {
             **outcome.meta,

@@ -1,9 +1,12 @@
 """A small local HTTP API for engine tests (127.0.0.1 only).
 
-- `/status/<code>` answers that status; `/json?k=v` echoes its query
+- `/status/<code>` answers that status; any other path echoes its path and query, after
+  `sleep` seconds when the query has it (`/slow/1?sleep=0.3`)
 - `/pages/<id>?page=N`: `pages_for(id)` pages of 3 items each, `{items, page, has_more}`;
   a page past the end is 404 `{error}`; `fail=1` answers 500 on the first request of each
   page; `limit=R` caps the route at R requests per sliding second (429, Retry-After: 1)
+- `/throttle/<key>?times=N&after=S`: the first N requests of `key` answer 429 with
+  `Retry-After: S`, later ones 200 `{key, requests}` (requests: of `key` so far)
 - `GET /stats` counts requests per route and status
 """
 
@@ -49,7 +52,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(int(parts[1]), {"code": int(parts[1])})
         elif parts[0] == "pages":
             self._pages(parts[1], query)
+        elif parts[0] == "throttle":
+            self._throttle(parts[1], query)
         else:
+            time.sleep(float(query.get("sleep", 0)))
             self._count(url.path, 200)
             self._send(200, {"path": url.path, "query": query})
 
@@ -80,6 +86,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._count("pages", 200)
         items = [f"{item_id}-{page}-{i}" for i in range(3)]
         self._send(200, {"items": items, "page": page, "has_more": page < total})
+
+    def _throttle(self, key: str, query: dict[str, str]) -> None:
+        with self.state.lock:
+            self.state.counts[f"throttle:{key}"] += 1
+            requests = self.state.counts[f"throttle:{key}"]
+        if requests <= int(query.get("times", 0)):
+            self._count(f"throttle:{key}", 429)
+            self._send(429, {"error": "slow down"}, {"Retry-After": query.get("after", "1")})
+            return
+        self._count(f"throttle:{key}", 200)
+        self._send(200, {"key": key, "requests": requests})
 
     def _count(self, route: str, code: int) -> None:
         with self.state.lock:

@@ -84,6 +84,7 @@ from noetl_celery.store.queries.operator import (
     in_flight,
     loops_of,
 )
+from noetl_celery.store.queries.parking import issue_parked, park_for_retry
 from noetl_celery.store.queries.reaper import (
     add_counter,
     due_delayed,
@@ -187,6 +188,7 @@ __all__ = [
     "insert_results",
     "insert_schedule",
     "issue_delayed",
+    "issue_parked",
     "issue_range",
     "iteration_results",
     "latest_catalog_version",
@@ -202,6 +204,7 @@ __all__ = [
     "mark_republished",
     "move_schedule_on",
     "park_for_child",
+    "park_for_retry",
     "pass_failed_payloads",
     "reissue_parent",
     "release_lease",

@@ -30,6 +30,7 @@ def test_every_module_is_an_engine_area_or_a_read_model() -> None:
         "executions",
         "inbox",
         "operator",
+        "parking",
         "reaper",
         "results",
         "schedules",

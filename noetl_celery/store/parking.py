@@ -1,0 +1,36 @@
+"""Parking a command that waits out a retry delay (design §2.7: no worker slot is held
+while waiting). The row becomes `delayed` with its due time in `issued_at` and the
+pipeline's continuation in `resume`; the reaper's sweep issues it when due
+(`ReaperManager.release_delayed`), and a cancel of its execution cancels it like any
+other unfinished command. The worker that parked it issues it itself when the wait is
+over (`issue_when_due`, on time); the sweep is what brings it back when that worker is
+gone."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from noetl_celery.store import queries
+from noetl_celery.store.database import Database
+from noetl_celery.store.schema import utcnow
+
+
+class ParkingManager:
+    """`store.parking`: commands put aside until a due time."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def park(self, command_id: str, resume: dict[str, Any], delay: float) -> dt.datetime | None:
+        """Park a running command for `delay` seconds with `resume` (its continuation);
+        the due time, or None when the command was no longer running (nothing changed)."""
+        due = utcnow() + dt.timedelta(seconds=delay)
+        with self.db.write() as conn:
+            return due if queries.park_for_retry(conn, command_id, resume, due) else None
+
+    def issue_when_due(self, command_id: str, due: dt.datetime) -> bool:
+        """Issue the command parked until `due` (True: the caller publishes it); False
+        when it was issued, cancelled or parked again meanwhile."""
+        with self.db.write() as conn:
+            return queries.issue_parked(conn, command_id, due, utcnow())

@@ -1,0 +1,127 @@
+"""A pipeline waiting out a long retry delay gives its worker slot back (design §2.7).
+
+`run_pipeline` answers `Parked` (its run state, the waiting task, the delay) when a
+retry's delay, its backoff or the server's `Retry-After`, is above
+`NOETL_PARK_AFTER_SECONDS`. The command is then parked in Postgres: `delayed`, due when
+the delay is over, with the continuation in `resume`; what it printed so far is stored
+now (the resumed run adds a block of its own). When the wait is over the process that
+parked it issues and publishes it (`Wakeups`: one timer thread per process, holding no
+worker slot), or, if that process is gone, the reaper's sweep does; any worker claims
+it, and the pipeline resumes at the waiting task with its attempt count kept, so the
+rule's `attempts` still bounds it. A cancel of the execution cancels the parked row; a
+worker killed meanwhile loses nothing (the row in Postgres is the whole state).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from noetl_celery import logcapture
+from noetl_celery.engine.logsink import LogSink
+from noetl_celery.logcontext import of_command
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.tools.redaction import mask_command_value
+from noetl_celery.worker.pipeline import Parked
+
+log = logging.getLogger("noetl_celery.worker")
+
+
+def masked(parked: Parked) -> Parked:
+    """The continuation with the command's keychain values masked (it is stored)."""
+    return Parked(mask_command_value(parked.continuation), parked.delay, parked.task)
+
+
+# issue_when_due(command id, due) -> issued?; publish(command ids)
+IssueWhenDue = Callable[[str, dt.datetime], bool]
+Publish = Callable[[Sequence[str]], None]
+
+
+class Wakeups:
+    """Issues and publishes parked commands of this process when their wait is over, on
+    one daemon thread (started on first use, again in a forked child). Only a wake-up:
+    the row in Postgres is the state, and the sweep issues what a dead process did not."""
+
+    def __init__(self, issue: IssueWhenDue, publish: Publish) -> None:
+        self._issue = issue
+        self._publish = publish
+        self._due: list[tuple[float, str, dt.datetime]] = []  # (monotonic, id, due)
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def at(self, command_id: str, due: dt.datetime, delay: float) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (time.monotonic() + delay, command_id, due))
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._loop, name="noetl-wakeups", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _next(self) -> tuple[str, dt.datetime]:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                if self._due and self._due[0][0] <= now:
+                    _, command_id, due = heapq.heappop(self._due)
+                    return command_id, due
+                self._cond.wait(self._due[0][0] - now if self._due else None)
+
+    def _loop(self) -> None:
+        while True:
+            command_id, due = self._next()
+            try:
+                if self._issue(command_id, due):
+                    self._publish([command_id])
+            except Exception:  # the database or broker away: the sweep issues it later
+                log.warning(
+                    "could not issue parked command %s; the reaper will",
+                    command_id,
+                    exc_info=True,
+                    extra=of_command(command_id),
+                )
+
+
+def park(
+    store: Store,
+    command: ClaimedCommand,
+    parked: Parked,
+    capture: logcapture.Capture | None,
+    wakeups: Wakeups | None = None,
+) -> bool:
+    """Park `command` until its delay is over; False when it was no longer ours (the
+    row had been cancelled or taken over: nothing is written, nothing comes back)."""
+    resume = {
+        "continuation": parked.continuation,
+        "parked": {"task": parked.task, "delay": parked.delay},
+    }
+    store.history.write_logs(LogSink.command_rows(capture, command))
+    due = store.parking.park(command.command_id, resume, parked.delay)
+    if due is None:
+        log.info(
+            "command %s was no longer running when it was to wait %.3gs: dropped",
+            command.command_id,
+            parked.delay,
+            extra=of_command(command.command_id),
+        )
+        return False
+    if wakeups is not None:
+        wakeups.at(command.command_id, due, parked.delay)
+    log.info(
+        "command %s: task '%s' retries in %.3gs; parked until %s (the slot is free)",
+        command.command_id,
+        parked.task,
+        parked.delay,
+        due.isoformat(timespec="milliseconds"),
+        extra=of_command(command.command_id),
+    )
+    return True
