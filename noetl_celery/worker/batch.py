@@ -78,13 +78,11 @@ class BatchExecutor:
         reports = [
             CommandReport(cid, DUPLICATE) for cid in dict.fromkeys(command_ids) if cid not in taken
         ]
-        if reports:
+        for report in reports:  # the words of execute_command's line (one per command)
             log.info(
-                "%d of a batch's %d commands already claimed or finished: duplicate "
-                "deliveries dropped (%s)",
-                len(reports),
-                len(taken) + len(reports),
-                ", ".join(r.command_id for r in reports[:5]),
+                "command %s already claimed or finished: duplicate delivery dropped",
+                report.command_id,
+                extra=of_command(report.command_id),
             )
         ex.heartbeats.start_many(taken)
         ran: list[_Ran] = []
