@@ -10,8 +10,9 @@ terminal event, so counts and exactly-once are what they were:
   ones' too: a worker killed mid-batch leaves them `running` with leases that expire,
   and the reaper runs them again (the path a single command takes);
 - after `budget_seconds` of running, the commands not started yet are handed back
-  (`issued` again while still this worker's claim) and published as a new batch, so a
-  slow item never holds the rest while other worker processes idle;
+  (`issued` again while still this worker's claim) and published again, in messages of
+  as many as ran within the budget, so slow items never hold the rest while other
+  worker processes idle;
 - the plain outcomes are closed in one transaction with one orchestration pass per
   execution (a pass folds any number of completions from the inbox). An outcome the
   database refuses is replaced by its `result_not_storable` failure alone: the others
@@ -36,6 +37,7 @@ from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.packing import pack
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.rows import ClaimedCommand
@@ -102,7 +104,7 @@ class BatchExecutor:
         started = time.monotonic()
         for index, command in enumerate(claimed):
             if index and time.monotonic() - started >= self.budget_seconds:
-                self._hand_back(claimed[index:])
+                self._hand_back(claimed[index:], per_message=index)
                 break
             report = self._run_one(command, ran)
             if report is not None:
@@ -121,9 +123,11 @@ class BatchExecutor:
             # a suspended parent or a held cursor frame: recorded alone, now
             return ex.conclude(command, result, capture)
 
-    def _hand_back(self, rest: list[ClaimedCommand]) -> None:
-        """Release the unstarted commands (still ours) and publish them as a new batch.
-        A lost publish is the reaper's: the rows say `issued`."""
+    def _hand_back(self, rest: list[ClaimedCommand], per_message: int) -> None:
+        """Release the unstarted commands (still ours) and publish them again, in
+        messages of `per_message` (as many as this batch ran within its budget): slow
+        items then spread over the pool's processes instead of hopping from one to the
+        next as one batch. A lost publish is the reaper's: the rows say `issued`."""
         ex = self.executor
         ids = [c.command_id for c in rest]
         for cid in ids:
@@ -137,7 +141,8 @@ class BatchExecutor:
         if not released:
             return
         try:
-            ex.orchestrator.dispatcher.publish(released)
+            for ids in pack(released, per_message):
+                ex.orchestrator.dispatcher.publish(ids)
         except Exception:
             log.warning(
                 "publishing %d handed-back commands failed; the reaper publishes them "

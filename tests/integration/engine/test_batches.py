@@ -17,6 +17,7 @@ import pytest
 
 from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED, ReportStatus
 from noetl_celery.engine.service import Engine
+from noetl_celery.orchestrator.packing import pack
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -134,19 +135,22 @@ def test_a_batch_past_its_budget_hands_the_rest_back_and_each_runs_once(
 
         first = engine.batches.execute(ids)
 
-        # 0.2 s each against 0.3 s: two ran, the four not started went back as one batch
-        assert [r.command_id for r in first] == ids[:2]
-        handed_back = recorder.published
-        assert handed_back == [ids[2:]]
-        for command_id in ids[2:]:
+        # 0.2 s each against 0.3 s: one or two ran (timing under load varies); the rest
+        # went back unstarted, in messages of as many as ran, to spread over the pool
+        ran = len(first)
+        assert 1 <= ran <= 2 and [r.command_id for r in first] == ids[:ran]
+        assert recorder.published == pack(ids[ran:], ran)
+        for command_id in ids[ran:]:
             assert status_of(pg_url, command_id) == ("issued", None, None)
-        assert sorted(terminals(engine, eid)) == [0, 1]
+        assert sorted(terminals(engine, eid)) == list(range(ran))
 
-        recorder.take()
-        second = engine.batches.execute(ids[2:])
-        assert [r.command_id for r in second] == ids[2:4]
-        third = engine.batches.execute(recorder.take())
-        assert [r.command_id for r in third] == ids[4:]
+        # whoever takes the handed-back messages runs each command once
+        rounds = 0
+        while pending := recorder.take():
+            for batch in pack(pending, 50):
+                engine.batches.execute(batch)
+            rounds += 1
+            assert rounds < 10, "handed back forever"
         engine.wait(eid, 30)
         assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(6)}
         assert engine.summary(eid)["steps"]["each"]["stats"] == {
