@@ -26,6 +26,8 @@ PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0
 COMPAT_KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+# the worker pools a bench may run its workers (the engine's and the chord's) with
+POOLS = {"prefork": ["-c", "2"], "threads": ["--pool", "threads", "-c", "8"]}
 
 
 def fresh_database(name: str) -> str:
@@ -118,10 +120,10 @@ def python() -> str:
 
 @contextmanager
 def engine_and_worker(
-    url: str, log: Path, credentials: Path | None = None
+    url: str, log: Path, credentials: Path | None = None, pool: str = "prefork"
 ) -> Iterator[tuple[Engine, subprocess.Popen[bytes]]]:
-    """A fresh Redis db, one `noetl-celery worker` (prefork, concurrency 2), and an engine
-    in this process publishing to it."""
+    """A fresh Redis db, one `noetl-celery worker` (prefork, concurrency 2, or `POOLS`),
+    and an engine in this process publishing to it."""
     from noetl_celery.engine.service import Engine
     from noetl_celery.settings import Settings
     from noetl_celery.store.database import SchemaMode
@@ -143,8 +145,7 @@ def engine_and_worker(
         "-m",
         "noetl_celery.cli.main",
         "worker",
-        "-c",
-        "2",
+        *POOLS[pool],
         "-l",
         "INFO",
         "--without-heartbeat",

@@ -126,6 +126,9 @@ LOOP_DONE: Final = "loop.done"
 QUEUE_COMMANDS: Final = "noetl.commands"
 QUEUE_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_EXECUTE_COMMAND: Final = "noetl.execute_command"
+# one message carrying many command ids (worker.batch); a single id still goes as
+# `execute_command`, which old messages and the reaper's single republish use
+TASK_EXECUTE_COMMANDS: Final = "noetl.execute_commands"
 TASK_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_REAP: Final = "noetl.reap"
 TASK_FIRE_SCHEDULES: Final = "noetl.fire_schedules"

@@ -24,6 +24,9 @@ DB_STATEMENT_TIMEOUT_SECONDS = 60.0
 # engine connections a thread-pool worker keeps beyond one per thread (the heartbeat's
 # renewals, the stop checks and a pass's reads overlap with the threads' own)
 THREAD_POOL_SPARE = 4
+# command ids per broker message (NOETL_BATCH_SIZE): the default, and the most accepted
+DEFAULT_BATCH_SIZE = 50
+MAX_BATCH_SIZE = 1000
 
 _USERINFO = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<user>[^:@/?#]*):(?P<password>[^/?#]*)@")
 _SECRET_PARAMS = {"password", "passwd", "sslpassword"}
@@ -57,6 +60,16 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _batch_size(env: Mapping[str, str], default: int) -> int:
+    value = _int(env, "NOETL_BATCH_SIZE", default, 1)
+    if value > MAX_BATCH_SIZE:
+        raise ConfigurationError(
+            f"NOETL_BATCH_SIZE must be <= {MAX_BATCH_SIZE} (command ids per broker message), "
+            f"got {value}; a batch runs on one worker process, so a smaller one spreads better"
+        )
     return value
 
 
@@ -124,6 +137,12 @@ class Settings:
     schedule_tick_seconds: float = 1.0
     # completions folded per orchestration transaction (bounds transaction time)
     orchestrate_batch: int = 1000
+    # command ids one broker message carries at most (worker.batch); 1: one per message
+    batch_size: int = DEFAULT_BATCH_SIZE
+    # a worker running a batch hands the commands it has not started yet back (issued
+    # again, republished as one batch) once it has run this long: a slow item must not
+    # hold the rest of its batch while other worker processes idle
+    batch_budget_seconds: float = 0.5
     # default HTTP timeout when a tool gives none
     http_timeout_seconds: float = 60.0
     # rows kept from one postgres statement; beyond it the result says `truncated`
@@ -277,6 +296,10 @@ class Settings:
                 env, "NOETL_SCHEDULE_TICK_SECONDS", base.schedule_tick_seconds
             ),
             orchestrate_batch=_int(env, "NOETL_ORCHESTRATE_BATCH", base.orchestrate_batch, 1),
+            batch_size=_batch_size(env, base.batch_size),
+            batch_budget_seconds=_float(
+                env, "NOETL_BATCH_BUDGET_SECONDS", base.batch_budget_seconds
+            ),
             http_timeout_seconds=_float(
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds
             ),

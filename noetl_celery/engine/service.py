@@ -38,6 +38,7 @@ from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
+from noetl_celery.worker.batch import BatchExecutor
 from noetl_celery.worker.execute import CommandExecutor, worker_identity
 from noetl_celery.worker.runner import StepRunner
 
@@ -111,6 +112,8 @@ class Engine(EngineReads):
             settings.lease_seconds,
             logs=self.logs,
         )
+        # `execute_commands`: many commands per broker message (worker.batch)
+        self.batches = BatchExecutor(self.executor, settings.batch_budget_seconds)
         self.reaper = Reaper(
             self.store,
             self.orchestrator,

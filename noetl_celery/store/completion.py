@@ -47,6 +47,11 @@ class CompletionTx:
         self.command = command
         self._results = results
 
+    def of(self, command: ClaimedCommand) -> CompletionTx:
+        """The same transaction, closing another command (a batch's outcomes commit
+        together: worker.batch)."""
+        return CompletionTx(self.conn, command, self._results)
+
     def close(self, outcome: Outcome) -> Closed:
         """Close the command with `outcome`; ResultNotStorable when the database refuses
         a value in it (Postgres: a NUL character in text, a lone surrogate). The

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
@@ -224,6 +225,51 @@ class Store:
                 row.execution_id, lambda: queries.catalog_of(conn, row.execution_id)
             )
         return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
+
+    def claim_batch(
+        self, command_ids: Sequence[str], worker: str, lease_seconds: int
+    ) -> list[ClaimedCommand]:
+        """Claim a batch's commands in one statement, in the order given; those another
+        delivery already claimed or finished are left out (worker.batch)."""
+        now = utcnow()
+        lease_until = now + timedelta(seconds=lease_seconds)
+        with self.db.single_write() as conn:
+            rows = {
+                str(r.command_id): r
+                for r in queries.claim_batch(conn, command_ids, worker, now, lease_until)
+            }
+            claimed = []
+            for command_id in dict.fromkeys(command_ids):
+                row = rows.get(command_id)
+                if row is None:
+                    continue
+                catalog_id = self._catalog_id(conn, str(row.execution_id))
+                values = {k: v for k, v in row._mapping.items() if k != "command_id"}
+                claimed.append(
+                    ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **values)
+                )
+        return claimed
+
+    def _catalog_id(self, conn: Connection, execution_id: str) -> int:
+        return self._catalog_of.get_or_load(
+            execution_id, lambda: queries.catalog_of(conn, execution_id)
+        )
+
+    def renew_leases(self, command_ids: Sequence[str], seconds: float) -> set[str]:
+        """Extend the leases of running commands in one statement; the ids still running."""
+        if not command_ids:
+            return set()
+        until = utcnow() + timedelta(seconds=seconds)
+        with self.db.single_write() as conn:
+            return set(queries.renew_leases(conn, command_ids, until))
+
+    def release_claims(self, command_ids: Sequence[str], worker: str) -> list[str]:
+        """Hand claimed, unstarted commands back (`issued` again) while still `worker`'s;
+        the ids released, to be published again."""
+        if not command_ids:
+            return []
+        with self.db.single_write() as conn:
+            return queries.release_claims(conn, command_ids, worker, utcnow())
 
     def complete(self, command: ClaimedCommand, outcome: Outcome) -> bool:
         """Close a running command and append its terminal event (the inbox entry), in one

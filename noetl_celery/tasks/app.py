@@ -20,6 +20,7 @@ from noetl_celery.constants import (
     QUEUE_COMMANDS,
     QUEUE_ORCHESTRATE,
     TASK_EXECUTE_COMMAND,
+    TASK_EXECUTE_COMMANDS,
     TASK_FIRE_SCHEDULES,
     TASK_ORCHESTRATE,
     TASK_REAP,
@@ -45,6 +46,7 @@ def make_app(settings: Settings) -> Celery:
         task_default_queue=QUEUE_COMMANDS,
         task_routes={
             TASK_EXECUTE_COMMAND: {"queue": QUEUE_COMMANDS},
+            TASK_EXECUTE_COMMANDS: {"queue": QUEUE_COMMANDS},
             TASK_ORCHESTRATE: {"queue": QUEUE_ORCHESTRATE},
             TASK_REAP: {"queue": QUEUE_ORCHESTRATE},
             TASK_FIRE_SCHEDULES: {"queue": QUEUE_ORCHESTRATE},

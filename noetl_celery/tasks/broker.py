@@ -13,11 +13,13 @@ def client_dispatcher(settings: Settings, database_id: str | None) -> Dispatcher
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
-    return CeleryDispatcher(make_app(settings), database_id=database_id)
+    return CeleryDispatcher(
+        make_app(settings), database_id=database_id, batch_size=settings.batch_size
+    )
 
 
 def worker_dispatcher(settings: Settings, database_id: str | None) -> Dispatcher:
     """For a worker process: the app it is running tasks for."""
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
 
-    return CeleryDispatcher(database_id=database_id)
+    return CeleryDispatcher(database_id=database_id, batch_size=settings.batch_size)

@@ -1,5 +1,9 @@
 """Publishes commands as Celery messages (ids only: a few dozen bytes each).
 
+The ids one publish names go out packed (orchestrator.packing): at most `batch_size`
+per `execute_commands` message (worker.batch runs them); a lone id goes as
+`execute_command`, the message every version understands.
+
 Messages are sent by task name, so any process with a configured app (the CLI, a test)
 can publish without importing the task functions, and through the anonymous exchange, so
 publishing does not depend on routing state kept in the broker. Each thread keeps one producer on a
@@ -26,16 +30,22 @@ from noetl_celery.constants import (
     QUEUE_COMMANDS,
     QUEUE_ORCHESTRATE,
     TASK_EXECUTE_COMMAND,
+    TASK_EXECUTE_COMMANDS,
     TASK_ORCHESTRATE,
 )
+from noetl_celery.orchestrator.packing import pack
+from noetl_celery.settings import DEFAULT_BATCH_SIZE
 from noetl_celery.tasks import kombu_redis
 
 log = logging.getLogger("noetl_celery.dispatch")
 
 
-def readable(task: str, arg: str) -> str:
+def readable(task: str, arg: str | list[str]) -> str:
     """How Flower shows a message's argument: the coordinate spelled out. Ids only, so
     never a secret or a payload."""
+    if isinstance(arg, list):
+        first = readable(TASK_EXECUTE_COMMAND, arg[0]) if arg else "none"
+        return f"{len(arg)} commands, the first: {first}"
     if task != TASK_EXECUTE_COMMAND:
         return f"execution={arg}"
     parts = arg.split(":")
@@ -45,7 +55,13 @@ def readable(task: str, arg: str) -> str:
 
 
 class CeleryDispatcher:
-    def __init__(self, app: Celery | None = None, *, database_id: str | None = None) -> None:
+    def __init__(
+        self,
+        app: Celery | None = None,
+        *,
+        database_id: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> None:
         if app is None:
             from noetl_celery.tasks.app import app as default_app
 
@@ -54,6 +70,7 @@ class CeleryDispatcher:
         # None (tables made without the migrations' identity row): messages go without
         # `db`, and workers accept them as they accept those of older versions
         self._kwargs = {} if database_id is None else {"db": database_id}
+        self.batch_size = batch_size
         self._local = threading.local()
         kombu_redis.install()
 
@@ -74,7 +91,7 @@ class CeleryDispatcher:
             except Exception:  # closing a broken connection may fail: it is gone anyway
                 log.debug("closing a broken producer connection failed", exc_info=True)
 
-    def _send_once(self, name: str, arg: str, queue: str) -> None:
+    def _send_once(self, name: str, arg: str | list[str], queue: str) -> None:
         # the anonymous exchange routes by queue name alone: kombu's Redis transport keeps
         # exchange bindings in Redis keys, which a FLUSHALL wipes; this keeps working then
         self.app.send_task(
@@ -87,7 +104,7 @@ class CeleryDispatcher:
             argsrepr=readable(name, arg),
         )
 
-    def _send(self, name: str, arg: str, queue: str) -> None:
+    def _send(self, name: str, arg: str | list[str], queue: str) -> None:
         """Publish on this thread's producer; after any failure the producer is dropped
         (a producer whose channel died stays broken: kombu then fails with unrelated
         errors such as AttributeError) and the publish is tried once on a new one. A
@@ -104,8 +121,11 @@ class CeleryDispatcher:
                 raise
 
     def publish(self, command_ids: Sequence[str]) -> None:
-        for command_id in command_ids:
-            self._send(TASK_EXECUTE_COMMAND, command_id, QUEUE_COMMANDS)
+        for ids in pack(command_ids, self.batch_size):
+            if len(ids) == 1:
+                self._send(TASK_EXECUTE_COMMAND, ids[0], QUEUE_COMMANDS)
+            else:
+                self._send(TASK_EXECUTE_COMMANDS, ids, QUEUE_COMMANDS)
 
     def wake(self, execution_id: str) -> None:
         self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)

@@ -38,7 +38,7 @@ from flower.views import BaseHandler
 from tornado.ioloop import IOLoop
 from tornado.web import url
 
-from noetl_celery.constants import TASK_EXECUTE_COMMAND
+from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_EXECUTE_COMMANDS
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.pages import render
 from noetl_celery.web.pages.actions import same_origin
@@ -185,7 +185,7 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
 
 
 class TaskExecutions(BaseHandler):  # type: ignore[misc]  # flower is untyped
-    """`?ids=UUID,UUID...` -> `{uuid: execution_id}` for the `noetl.execute_command`
+    """`?ids=UUID,UUID...` -> `{uuid: execution_id}` for the `noetl.execute_command(s)`
     tasks among them, from Flower's in-memory task state (the task list's links)."""
 
     MAX_IDS = 100
@@ -197,7 +197,7 @@ class TaskExecutions(BaseHandler):  # type: ignore[misc]  # flower is untyped
         found: dict[str, str] = {}
         for uuid in ids:
             task = tasks.get(uuid.strip())
-            if task is not None and task.name == TASK_EXECUTE_COMMAND:
+            if task is not None and task.name in (TASK_EXECUTE_COMMAND, TASK_EXECUTE_COMMANDS):
                 execution_id = execution_id_of(str(task.args))
                 if execution_id:
                     found[uuid] = execution_id

@@ -18,6 +18,7 @@ from celery.signals import worker_init, worker_process_init
 
 from noetl_celery.constants import (
     TASK_EXECUTE_COMMAND,
+    TASK_EXECUTE_COMMANDS,
     TASK_FIRE_SCHEDULES,
     TASK_ORCHESTRATE,
     TASK_REAP,
@@ -83,6 +84,19 @@ def execute_command(command_id: str, db: str | None = None) -> reports.TaskResul
     if report.status == reports.FAILED:
         raise CommandFailed(report.failure_text())
     return report.as_result()
+
+
+@app.task(name=TASK_EXECUTE_COMMANDS, acks_late=True, ignore_result=True, throws=(CommandFailed,))
+def execute_commands(command_ids: list[str], db: str | None = None) -> list[reports.TaskResult]:
+    """Claim and run a batch of commands (worker.batch): one report per command it ran
+    or skipped as already taken; a FAILURE for Celery's observers if any failed."""
+    refuse_foreign(db, f"a batch of {len(command_ids)} commands")
+    done = engine().batches.execute(command_ids)
+    failed = [r for r in done if r.status == reports.FAILED]
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise CommandFailed(failed[0].failure_text() + more)
+    return [r.as_result() for r in done]
 
 
 @app.task(name=TASK_ORCHESTRATE, acks_late=True, ignore_result=True)

@@ -88,7 +88,7 @@ class CommandExecutor:
         self.orchestrator = orchestrator
         self.lease_seconds = lease_seconds
         self.heartbeats = Heartbeats(
-            lambda cid: store.renew_lease(cid, lease_seconds), lease_seconds
+            lambda ids: store.renew_leases(ids, lease_seconds), lease_seconds
         )
         self.logs = logs
         # parked commands are issued by this process when due (the sweep if it is gone)
@@ -117,12 +117,17 @@ class CommandExecutor:
             )
             return CommandReport(command_id, DUPLICATE)
         self.heartbeats.start(command_id)
+        return self.conclude(command, self.run_claimed(command), capture)
+
+    def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:
+        """Run a claimed command (its heartbeat started) to its masked result; stops its
+        heartbeat. Never raises for the command's own faults: they become its outcome."""
         try:
             playbook = self.playbooks.get(command.catalog_id)
             stop = self._stop_check(playbook, command)
             result = self.runner.run(playbook, command, _Children(self, command), stop)
         except Exception as exc:  # an engine bug must fail the step, never hang it
-            log.exception("command %s crashed", command_id)
+            log.exception("command %s crashed", command.command_id)
             redact = self.runner.services.redactor.redact
             result = Outcome.failed(
                 StepError(
@@ -132,11 +137,22 @@ class CommandExecutor:
                 )
             )
         finally:
-            self.heartbeats.stop(command_id)
+            self.heartbeats.stop(command.command_id)
+        if isinstance(result, Parked):
+            return parking.masked(result)
+        return _masked(result)
+
+    def conclude(
+        self,
+        command: ClaimedCommand,
+        result: Outcome | Suspended | HeldFrame | Parked,
+        capture: logcapture.Capture | None,
+    ) -> CommandReport:
+        """Record what a run of `command` came to, alone in its transaction."""
+        command_id = command.command_id
         if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
-            parking.park(self.store, command, parking.masked(result), capture, self.wakeups)
+            parking.park(self.store, command, result, capture, self.wakeups)
             return CommandReport(command_id, WAITING)
-        result = _masked(result)
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             self.store.history.write_logs(LogSink.command_rows(capture, command))
@@ -250,7 +266,7 @@ class CommandExecutor:
             except ResultNotStorable as exc:
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
-                outcome = self._not_storable(command, given, exc)
+                outcome = self.not_storable(command, given, exc)
                 continue
             except _PassCrashed as exc:
                 # the orchestrator logs the traceback when its own pass crashes too
@@ -293,7 +309,7 @@ class CommandExecutor:
             return False, None, False
         if not fold:
             return True, [], False
-        if self._deferrable(command, closed):
+        if self.deferrable(command, closed):
             return True, None, False  # enough of the window still runs: folded later
         tx = completion.lock()
         if tx is None:
@@ -306,7 +322,7 @@ class CommandExecutor:
             raise _PassCrashed from exc
         return True, None if passed.deferred else passed.publish, True
 
-    def _not_storable(
+    def not_storable(
         self, command: ClaimedCommand, outcome: Outcome, exc: ResultNotStorable
     ) -> Outcome:
         """The failure that replaces an outcome the database refused: it names the step,
@@ -330,7 +346,7 @@ class CommandExecutor:
         return Outcome.failed(error, meta=outcome.meta)
 
     @staticmethod
-    def _deferrable(command: ClaimedCommand, closed: Closed) -> bool:
+    def deferrable(command: ClaimedCommand, closed: Closed) -> bool:
         loop = closed.loop  # the loops row of the command's epoch
         if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False

@@ -2,7 +2,9 @@
 
 A command's lease (`commands.lease_until`) is set by its claim. A command still running
 after a third of its lease gets it extended every third of a lease; short commands never
-cost a write. When a renewal finds the command no longer `running` (cancelled, or taken
+cost a write. The commands due at one beat are renewed together, in one statement: a
+batch (worker.batch) claims many commands at once, and those not started yet need their
+leases kept too. When a renewal finds a command no longer `running` (cancelled, or taken
 over after this process was presumed dead) the command is marked lost: pipelines stop at
 their next task boundary and the result is dropped at close.
 """
@@ -13,14 +15,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-
-from noetl_celery.logcontext import of_command
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 log = logging.getLogger("noetl_celery.heartbeat")
 
-# renew(command_id) -> still ours?
-Renew = Callable[[str], bool]
+# renew(command_ids) -> those still ours
+Renew = Callable[[Sequence[str]], Collection[str]]
 
 
 class Heartbeats:
@@ -34,9 +34,14 @@ class Heartbeats:
         self._pid = 0
 
     def start(self, command_id: str) -> None:
+        self.start_many([command_id])
+
+    def start_many(self, command_ids: Iterable[str]) -> None:
         with self._lock:
-            self._active[command_id] = time.monotonic()
-            self._lost.discard(command_id)
+            now = time.monotonic()
+            for command_id in command_ids:
+                self._active[command_id] = now
+                self._lost.discard(command_id)
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid = os.getpid()  # a forked child needs its own thread
                 self._thread = threading.Thread(
@@ -61,21 +66,19 @@ class Heartbeats:
     def _loop(self) -> None:
         while True:
             time.sleep(self._every / 2)
-            for command_id in self._due():
-                try:
-                    ours = self._renew(command_id)
-                except Exception:  # the database is away: try again next tick
-                    # this thread runs outside any command's log context
-                    log.warning(
-                        "lease renewal of %s failed",
-                        command_id,
-                        exc_info=True,
-                        extra=of_command(command_id),
-                    )
-                    continue
-                with self._lock:
+            due = self._due()
+            if not due:
+                continue
+            try:
+                ours = self._renew(due)
+            except Exception:  # the database is away: try again next tick
+                log.warning("lease renewal of %d commands failed", len(due), exc_info=True)
+                continue
+            with self._lock:
+                now = time.monotonic()
+                for command_id in due:
                     if command_id not in self._active:
                         continue
-                    self._active[command_id] = time.monotonic()
-                    if not ours:
+                    self._active[command_id] = now
+                    if command_id not in ours:
                         self._lost.add(command_id)

@@ -32,7 +32,7 @@ from tests.chaos.conftest import (
     report,
     utcnow,
 )
-from tests.support.sockets import owner_of_connection
+from tests.support.sockets import owner_of_connection, process_group
 
 pytestmark = pytest.mark.chaos
 N = 5000
@@ -83,6 +83,41 @@ def test_worker_sigkill_during_a_cursor_drain(cluster_factory: Any) -> None:
     for lost, at, what in faults:
         assert cluster.recovery(eid, lost, at, what) < 60
     assert cluster.check_fleet(eid, faults[0][1]) < 15  # the other worker goes on
+
+
+def held_by(cluster: Cluster, eid: str, group: int) -> int:
+    """Commands of `eid` claimed (running) by the processes of one worker's group."""
+    rows = cluster.query(
+        "SELECT worker FROM commands WHERE execution_id = %s AND status = 'running'", eid
+    )
+    pids = [int(str(w).rsplit(":", 1)[1]) for (w,) in rows]
+    return sum(1 for pid in pids if process_group(pid) == group)
+
+
+def test_worker_sigkill_in_the_middle_of_a_batch(cluster_factory: Any) -> None:
+    """A worker killed while it holds a batch (more commands claimed than its two
+    processes run at once: claimed, some finished, the rest not started): every item
+    still ends with exactly one terminal event and is counted once."""
+    cluster: Cluster = cluster_factory()
+    n = 2000
+    eid = cluster.start("chaos_loop.yaml", n=n, window=100)
+    cluster.wait_finished(eid, 200)
+    victim = cluster.workers[0]
+    deadline = time.monotonic() + 60
+    while (held := held_by(cluster, eid, victim.proc.pid)) <= 2:
+        assert time.monotonic() < deadline, "the worker never held a batch"
+    lost, at, what = cluster.in_flight(eid), utcnow(), f"SIGKILL holding {held} commands"
+    victim.kill()
+    victim.restart()
+    assert_loop_exact(cluster, eid, n)
+    [(terminal, items)] = cluster.query(
+        "SELECT count(*), count(DISTINCT iteration) FROM events WHERE execution_id = %s "
+        "AND step = 'each' AND type IN ('command.completed', 'command.failed')",
+        eid,
+    )
+    assert (terminal, items) == (n, n)  # one terminal event per item, none twice
+    assert cluster.recovery(eid, lost, at, what) < 60
+    assert cluster.check_fleet(eid, at) < 15
 
 
 def test_redis_flushall_in_the_middle(cluster_factory: Any) -> None:

@@ -28,7 +28,10 @@ def _duplicate() -> None:
     original = CeleryDispatcher.publish
 
     def publish(self: CeleryDispatcher, command_ids: Sequence[str]) -> None:
-        original(self, [*command_ids, *command_ids])
+        # two publishes: one publish sends an id once (orchestrator.packing drops a
+        # repeat within it), so the second one is the duplicate delivery
+        original(self, command_ids)
+        original(self, command_ids)
 
     CeleryDispatcher.publish = publish  # type: ignore[method-assign]
 

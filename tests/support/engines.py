@@ -28,7 +28,10 @@ class Duplicating:
 
     def publish(self, command_ids: Sequence[str]) -> None:
         self.published += len(command_ids)
-        self.inner.publish(list(command_ids) + list(command_ids))  # type: ignore[attr-defined]
+        # twice, not one list naming each id twice: a publish sends an id once per
+        # message batch, so the second publish is the duplicate delivery
+        self.inner.publish(command_ids)  # type: ignore[attr-defined]
+        self.inner.publish(command_ids)  # type: ignore[attr-defined]
 
     def wake(self, execution_id: str) -> None:
         self.inner.wake(execution_id)  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from noetl_celery.cli.main import cli
-from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_ORCHESTRATE
+from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_EXECUTE_COMMANDS, TASK_ORCHESTRATE
 from noetl_celery.orchestrator.ids import (
     claim_command_id,
     iteration_command_id,
@@ -76,3 +76,9 @@ def test_metrics_route_needs_the_login_and_nothing_else_changes() -> None:
     assert [r for r in routes if not (isinstance(r, tuple) and r[0] == "/metrics")] == before
     assert ("/healthcheck", Healthcheck) in routes  # liveness probes stay open
     assert issubclass(LoggedInMetrics, Metrics)
+
+
+def test_a_batch_is_shown_by_its_size_and_first_command() -> None:
+    ids = [iteration_command_id("e1", "each", 1, n) for n in range(3)]
+    shown = "3 commands, the first: execution=e1 step=each command=e1:each:1:0"
+    assert readable(TASK_EXECUTE_COMMANDS, ids) == shown

@@ -70,3 +70,15 @@ def test_a_broker_with_the_embedded_database_is_refused(tmp_path: Path) -> None:
 )
 def test_configurations_that_can_work_pass(tmp_path: Path, broker: str, database: str) -> None:
     Settings(home=tmp_path, broker_url=broker, database_url=database).require_shared_database()
+
+
+def test_batch_settings_are_read_and_checked() -> None:
+    settings = Settings.from_env({"NOETL_BATCH_SIZE": "20", "NOETL_BATCH_BUDGET_SECONDS": "1.5"})
+    assert (settings.batch_size, settings.batch_budget_seconds) == (20, 1.5)
+    assert Settings.from_env({}).batch_size == 50
+    with pytest.raises(ConfigurationError, match=r"NOETL_BATCH_SIZE must be >= 1, got 0"):
+        Settings.from_env({"NOETL_BATCH_SIZE": "0"})
+    with pytest.raises(ConfigurationError, match=r"NOETL_BATCH_SIZE must be <= 1000 .*got 5000"):
+        Settings.from_env({"NOETL_BATCH_SIZE": "5000"})
+    with pytest.raises(ConfigurationError, match="NOETL_BATCH_BUDGET_SECONDS must be a number"):
+        Settings.from_env({"NOETL_BATCH_BUDGET_SECONDS": "soon"})

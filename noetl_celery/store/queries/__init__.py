@@ -23,6 +23,7 @@ from noetl_celery.store.queries._common import (
     UNFINISHED,
     WAITING_FOR_CHILD,
 )
+from noetl_celery.store.queries.batches import claim_batch, release_claims, renew_leases
 from noetl_celery.store.queries.catalog import (
     catalog_content,
     catalog_entry,
@@ -153,6 +154,7 @@ __all__ = [
     "catalog_of",
     "catalog_scripts",
     "claim",
+    "claim_batch",
     "claimed_row_keys",
     "clear_inbox",
     "close_and_read",
@@ -207,8 +209,10 @@ __all__ = [
     "park_for_retry",
     "pass_failed_payloads",
     "reissue_parent",
+    "release_claims",
     "release_lease",
     "renew_lease",
+    "renew_leases",
     "resolve_catalog",
     "result",
     "running_children",

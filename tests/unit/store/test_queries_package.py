@@ -23,6 +23,7 @@ def test_every_module_is_an_engine_area_or_a_read_model() -> None:
     assert set(_areas()) >= READ_MODELS
     assert areas == {
         "_common",
+        "batches",
         "catalog",
         "children",
         "commands",

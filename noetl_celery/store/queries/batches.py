@@ -1,0 +1,63 @@
+"""Batches: one broker message may carry many command ids (worker.batch); they are
+claimed, renewed and handed back with one statement each, never one per command."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, update
+
+from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
+from noetl_celery.store.schema import commands
+from noetl_celery.store.statements import COMMAND_COLUMNS
+
+
+def claim_batch(
+    conn: Connection,
+    command_ids: Sequence[str],
+    worker: str,
+    now: dt.datetime,
+    lease_until: dt.datetime,
+) -> list[Any]:
+    """Claim those of `command_ids` still issued (the others were claimed or finished
+    by another delivery: skipped); their command_id and COMMAND_COLUMNS."""
+    return list(
+        conn.execute(
+            update(commands)
+            .where(commands.c.command_id.in_(list(command_ids)), commands.c.status == CMD_ISSUED)
+            .values(status=CMD_RUNNING, worker=worker, started_at=now, lease_until=lease_until)
+            .returning(commands.c.command_id, *COMMAND_COLUMNS)
+        ).all()
+    )
+
+
+def renew_leases(conn: Connection, command_ids: Sequence[str], until: dt.datetime) -> list[str]:
+    """Extend the leases of those of `command_ids` still running; the ids renewed."""
+    rows = conn.execute(
+        update(commands)
+        .where(commands.c.command_id.in_(list(command_ids)), commands.c.status == CMD_RUNNING)
+        .values(lease_until=until)
+        .returning(commands.c.command_id)
+    ).all()
+    return [str(r[0]) for r in rows]
+
+
+def release_claims(
+    conn: Connection, command_ids: Sequence[str], worker: str, now: dt.datetime
+) -> list[str]:
+    """Put claimed commands that never started back to `issued` (a batch past its
+    budget), only while they are still `worker`'s claim; the ids released. `issued_at`
+    is now: the reaper republishes them only if this hand-back's message is lost."""
+    rows = conn.execute(
+        update(commands)
+        .where(
+            commands.c.command_id.in_(list(command_ids)),
+            commands.c.status == CMD_RUNNING,
+            commands.c.worker == worker,
+        )
+        .values(status=CMD_ISSUED, worker=None, started_at=None, lease_until=None, issued_at=now)
+        .returning(commands.c.command_id)
+    ).all()
+    return [str(r[0]) for r in rows]

@@ -1,0 +1,247 @@
+"""`execute_commands`: one broker message carrying many command ids (issue 15).
+
+A message per command made the broker round trip, the claim, the close and a pass cost
+per item; a batch shares them. Every command still has its own row, claim, lease and
+terminal event, so counts and exactly-once are what they were:
+
+- the batch is claimed in one statement; ids another delivery already claimed or
+  finished are skipped (duplicate deliveries), as a single claim drops them;
+- the claimed commands' leases are renewed together (worker.heartbeat), the unstarted
+  ones' too: a worker killed mid-batch leaves them `running` with leases that expire,
+  and the reaper runs them again (the path a single command takes);
+- after `budget_seconds` of running, the commands not started yet are handed back
+  (`issued` again while still this worker's claim) and published again, in messages of
+  as many as ran within the budget, so slow items never hold the rest while other
+  worker processes idle;
+- the plain outcomes are closed in one transaction with one orchestration pass per
+  execution (a pass folds any number of completions from the inbox). An outcome the
+  database refuses is replaced by its `result_not_storable` failure alone: the others
+  are recorded as they were;
+- a command that cannot share the close (a sub-playbook parent that suspends, a cursor
+  claim whose queue transaction is held until its outcome is recorded) is recorded
+  alone right after it runs, as `execute_command` does.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from noetl_celery import logcapture
+from noetl_celery.engine.logsink import LogSink
+from noetl_celery.engine.orchestrate import PassResult, crash_message
+from noetl_celery.engine.retry import again_if_interrupted
+from noetl_celery.errors import ResultNotStorable
+from noetl_celery.logcontext import about, of_command
+from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.packing import pack
+from noetl_celery.store.completion import Closed, CompletionTx
+from noetl_celery.store.database import transient
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.tools.redaction import command_masks
+from noetl_celery.worker.execute import CommandExecutor, _PassCrashed, worker_identity
+from noetl_celery.worker.reports import DUPLICATE, CommandReport, report_of
+
+log = logging.getLogger("noetl_celery.worker")
+
+
+@dataclass
+class _Ran:
+    """A command that ran to a plain outcome, waiting for the batch's close."""
+
+    command: ClaimedCommand
+    given: Outcome  # what it produced
+    capture: logcapture.Capture | None
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """What to do for one execution once the batch's transaction committed."""
+
+    execution_id: str
+    publish: list[str] | None  # None: nothing more to do
+    ran_pass: bool
+
+
+class BatchExecutor:
+    def __init__(self, executor: CommandExecutor, budget_seconds: float) -> None:
+        self.executor = executor
+        self.budget_seconds = budget_seconds
+
+    def execute(self, command_ids: Sequence[str]) -> list[CommandReport]:
+        """Run one delivery of a batch; one report per command it claimed or skipped
+        (commands handed back are reported by the batch that runs them)."""
+        ex = self.executor
+        claimed = ex.store.claim_batch(command_ids, worker_identity(), ex.lease_seconds)
+        taken = {c.command_id for c in claimed}
+        reports = [
+            CommandReport(cid, DUPLICATE) for cid in dict.fromkeys(command_ids) if cid not in taken
+        ]
+        for report in reports:  # the words of execute_command's line (one per command)
+            log.info(
+                "command %s already claimed or finished: duplicate delivery dropped",
+                report.command_id,
+                extra=of_command(report.command_id),
+            )
+        ex.heartbeats.start_many(taken)
+        ran: list[_Ran] = []
+        try:
+            reports.extend(self._run_all(claimed, ran))
+        finally:
+            # whatever ended the loop, no lease of this batch is renewed any more: a
+            # command left `running` is the reaper's once its lease runs out
+            for command in claimed:
+                ex.heartbeats.stop(command.command_id)
+        if ran:
+            reports.extend(self._record(ran))
+        return reports
+
+    def _run_all(self, claimed: list[ClaimedCommand], ran: list[_Ran]) -> list[CommandReport]:
+        reports = []
+        started = time.monotonic()
+        for index, command in enumerate(claimed):
+            if index and time.monotonic() - started >= self.budget_seconds:
+                self._hand_back(claimed[index:], per_message=index)
+                break
+            report = self._run_one(command, ran)
+            if report is not None:
+                reports.append(report)
+        return reports
+
+    def _run_one(self, command: ClaimedCommand, ran: list[_Ran]) -> CommandReport | None:
+        ex = self.executor
+        capture = ex.logs.command() if ex.logs is not None else None
+        cid = command.command_id
+        with about(**of_command(cid)), command_masks(), logcapture.capturing(capture):
+            result = ex.run_claimed(command)
+            if isinstance(result, Outcome):
+                ran.append(_Ran(command, result, capture))
+                return None
+            # a suspended parent or a held cursor frame: recorded alone, now
+            return ex.conclude(command, result, capture)
+
+    def _hand_back(self, rest: list[ClaimedCommand], per_message: int) -> None:
+        """Release the unstarted commands (still ours) and publish them again, in
+        messages of `per_message` (as many as this batch ran within its budget): slow
+        items then spread over the pool's processes instead of hopping from one to the
+        next as one batch. A lost publish is the reaper's: the rows say `issued`."""
+        ex = self.executor
+        ids = [c.command_id for c in rest]
+        for cid in ids:
+            ex.heartbeats.stop(cid)
+        released = ex.store.release_claims(ids, worker_identity())
+        log.info(
+            "batch ran past its %gs budget: %d unstarted commands handed back",
+            self.budget_seconds,
+            len(released),
+        )
+        if not released:
+            return
+        try:
+            for ids in pack(released, per_message):
+                ex.orchestrator.dispatcher.publish(ids)
+        except Exception:
+            log.warning(
+                "publishing %d handed-back commands failed; the reaper publishes them "
+                "again (NOETL_ISSUED_GRACE_SECONDS)",
+                len(released),
+                exc_info=True,
+            )
+
+    def _record(self, ran: list[_Ran]) -> list[CommandReport]:
+        """Close every outcome in one transaction with the passes, then publish what the
+        passes issued and drive each execution (as CommandExecutor._finish does)."""
+        ex = self.executor
+        outcomes = [r.given for r in ran]
+        fold = True
+        while True:
+            at = [0]  # the command being closed, should the database refuse its outcome
+            work = functools.partial(self._record_once, ran, outcomes, fold, at)
+            try:
+                closed, folds = again_if_interrupted(
+                    f"recording the outcomes of a batch of {len(ran)} commands", work
+                )
+            except ResultNotStorable as exc:
+                item = ran[at[0]]
+                if outcomes[at[0]] is not item.given:
+                    raise  # not even the failure could be stored: a bug, not the data
+                outcomes[at[0]] = ex.not_storable(item.command, item.given, exc)
+                continue
+            except _PassCrashed as exc:
+                log.warning(
+                    "the orchestration pass after a batch of %d commands crashed (%s); "
+                    "their closes are stored alone",
+                    len(ran),
+                    crash_message(exc.__cause__ or exc),
+                )
+                fold = False
+                continue
+            break
+        for done in folds:
+            if done.publish is None:
+                continue
+            if done.publish:
+                ex.orchestrator.dispatcher.publish(done.publish)
+            ex.orchestrator.drive(done.execution_id, wait=False, recheck_first=done.ran_pass)
+        return [
+            report_of(r.command.command_id, outcomes[i], recorded=closed[i])
+            for i, r in enumerate(ran)
+        ]
+
+    def _record_once(
+        self, ran: list[_Ran], outcomes: list[Outcome], fold: bool, at: list[int]
+    ) -> tuple[list[bool], list[_Fold]]:
+        """One transaction: every close, the passes, then the captured output (last, so
+        it holds what the passes logged too)."""
+        ex = self.executor
+        with ex.store.completion(ran[0].command) as first:
+            closes: list[tuple[ClaimedCommand, Closed]] = []
+            for index, item in enumerate(ran):
+                at[0] = index
+                closes.append((item.command, first.of(item.command).close(outcomes[index])))
+            folds = self._folds(first, closes) if fold else _unfolded(closes)
+            for item in ran:
+                first.of(item.command).add_logs(LogSink.command_rows(item.capture, item.command))
+        return [c.closed for _, c in closes], folds
+
+    def _folds(
+        self, first: CompletionTx, closes: list[tuple[ClaimedCommand, Closed]]
+    ) -> list[_Fold]:
+        """One pass per execution with a close, in the batch's transaction, unless every
+        close of it may wait for a later pass (orchestrator.batching)."""
+        ex = self.executor
+        folds = []
+        for execution_id, mine in _by_execution(closes).items():
+            if all(ex.deferrable(command, closed) for command, closed in mine):
+                continue  # enough of the window still runs: folded later
+            tx = first.of(mine[-1][0]).lock()
+            if tx is None:  # another pass holds the lock: it folds ours, or drive does
+                folds.append(_Fold(execution_id, [], False))
+                continue
+            try:
+                passed: PassResult = ex.orchestrator.run_pass(tx)
+            except Exception as exc:
+                if transient(exc):
+                    raise  # the database is away: nothing can be recorded now
+                raise _PassCrashed from exc
+            folds.append(_Fold(execution_id, None if passed.deferred else passed.publish, True))
+        return folds
+
+
+def _by_execution(
+    closes: list[tuple[ClaimedCommand, Closed]],
+) -> dict[str, list[tuple[ClaimedCommand, Closed]]]:
+    """The closes that took, by execution (a reaper's republish may mix executions)."""
+    grouped: dict[str, list[tuple[ClaimedCommand, Closed]]] = {}
+    for command, closed in closes:
+        if closed.closed:
+            grouped.setdefault(command.execution_id, []).append((command, closed))
+    return grouped
+
+
+def _unfolded(closes: list[tuple[ClaimedCommand, Closed]]) -> list[_Fold]:
+    """After a crashed pass: the closes commit alone and each execution is driven."""
+    return [_Fold(eid, [], False) for eid in _by_execution(closes)]
