@@ -44,14 +44,30 @@ def readable(task: str, arg: str | list[str]) -> str:
     """How Flower shows a message's argument: the coordinate spelled out. Ids only, so
     never a secret or a payload."""
     if isinstance(arg, list):
-        first = readable(TASK_EXECUTE_COMMAND, arg[0]) if arg else "none"
-        return f"{len(arg)} commands, the first: {first}"
+        return _readable_batch(arg)
     if task != TASK_EXECUTE_COMMAND:
         return f"execution={arg}"
     parts = arg.split(":")
     if len(parts) < 3:
         return f"command={arg}"
     return f"execution={parts[0]} step={parts[1]} command={arg}"
+
+
+def _readable_batch(ids: list[str]) -> str:
+    """A batch as its coordinate: the execution and step its commands share (one pass
+    issues them), how many, and the first id; a batch that spans several names them."""
+    coords = [cid.split(":") for cid in ids]
+    executions = sorted({c[0] for c in coords})
+    steps = sorted({c[1] for c in coords if len(c) >= 3})
+    first = ids[0] if ids else "none"
+    where = (
+        f"execution={executions[0]}"
+        if len(executions) == 1
+        else (f"executions={','.join(executions[:3])}{',...' if len(executions) > 3 else ''}")
+    )
+    if len(steps) == 1:
+        where += f" step={steps[0]}"
+    return f"{where} commands={len(ids)} first={first}"
 
 
 class CeleryDispatcher:

@@ -31,7 +31,12 @@ pytestmark = pytest.mark.integration
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 AUTH = "admin:flower-test-pass"
 TOKEN = "tok-4f1c9e-do-not-leak"  # a payload value: payloads never travel in messages
-ENGINE_TASKS = {"noetl.execute_command", "noetl.orchestrate", "noetl.reap"}
+ENGINE_TASKS = {
+    "noetl.execute_command",
+    "noetl.execute_commands",
+    "noetl.orchestrate",
+    "noetl.reap",
+}
 T = TypeVar("T")
 KEYCHAIN_CANARY = "kc-flower-canary-2b7d40"
 KEYCHAIN_PLAYBOOK = f"""apiVersion: noetl.io/v2

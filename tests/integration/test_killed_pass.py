@@ -4,6 +4,7 @@ transaction is rolled back, the next pass redoes the work, counts stay exact."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -18,6 +19,15 @@ from tests.support.engines import celery_engine
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 pytestmark = pytest.mark.integration
+
+
+def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The process's first line of output, or a failure naming the wait (a killer that
+    hangs must fail this test, not hold the suite until pytest's timeout)."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"the pass killer printed nothing in {timeout:g}s"
+    return proc.stdout.readline()
 
 
 def test_pass_killed_before_commit(
@@ -38,13 +48,15 @@ def test_pass_killed_before_commit(
             env=distributed["env"],
             start_new_session=True,
         )
-        line = killer.stdout.readline() if killer.stdout else ""
-        assert line.startswith("APPLIED"), line
-        assert int(line.split()[1]) > 0  # the killed pass had issued new commands
-        os.killpg(killer.pid, signal.SIGKILL)
-        killer.wait(10)
-        if killer.stdout is not None:
-            killer.stdout.close()  # left open it is a ResourceWarning (an error in tests)
+        try:
+            line = _first_line(killer, timeout=120)
+            assert line.startswith("APPLIED"), line
+            assert int(line.split()[1]) > 0  # the killed pass had issued new commands
+        finally:
+            os.killpg(killer.pid, signal.SIGKILL)
+            killer.wait(10)
+            if killer.stdout is not None:
+                killer.stdout.close()  # left open it is a ResourceWarning (an error in tests)
         time.sleep(0.5)
         # the killed pass left no trace: the marker written in its transaction is absent
         assert "test.killed_pass_marker" not in {e["type"] for e in engine.events(eid)}

@@ -24,9 +24,9 @@ from tests.support.private_services import free_port
 pytestmark = pytest.mark.integration
 
 # one command per `execute_command` message; `execute_commands` carries a batch, shown
-# as `N commands, the first: execution=...` (tasks.dispatcher.readable)
+# as `execution=... step=... commands=N first=...` (tasks.dispatcher.readable)
 COMMAND_TASKS = ("noetl.execute_command", "noetl.execute_commands")
-_BATCH = re.compile(r"(\d+) commands")
+_BATCH = re.compile(r"commands=(\d+)")
 
 
 def commands_in(task: dict[str, Any]) -> int:

@@ -18,27 +18,30 @@ def main() -> None:
     engine = Engine(Settings(database_url=url), schema=SchemaMode.MIGRATE)
     # fold now: we want a real pass (patched where the orchestrator looks it up)
     orchestrate.may_defer_all = lambda *args: False  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 60
-    while True:
+    # Take the execution's lock first and hold it: workers keep closing their commands
+    # but cannot fold them in place (batches close many at once, and a worker that got
+    # the lock first would leave this pass nothing to fold), so the completions wait in
+    # the inbox for this pass, which then refills the window: it issues commands.
+    with engine.store.orchestration(execution_id, wait=True) as tx:
+        assert tx is not None
+        deadline = time.monotonic() + 5  # well inside the idle-in-transaction timeout
         while not engine.store.has_unhandled(execution_id):
+            if time.monotonic() > deadline:
+                print("NOTHING TO FOLD", flush=True)  # the test fails on this line
+                return
             time.sleep(0.01)
-        with engine.store.orchestration(execution_id, wait=True) as tx:
-            assert tx is not None
-            result = engine.orchestrator.run_pass(tx)
-            if not result.publish and time.monotonic() < deadline:
-                # a worker folded those completions first (batches close many at once):
-                # this pass issued nothing, so it commits as any pass would; wait for more
-                continue
-            # a marker in the same transaction: absent after the kill <=> nothing committed
-            tx.conn.execute(
-                events.insert().values(
-                    execution_id=execution_id,
-                    type="test.killed_pass_marker",
-                    created_at=utcnow(),
-                )
+        time.sleep(0.2)  # a few more completions
+        result = engine.orchestrator.run_pass(tx)
+        # a marker in the same transaction: absent after the kill <=> nothing committed
+        tx.conn.execute(
+            events.insert().values(
+                execution_id=execution_id,
+                type="test.killed_pass_marker",
+                created_at=utcnow(),
             )
-            print(f"APPLIED {len(result.publish)}", flush=True)
-            time.sleep(300)  # killed here, before the commit
+        )
+        print(f"APPLIED {len(result.publish)}", flush=True)
+        time.sleep(300)  # killed here, before the commit
 
 
 if __name__ == "__main__":

@@ -78,7 +78,13 @@ def test_metrics_route_needs_the_login_and_nothing_else_changes() -> None:
     assert issubclass(LoggedInMetrics, Metrics)
 
 
-def test_a_batch_is_shown_by_its_size_and_first_command() -> None:
+def test_a_batch_is_shown_by_its_coordinate_size_and_first_command() -> None:
     ids = [iteration_command_id("e1", "each", 1, n) for n in range(3)]
-    shown = "3 commands, the first: execution=e1 step=each command=e1:each:1:0"
+    shown = "execution=e1 step=each commands=3 first=e1:each:1:0"
+    assert readable(TASK_EXECUTE_COMMANDS, ids) == shown
+
+
+def test_a_batch_spanning_executions_names_them() -> None:
+    ids = [iteration_command_id(e, "each", 1, 0) for e in ("e1", "e2")]
+    shown = "executions=e1,e2 step=each commands=2 first=e1:each:1:0"
     assert readable(TASK_EXECUTE_COMMANDS, ids) == shown
