@@ -25,6 +25,8 @@ PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0
 # the NoETL compat kit sits beside the repository; NOETL_COMPAT_KIT points elsewhere
 COMPAT_KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+# command ids per message in the benches (NOETL_BATCH_SIZE, 1 by default in the engine)
+BATCH_SIZE = os.environ.get("NOETL_BENCH_BATCH_SIZE", "50")
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 # the worker pools a bench may run its workers (the engine's and the chord's) with
 POOLS = {"prefork": ["-c", "2"], "threads": ["--pool", "threads", "-c", "8"]}
@@ -137,9 +139,15 @@ def engine_and_worker(
         database_url=url,
         broker_url=REDIS_URL,
         wait_poll_seconds=0.005,
+        batch_size=int(BATCH_SIZE),
         credentials_file=creds,
     )
-    env = env_for(NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=creds)
+    env = env_for(
+        NOETL_DATABASE_URL=url,
+        NOETL_BROKER_URL=REDIS_URL,
+        NOETL_CREDENTIALS_FILE=creds,
+        NOETL_BATCH_SIZE=BATCH_SIZE,
+    )
     cmd = [
         python(),
         "-m",
@@ -152,7 +160,11 @@ def engine_and_worker(
     ]
     # migrated here, before the worker starts: workers never migrate
     engine = Engine(settings, schema=SchemaMode.MIGRATE)
-    engine.use_dispatcher(CeleryDispatcher(make_app(settings), database_id=engine.database_id))
+    engine.use_dispatcher(
+        CeleryDispatcher(
+            make_app(settings), database_id=engine.database_id, batch_size=settings.batch_size
+        )
+    )
     try:
         with worker(cmd, env, log) as proc:
             yield engine, proc

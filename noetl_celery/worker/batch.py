@@ -9,7 +9,8 @@ terminal event, so counts and exactly-once are what they were:
 - the claimed commands' leases are renewed together (worker.heartbeat), the unstarted
   ones' too: a worker killed mid-batch leaves them `running` with leases that expire,
   and the reaper runs them again (the path a single command takes);
-- after `budget_seconds` of running, the commands not started yet are handed back
+- after `budget_seconds` of running, or after one command that took a tenth of it
+  (slow: it waited on I/O), the commands not started yet are handed back
   (`issued` again while still this worker's claim) and published again, in messages of
   as many as ran within the budget, so slow items never hold the rest while other
   worker processes idle;
@@ -70,6 +71,10 @@ class BatchExecutor:
     def __init__(self, executor: CommandExecutor, budget_seconds: float) -> None:
         self.executor = executor
         self.budget_seconds = budget_seconds
+        # a command slower than this is not the cheap kind batches are for (a no-op, a
+        # quick SQL statement: a few ms): one that waits on an API makes its batch hand
+        # the rest back at once, so a parallel loop's items run side by side
+        self.slow_item = budget_seconds / 10
 
     def execute(self, command_ids: Sequence[str]) -> list[CommandReport]:
         """Run one delivery of a batch; one report per command it claimed or skipped
@@ -101,11 +106,16 @@ class BatchExecutor:
 
     def _run_all(self, claimed: list[ClaimedCommand], ran: list[_Ran]) -> list[CommandReport]:
         reports = []
-        started = time.monotonic()
+        started = last = time.monotonic()
         for index, command in enumerate(claimed):
-            if index and time.monotonic() - started >= self.budget_seconds:
-                self._hand_back(claimed[index:], per_message=index)
+            now = time.monotonic()
+            if index and (now - started >= self.budget_seconds or now - last >= self.slow_item):
+                # past the budget, or the last command was slow (waiting on I/O, most
+                # likely): the rest runs in parallel elsewhere instead of one by one here
+                per_message = index if now - started >= self.budget_seconds else 1
+                self._hand_back(claimed[index:], per_message=per_message)
                 break
+            last = now
             report = self._run_one(command, ran)
             if report is not None:
                 reports.append(report)

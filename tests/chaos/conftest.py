@@ -55,6 +55,8 @@ CHAOS_SETTINGS = {
     "NOETL_MAX_ATTEMPTS": "10",
     # a frozen holder of an execution's lock loses it (its transaction) after this long
     "NOETL_DB_IDLE_IN_TRANSACTION_SECONDS": "3",
+    # the workers' passes publish batches (off by default): faults hit batches too
+    "NOETL_BATCH_SIZE": "50",
 }
 
 

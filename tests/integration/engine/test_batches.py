@@ -162,6 +162,31 @@ def test_a_batch_past_its_budget_hands_the_rest_back_and_each_runs_once(
         engine.close()
 
 
+def test_a_slow_command_hands_the_rest_back_at_once_one_per_message(
+    pg_url: str, tmp_path: Path, recorder: Recorder
+) -> None:
+    """A command that waited (0.15 s, past a tenth of the 1 s budget) is not the cheap
+    kind a batch is for: the rest goes back at once, one per message, so the items of a
+    parallel loop run side by side on the pool instead of one after another here."""
+    engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+    try:
+        eid = engine.start_text(loop_playbook(4, "import time; time.sleep(0.15); result = i"))
+        ids = recorder.take()
+
+        first = engine.batches.execute(ids)
+
+        assert [r.command_id for r in first] == ids[:1]
+        assert recorder.published == [[cid] for cid in ids[1:]]
+        for command_id in ids[1:]:
+            assert status_of(pg_url, command_id) == ("issued", None, None)
+        for command_id in recorder.take():
+            engine.batches.execute([command_id])
+        engine.wait(eid, 30)
+        assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(4)}
+    finally:
+        engine.close()
+
+
 def test_a_failure_and_an_unstorable_result_do_not_lose_the_others(
     engine: Engine, recorder: Recorder
 ) -> None:
