@@ -25,7 +25,7 @@ PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0
 # the NoETL compat kit sits beside the repository; NOETL_COMPAT_KIT points elsewhere
 COMPAT_KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
-# command ids per message in the benches (NOETL_BATCH_SIZE, 1 by default in the engine)
+# command ids per message in the benches (NOETL_BATCH_SIZE; the engine's default is 50 too)
 BATCH_SIZE = os.environ.get("NOETL_BENCH_BATCH_SIZE", "50")
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 # the worker pools a bench may run its workers (the engine's and the chord's) with

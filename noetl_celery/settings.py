@@ -25,10 +25,10 @@ DB_STATEMENT_TIMEOUT_SECONDS = 60.0
 # renewals, the stop checks and a pass's reads overlap with the threads' own)
 THREAD_POOL_SPARE = 4
 # command ids per broker message (NOETL_BATCH_SIZE): the default, and the most accepted.
-# One by default until a batch hands its rest back while a slow command still runs: a
-# batch runs its commands one after another, so the items of a parallel loop that wait
-# on I/O (a slow HTTP probe) would not overlap (the compat kit's concurrency probe).
-DEFAULT_BATCH_SIZE = 1
+# A batch shares the broker message, the claim and the close among its commands; one whose
+# command waits on I/O hands its unstarted rest back while that command still runs
+# (worker.handback), so I/O-bound items still overlap. 1 turns batching off.
+DEFAULT_BATCH_SIZE = 50
 MAX_BATCH_SIZE = 1000
 
 _USERINFO = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<user>[^:@/?#]*):(?P<password>[^/?#]*)@")

@@ -9,11 +9,12 @@ terminal event, so counts and exactly-once are what they were:
 - the claimed commands' leases are renewed together (worker.heartbeat), the unstarted
   ones' too: a worker killed mid-batch leaves them `running` with leases that expire,
   and the reaper runs them again (the path a single command takes);
-- after `budget_seconds` of running, or after one command that took a tenth of it
-  (slow: it waited on I/O), the commands not started yet are handed back
+- after `budget_seconds` of running, the commands not started yet are handed back
   (`issued` again while still this worker's claim) and published again, in messages of
-  as many as ran within the budget, so slow items never hold the rest while other
-  worker processes idle;
+  as many as ran within the budget; as soon as one command has run for a tenth of the
+  budget (slow: it waits on I/O), while it still runs, the watchdog (worker.handback)
+  hands the rest back one per message, so a slow item never holds the others while
+  other worker processes or threads idle;
 - the plain outcomes are closed in one transaction with one orchestration pass per
   execution (a pass folds any number of completions from the inbox). An outcome the
   database refuses is replaced by its `result_not_storable` failure alone: the others
@@ -44,6 +45,7 @@ from noetl_celery.store.database import transient
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks
 from noetl_celery.worker.execute import CommandExecutor, _PassCrashed, worker_identity
+from noetl_celery.worker.handback import Unstarted, Watchdog
 from noetl_celery.worker.reports import DUPLICATE, CommandReport, report_of
 
 log = logging.getLogger("noetl_celery.worker")
@@ -75,6 +77,7 @@ class BatchExecutor:
         # quick SQL statement: a few ms): one that waits on an API makes its batch hand
         # the rest back at once, so a parallel loop's items run side by side
         self.slow_item = budget_seconds / 10
+        self.watchdog = Watchdog(self.slow_item)
 
     def execute(self, command_ids: Sequence[str]) -> list[CommandReport]:
         """Run one delivery of a batch; one report per command it claimed or skipped
@@ -93,29 +96,51 @@ class BatchExecutor:
             )
         ex.heartbeats.start_many(taken)
         ran: list[_Ran] = []
+        queue = Unstarted(claimed)
+        if len(claimed) > 1:
+            self.watchdog.watch(queue, self._hand_back_slow)
         try:
-            reports.extend(self._run_all(claimed, ran))
+            reports.extend(self._run_all(queue, ran))
         finally:
+            # after unwatch no hand-back takes from the queue any more
+            self.watchdog.unwatch(queue)
             # whatever ended the loop, no lease of this batch is renewed any more: a
-            # command left `running` is the reaper's once its lease runs out
+            # command left `running` is the reaper's once its lease runs out. Those
+            # handed back are not touched: another thread of this process may run them
+            # by now, under heartbeats of its own
             for command in claimed:
-                ex.heartbeats.stop(command.command_id)
+                if command.command_id not in queue.handed_back:
+                    ex.heartbeats.stop(command.command_id)
         if ran:
             reports.extend(self._record(ran))
         return reports
 
-    def _run_all(self, claimed: list[ClaimedCommand], ran: list[_Ran]) -> list[CommandReport]:
+    def _run_all(self, queue: Unstarted, ran: list[_Ran]) -> list[CommandReport]:
         reports = []
         started = last = time.monotonic()
-        for index, command in enumerate(claimed):
+        count = 0
+        while True:
             now = time.monotonic()
-            if index and (now - started >= self.budget_seconds or now - last >= self.slow_item):
-                # past the budget, or the last command was slow (waiting on I/O, most
-                # likely): the rest runs in parallel elsewhere instead of one by one here
-                per_message = index if now - started >= self.budget_seconds else 1
-                self._hand_back(claimed[index:], per_message=per_message)
+            over_budget = now - started >= self.budget_seconds
+            if count and (over_budget or now - last >= self.slow_item):
+                # past the budget, or the last command was slow and ended between two
+                # of the watchdog's ticks: the rest runs elsewhere, not one by one here
+                rest = queue.take_rest()
+                if rest:
+                    log.info(
+                        "batch %s: %d unstarted commands handed back",
+                        f"ran past its {self.budget_seconds:g}s budget"
+                        if over_budget
+                        else f"command took over {self.slow_item:g}s",
+                        len(rest),
+                    )
+                    self._hand_back(rest, per_message=count if over_budget else 1)
+                break
+            command = queue.next(now)
+            if command is None:  # all ran, or the watchdog handed the rest back
                 break
             last = now
+            count += 1
             report = self._run_one(command, ran)
             if report is not None:
                 reports.append(report)
@@ -133,6 +158,15 @@ class BatchExecutor:
             # a suspended parent or a held cursor frame: recorded alone, now
             return ex.conclude(command, result, capture)
 
+    def _hand_back_slow(self, rest: list[ClaimedCommand]) -> None:
+        """The watchdog's call (its own thread) while a slow command still runs."""
+        log.info(
+            "a command of a batch has run for %gs: %d unstarted commands handed back",
+            self.slow_item,
+            len(rest),
+        )
+        self._hand_back(rest, per_message=1)
+
     def _hand_back(self, rest: list[ClaimedCommand], per_message: int) -> None:
         """Release the unstarted commands (still ours) and publish them again, in
         messages of `per_message` (as many as this batch ran within its budget): slow
@@ -143,11 +177,7 @@ class BatchExecutor:
         for cid in ids:
             ex.heartbeats.stop(cid)
         released = ex.store.release_claims(ids, worker_identity())
-        log.info(
-            "batch ran past its %gs budget: %d unstarted commands handed back",
-            self.budget_seconds,
-            len(released),
-        )
+        log.debug("batch: %d of %d unstarted commands released", len(released), len(ids))
         if not released:
             return
         try:

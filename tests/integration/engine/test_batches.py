@@ -8,6 +8,7 @@ event, whatever the batch skipped, handed back or could not store.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.published: list[list[str]] = []
+        self.at: list[float] = []  # time.monotonic() of each publish
 
     def publish(self, command_ids: Sequence[str]) -> None:
         self.published.append(list(command_ids))
+        self.at.append(time.monotonic())
 
     def wake(self, execution_id: str) -> None:
         return None
@@ -179,6 +182,35 @@ def test_a_slow_command_hands_the_rest_back_at_once_one_per_message(
         assert recorder.published == [[cid] for cid in ids[1:]]
         for command_id in ids[1:]:
             assert status_of(pg_url, command_id) == ("issued", None, None)
+        for command_id in recorder.take():
+            engine.batches.execute([command_id])
+        engine.wait(eid, 30)
+        assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(4)}
+    finally:
+        engine.close()
+
+
+def test_a_slow_command_hands_the_rest_back_while_it_still_runs(
+    pg_url: str, tmp_path: Path, recorder: Recorder
+) -> None:
+    """The first command waits 3 s; the others do not wait for it: they are handed back
+    (one per message, `issued` again) while it still runs, a tenth of the 1 s budget
+    after it started, and each runs exactly once elsewhere."""
+    engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+    try:
+        code = "import time; time.sleep(3 if i == 0 else 0); result = i"
+        eid = engine.start_text(loop_playbook(4, code))
+        ids = recorder.take()
+        recorder.at.clear()
+
+        started = time.monotonic()
+        first = engine.batches.execute(ids)
+        ended = time.monotonic()
+
+        assert [r.command_id for r in first] == ids[:1]
+        assert recorder.published == [[cid] for cid in ids[1:]]
+        assert ended - started >= 3.0
+        assert max(recorder.at) - started < 2.0, "handed back only after the slow one ended"
         for command_id in recorder.take():
             engine.batches.execute([command_id])
         engine.wait(eid, 30)
