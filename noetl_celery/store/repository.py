@@ -300,9 +300,15 @@ class Store:
         with self.db.read() as conn:
             return queries.command_status(conn, command_id)
 
-    def set_deadline(self, command_id: str, seconds: float) -> None:
+    def set_deadline(self, command_id: str, seconds: float, keep: bool = False) -> float:
+        """Start the command's step deadline `seconds` from now (with `keep`, the one it
+        already has stays); the seconds left until the deadline in force."""
+        now = utcnow()
         with self.db.single_write() as conn:
-            queries.set_deadline(conn, command_id, utcnow() + timedelta(seconds=seconds))
+            deadline = queries.set_deadline(
+                conn, command_id, now + timedelta(seconds=seconds), keep
+            )
+        return (deadline - now).total_seconds()
 
     # ---- immutable lookups ------------------------------------------------------------------
     def context(self, execution_id: str, version: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from sqlalchemy import Connection
 
 from noetl_celery.constants import (
     CANCELLED,
+    CMD_DELAYED,
     EV_CURSOR_UNFINISHED,
     EV_EXECUTION_CANCELLED,
     EV_EXECUTION_FAILED,
@@ -87,8 +88,10 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
     for step, epoch, status, item, meta in queries.unfinished_cursor_bodies(conn, execution_id):
         # `frame.process: frame`: one body holds the frame's list of rows
         rows = item if (meta or {}).get("process") == "frame" and isinstance(item, list) else [item]
+        # a parked body (`delayed`: waiting out a retry delay) had started its pipeline
+        started = status in STARTED or status == CMD_DELAYED
         for row in rows:
-            found.setdefault(step, _Unfinished()).add(epoch, row, status in STARTED)
+            found.setdefault(step, _Unfinished()).add(epoch, row, started)
     # claims recorded but not folded yet: their rows are committed as claimed in the
     # queue and have no body; rows their epoch had claimed before are someone's body
     for event_id, command_id, step, epoch, payload in queries.unfolded_completions(

@@ -181,6 +181,10 @@ def _body_field(obj: Mapping[str, Any], name: Any) -> Any:
 # seconds of CPU in a worker. Far above what a playbook needs (a page size, an offset).
 MAX_REPEAT_LENGTH = 10_000_000  # characters or items of a repeated string / list
 MAX_POWER_BITS = 1_000_000  # bits of an integer power (about 300,000 digits)
+# items of one `range()`: Jinja's sandbox stops at 100,000, and a loop over a million ids
+# (`loop.in: "{{ range(n) | list }}"`) is the scale this engine is built for; ten million
+# ints as a list is under 400 MB, the same bound as `*`
+MAX_RANGE_ITEMS = MAX_REPEAT_LENGTH
 
 
 class TemplateTooBig(SecurityError):
@@ -195,6 +199,17 @@ def _bounded_repeat(left: Any, right: Any) -> None:
                 f"`*` would build {len(seq) * times:,} characters or items; a template "
                 f"may build at most {MAX_REPEAT_LENGTH:,}"
             )
+
+
+def _bounded_range(*args: int) -> range:
+    """`range` up to MAX_RANGE_ITEMS items (the sandbox's own stops at 100,000)."""
+    built = range(*args)
+    if len(built) > MAX_RANGE_ITEMS:
+        raise TemplateTooBig(
+            f"range{args} would have {len(built):,} items; a template may build at most "
+            f"{MAX_RANGE_ITEMS:,} (split the loop, or use a cursor loop over a table)"
+        )
+    return built
 
 
 def _bounded_power(base: Any, exponent: Any) -> None:
@@ -253,7 +268,9 @@ def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
     # `now()` is the wall clock where tools render (the worker); the orchestrator's
     # templates get the pass's time under that name instead (decide.Pass.context), so
     # the core stays a function of its inputs
-    env.globals.update(now=lambda: _dt.datetime.now(_dt.UTC).isoformat(), token=_token)
+    env.globals.update(
+        now=lambda: _dt.datetime.now(_dt.UTC).isoformat(), token=_token, range=_bounded_range
+    )
     return env
 
 

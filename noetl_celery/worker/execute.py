@@ -172,8 +172,11 @@ class CommandExecutor:
         timeout = step_timeout(playbook.step(command.step))
         deadline = None
         if timeout is not None:
-            self.store.set_deadline(command.command_id, timeout)
-            deadline = time.monotonic() + timeout
+            # a parked pipeline resumed keeps the deadline of its first start: waiting
+            # out a retry delay is part of the step's time
+            resumed = command.resume is not None and "parked" in command.resume
+            left = self.store.set_deadline(command.command_id, timeout, keep=resumed)
+            deadline = time.monotonic() + left
         checked = time.monotonic()
 
         def check() -> tuple[ErrorKind, str] | None:

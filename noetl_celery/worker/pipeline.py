@@ -18,6 +18,7 @@ attempt already counted, and the wait; the command resumes at that task when it 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -40,6 +41,8 @@ from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.worker.subplaybook import Suspend, Suspended, child_outcome
 
+log = logging.getLogger("noetl_celery.worker")
+
 # runs one task: (label, tool, context, spawn key) -> outcome (or raises Suspend)
 TaskRunner = Callable[[str, ToolSpec, Mapping[str, Any], str], ToolOutcome]
 # asked before every task: None to go on, or (error kind, message) to stop there
@@ -55,6 +58,11 @@ class PipelineLimits:
     # a retry delay above this many seconds parks the command instead of sleeping in
     # its slot (None: always sleep, e.g. where there is nothing to park in)
     park_after: float | None = None
+    # whether a run state may be stored as it is: a parked continuation is kept in
+    # Postgres with the command's keychain values masked, so one that holds such a value
+    # (a `set` that copied a token into ctx) would resume with `***` in its place; it
+    # sleeps in its slot instead
+    storable: Callable[[dict[str, Any]], bool] = lambda _state: True
 
 
 @dataclass(frozen=True)
@@ -269,7 +277,15 @@ def _act(
         delay = _retry_delay(then, attempt, outcome, limits.max_retry_delay)
         run.attempts[label] = attempt + 1  # counted before parking: max attempts still bound it
         if limits.park_after is not None and delay > limits.park_after:
-            return _Wait(delay)
+            if limits.storable(run.to_json()):
+                return _Wait(delay)
+            log.info(
+                "step '%s' task '%s': not parked for its %.3gs retry delay: its state "
+                "holds a keychain value, which is never stored; it waits in its slot",
+                step,
+                label,
+                delay,
+            )
         limits.sleep(delay)
         return None
     if action == "jump":

@@ -25,7 +25,7 @@ from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context, iteration_names
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.keychain import KeychainError
-from noetl_celery.tools.redaction import current_masks
+from noetl_celery.tools.redaction import current_masks, mask_command_value
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.claims import HeldFrame, run_claim
 from noetl_celery.worker.pipeline import Parked, PipelineLimits, StopCheck, run_pipeline
@@ -43,6 +43,7 @@ class StepRunner:
             max_retry_delay=settings.max_retry_delay_seconds,
             renderer=self.renderer,
             park_after=settings.park_after_seconds,
+            storable=holds_no_keychain_value,
         )
         # (catalog id, step) -> whether the step mentions the keychain
         self._mentions: dict[tuple[int, str], bool] = {}
@@ -220,3 +221,8 @@ def single_outcome(outcome: ToolOutcome, iter_scope: Mapping[str, Any] | None) -
     return Outcome(
         outcome.status, outcome.data, outcome.error, iter=iter_scope, detail=outcome.detail
     )
+
+
+def holds_no_keychain_value(state: dict[str, Any]) -> bool:
+    """Whether `state` is the same with the running command's keychain values masked."""
+    return bool(mask_command_value(state) == state)

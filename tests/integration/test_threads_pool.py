@@ -354,3 +354,29 @@ def _commands(engine: Engine, eid: str, step: str) -> list[dict[str, Any]]:
             "SELECT status FROM commands WHERE execution_id = ? AND step = ?", (eid, step)
         ).fetchall()
     return [{"status": str(r[0])} for r in rows]
+
+
+def test_a_parked_pipelines_timeout_counts_from_its_first_start(tmp_path: Path) -> None:
+    """`spec.timeout: 3` on a step that waits out `Retry-After: 2` twice: the waits are
+    part of the step's time, so the second resumption finds the deadline passed and the
+    step fails as timed out (a deadline restarted on each resumption would let it run
+    on forever, 3 s at a time)."""
+    from noetl_celery.settings import Settings
+    from noetl_celery.store.database import SchemaMode
+
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'noetl.sqlite3'}")
+    engine = Engine(settings, schema=SchemaMode.MIGRATE)
+    engine.use_in_process_workers()
+    timed = THROTTLED.replace("  - step: call\n", "  - step: call\n    spec: {timeout: 3}\n")
+    assert timed != THROTTLED
+    try:
+        with http_api() as api:
+            eid = engine.start_text(timed, {"api": api, "key": "t", "times": 2, "after": 2})
+            row = engine.wait(eid, 30)
+            served = stats()
+        assert row.status == "FAILED" and row.error is not None
+        failed = {f["step"]: f["error"] for f in row.error["failures"]}
+        assert failed["call"] == {"kind": "timeout", "message": "step 'call' timed out after 3s"}
+        assert served["throttle:t:429"] == 2 and "throttle:t:200" not in served
+    finally:
+        engine.close()

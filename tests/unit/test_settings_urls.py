@@ -75,7 +75,7 @@ def test_configurations_that_can_work_pass(tmp_path: Path, broker: str, database
 def test_batch_settings_are_read_and_checked() -> None:
     settings = Settings.from_env({"NOETL_BATCH_SIZE": "20", "NOETL_BATCH_BUDGET_SECONDS": "1.5"})
     assert (settings.batch_size, settings.batch_budget_seconds) == (20, 1.5)
-    assert Settings.from_env({}).batch_size == 1
+    assert Settings.from_env({}).batch_size == 50
     with pytest.raises(ConfigurationError, match=r"NOETL_BATCH_SIZE must be >= 1, got 0"):
         Settings.from_env({"NOETL_BATCH_SIZE": "0"})
     with pytest.raises(ConfigurationError, match=r"NOETL_BATCH_SIZE must be <= 1000 .*got 5000"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy import Connection, bindparam, func, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -198,7 +198,17 @@ def command_status(conn: Connection, command_id: str) -> str | None:
     return None if value is None else str(value)
 
 
-def set_deadline(conn: Connection, command_id: str, deadline: dt.datetime) -> None:
-    conn.execute(
-        update(commands).where(commands.c.command_id == command_id).values(deadline_at=deadline)
-    )
+def set_deadline(
+    conn: Connection, command_id: str, deadline: dt.datetime, keep: bool = False
+) -> dt.datetime:
+    """Set the command's step deadline; the deadline in force. With `keep`, one the
+    command already has stays (a parked run resumed: its `spec.timeout` counts from the
+    first start, not from each resumption)."""
+    value = func.coalesce(commands.c.deadline_at, deadline) if keep else deadline
+    row = conn.execute(
+        update(commands)
+        .where(commands.c.command_id == command_id)
+        .values(deadline_at=value)
+        .returning(commands.c.deadline_at)
+    ).first()
+    return row[0] if row is not None and row[0] is not None else deadline

@@ -69,6 +69,36 @@ def test_a_cancel_records_every_claimed_row_no_body_will_process(
         engine.close()
 
 
+def test_a_parked_body_is_reported_as_interrupted(store_url: str, tmp_path: Path) -> None:
+    """A body waiting out a long retry delay (parked: `delayed`) had started its
+    pipeline: its row is reported with the interrupted ones, not as never started."""
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
+    try:
+        eid = engine.start_text(PLAYBOOK.replace("max_in_flight: 2", "max_in_flight: 1"))
+        claimed(engine, claim_command_id(eid, "drain", 1, 0, 1), [{"id": 1}, {"id": 2}])
+        engine.orchestrator.drive(eid, wait=True)  # row 1's body issued, row 2's planned
+        body_id = iteration_command_id(eid, "drain", 1, 0)
+        body = engine.store.claim(body_id, "test-worker", 60)
+        assert body is not None and body.item == {"id": 1}
+        resume = {"continuation": {"index": 1}, "parked": {"task": "fetch", "delay": 30}}
+        assert engine.store.parking.park(body_id, resume, 30.0) is not None
+
+        ended = engine.cancel_tree(eid, "by the test")
+
+        assert ended is not None
+        assert ended.unfinished_rows == {
+            "drain": {
+                "epoch": 1,
+                "count": 2,
+                "rows": [{"id": 2}],
+                "interrupted": [{"id": 1}],
+                "truncated": False,
+            }
+        }
+    finally:
+        engine.close()
+
+
 def test_a_cancel_without_a_cursor_records_nothing(store_url: str, tmp_path: Path) -> None:
     engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
     try:

@@ -126,6 +126,7 @@ def test_mapping_keys_win_over_dict_methods() -> None:
         ("{{ 'x' * 10**10 }}", "at most 10,000,000"),
         ("{{ 10**9 * [0] }}", "at most 10,000,000"),
         ("{{ 7 ** (10**7) }}", "at most 1,000,000"),
+        ("{{ range(10**8) | list }}", r"range\(100000000,\) would have 100,000,000 items"),
     ],
 )
 def test_arithmetic_past_the_sandbox_bounds_fails_at_once(template: str, limit: str) -> None:
@@ -133,6 +134,12 @@ def test_arithmetic_past_the_sandbox_bounds_fails_at_once(template: str, limit: 
     with pytest.raises(TemplateError, match=limit):
         render_value(template, {}, "step 's' tool.code")
     assert time.process_time() - started < 1.0  # refused, not computed
+
+
+def test_a_loop_over_a_million_ids_fits_the_sandbox() -> None:
+    # Jinja's own sandbox stops range() at 100,000 items; loops of a million are ours
+    assert render_value("{{ range(n) | list }}", {"n": 1_000_000}, "x") == list(range(1_000_000))
+    assert render_value("{{ range(2, 10, 3) | list }}", {}, "x") == [2, 5, 8]
 
 
 @pytest.mark.parametrize(

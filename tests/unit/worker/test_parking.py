@@ -13,7 +13,9 @@ from noetl_celery.errors import ConfigurationError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.settings import Settings
 from noetl_celery.tools.base import ToolOutcome
+from noetl_celery.tools.redaction import Redactor, command_masks
 from noetl_celery.worker.pipeline import Parked, PipelineLimits, run_pipeline
+from noetl_celery.worker.runner import holds_no_keychain_value
 from tests.unit.worker.test_pipeline import Script, http_error, step
 
 PIPELINE = """
@@ -159,3 +161,33 @@ def test_wakeups_issue_and_publish_in_due_order() -> None:
     assert done.wait(5)
     assert time.monotonic() - began >= 0.3
     assert issued == ["gone", "early", "late"] and published == ["early", "late"]
+
+
+def test_a_state_holding_a_keychain_value_sleeps_in_its_slot_instead_of_parking() -> None:
+    # a parked state is stored with keychain values masked: resumed, it would carry `***`
+    script = Script({"fetch": [http_error(429, 5), ToolOutcome.success({"ok": True})]})
+    sleeps: list[float] = []
+    tasks = step(PIPELINE % (3, "0.1")).tasks()
+    seen: list[dict[str, Any]] = []
+
+    def storable(state: dict[str, Any]) -> bool:
+        seen.append(state)
+        return False
+
+    held = PipelineLimits(
+        max_retry_delay=60, sleep=sleeps.append, park_after=1.0, storable=storable
+    )
+    result = run_pipeline("s", tasks, {"ctx": {}}, None, script, held)
+    assert isinstance(result, Outcome) and result.status == "ok"
+    assert sleeps == [5.0]
+    assert len(seen) == 1 and seen[0]["attempts"] == {"fetch": 2}
+
+
+def test_a_state_is_storable_unless_it_holds_the_commands_keychain_values() -> None:
+    state = {"ctx": {"token": "s3cr3t-token", "page": 2}}
+    with command_masks() as masks:
+        assert holds_no_keychain_value(state)  # no keychain resolved: nothing to hide
+        masks.add(Redactor(["s3cr3t-token"]))
+        assert not holds_no_keychain_value(state)
+        assert holds_no_keychain_value({"ctx": {"page": 2}})
+        assert not holds_no_keychain_value({"results": {"auth": ["Bearer s3cr3t-token"]}})
