@@ -13,6 +13,7 @@ from typing import Any
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.pool import QueuePool
 
 from noetl_celery.store.database import Database, SchemaMode, open_database
 from noetl_celery.store.migrate import script_location, upgrade_to_head
@@ -146,5 +147,22 @@ def test_a_sqlite_file_keeps_its_connections_and_their_settings(tmp_path: Path) 
             other.execute("COMMIT")
         finally:
             other.close()
+    finally:
+        database.dispose()
+
+
+def test_a_sqlite_file_opens_past_its_pool_size_instead_of_waiting(tmp_path: Path) -> None:
+    """More threads at once than connections kept (many embedded workers): each gets a
+    connection at once, as when every checkout opened one; only `pool_size` are kept."""
+    path = tmp_path / "noetl.sqlite3"
+    open_database(f"sqlite:///{path}", SchemaMode.MIGRATE).dispose()
+    database = Database(f"sqlite:///{path}", pool_size=1, max_overflow=0)
+    try:
+        held = [database.read() for _ in range(4)]  # a pool limit would raise here
+        assert len({id(conn.connection.dbapi_connection) for conn in held}) == 4
+        for conn in held:
+            conn.close()
+        pool = database.read_engine.pool
+        assert isinstance(pool, QueuePool) and pool.checkedin() == 1
     finally:
         database.dispose()
