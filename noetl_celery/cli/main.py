@@ -12,6 +12,7 @@ the catalog commands it never uses (issue 15: a cold start in a blink).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Mapping
@@ -67,6 +68,7 @@ class LazyGroup(click.Group):
             return super().get_command(ctx, cmd_name)
         module, _, attribute = target.partition(":")
         command = getattr(importlib.import_module(module), attribute)
+        _started()
         if not isinstance(command, click.Command):  # a wrong table entry, not user input
             raise TypeError(f"{target} is not a click command")
         self.commands[cmd_name] = command
@@ -92,16 +94,41 @@ def cli(ctx: click.Context, verbose: int) -> None:
     setup_logging(verbose, capture=ctx.invoked_subcommand not in CELERY_COMMANDS)
 
 
+# True from `main` until the command's module is imported: the collector is off meanwhile
+_starting = False
+
+
+def _started() -> None:
+    """The command's module is imported: let the collector run again, the modules and
+    classes made so far moved out of its way (`gc.freeze`: they live as long as the
+    process, so scanning them in every later full collection would be wasted)."""
+    global _starting
+    if _starting:
+        _starting = False
+        gc.freeze()
+        gc.enable()
+
+
 def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def main() -> None:
+    # Importing a command (SQLAlchemy, pydantic's models, jinja2) allocates hundreds of
+    # thousands of objects that all live on; the collector's passes over them while they
+    # are made find nothing to free and cost ~15% of the CPU of an embedded hello_world
+    # run (issue 15). Off until the command's module is in (LazyGroup.get_command), or
+    # until the command ends.
+    global _starting
+    _starting = gc.isenabled()
+    gc.disable()
     try:
         cli(prog_name="noetl-celery")
     except NoetlError as exc:
         click.echo(f"Error: {one_line(exc)}", err=True)
         sys.exit(EXIT_INVALID)
+    finally:
+        _started()
 
 
 if __name__ == "__main__":

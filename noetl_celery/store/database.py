@@ -37,7 +37,7 @@ from sqlalchemy.exc import (
     ProgrammingError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import QueuePool, StaticPool
 
 from noetl_celery.errors import (
     ConfigurationError,
@@ -268,11 +268,22 @@ class Database:
 
     def _sqlite_engine(self, *, write: bool) -> Engine:
         # no directory is made here: only a migration creates the file (see upgrade)
+        # a file's connections are kept (a new one costs its open, three PRAGMAs and a
+        # schema read: an embedded hello_world opened 43, issue 15); each is used by one
+        # thread at a time, and a returned one is rolled back, so it holds no lock. No
+        # limit beyond those kept (max_overflow -1): SQLite's own lock makes writers wait
+        # (busy_timeout), and an embedded process with many worker threads must not wait
+        # for a pool slot, which it never did when every checkout opened a connection
+        pooling: dict[str, Any] = (
+            {"poolclass": StaticPool}
+            if self.in_memory
+            else {"poolclass": QueuePool, "pool_size": self.pool_size, "max_overflow": -1}
+        )
         engine = create_engine(
             self.url,
             json_serializer=_dumps,
-            poolclass=StaticPool if self.in_memory else NullPool,
             connect_args={"timeout": 60, "check_same_thread": False},
+            **pooling,
         )
 
         @event.listens_for(engine, "connect")

@@ -13,8 +13,9 @@ from typing import Any
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.pool import QueuePool
 
-from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.database import Database, SchemaMode, open_database
 from noetl_celery.store.migrate import script_location, upgrade_to_head
 from noetl_celery.store.schema import SCHEMA_REVISION
 
@@ -118,3 +119,50 @@ def test_two_processes_creating_the_file_at_once_make_one_database(tmp_path: Pat
         ]
     finally:
         conn.close()
+
+
+def test_a_sqlite_file_keeps_its_connections_and_their_settings(tmp_path: Path) -> None:
+    """Each read or write used to open a new connection (open, PRAGMAs, schema read: 43
+    of them in an embedded hello_world, issue 15): a returned one is kept, rolled back
+    (it holds no lock: another connection can take the write lock), and keeps WAL."""
+    path = tmp_path / "noetl.sqlite3"
+    database = open_database(f"sqlite:///{path}", SchemaMode.MIGRATE)
+    try:
+        with database.read() as conn:
+            first_read = conn.connection.dbapi_connection
+        with database.read() as conn:
+            assert conn.connection.dbapi_connection is first_read
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+        with database.write() as conn:
+            first_write = conn.connection.dbapi_connection
+            conn.exec_driver_sql(
+                "INSERT INTO engine_info (key, value, created_at) VALUES ('k', 'v', '2026-01-01')"
+            )
+        with database.write() as conn:
+            assert conn.connection.dbapi_connection is first_write
+        other = sqlite3.connect(path, timeout=1)
+        try:  # the kept connections hold no lock
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("DELETE FROM engine_info WHERE key = 'k'")
+            other.execute("COMMIT")
+        finally:
+            other.close()
+    finally:
+        database.dispose()
+
+
+def test_a_sqlite_file_opens_past_its_pool_size_instead_of_waiting(tmp_path: Path) -> None:
+    """More threads at once than connections kept (many embedded workers): each gets a
+    connection at once, as when every checkout opened one; only `pool_size` are kept."""
+    path = tmp_path / "noetl.sqlite3"
+    open_database(f"sqlite:///{path}", SchemaMode.MIGRATE).dispose()
+    database = Database(f"sqlite:///{path}", pool_size=1, max_overflow=0)
+    try:
+        held = [database.read() for _ in range(4)]  # a pool limit would raise here
+        assert len({id(conn.connection.dbapi_connection) for conn in held}) == 4
+        for conn in held:
+            conn.close()
+        pool = database.read_engine.pool
+        assert isinstance(pool, QueuePool) and pool.checkedin() == 1
+    finally:
+        database.dispose()

@@ -86,3 +86,47 @@ def test_every_command_in_the_lazy_table_loads_under_its_name() -> None:
         command = cli.get_command(ctx, name)
         assert isinstance(command, click.Command) and command.name == name, name
     assert cli.get_command(ctx, "no-such-command") is None
+
+
+# imports `validate`'s module through the console script's entry point, noting whether
+# the collector ran while it was imported, then reports the collector's state after
+GC_SCRIPT = """
+import gc, json, sys
+from noetl_celery.cli.main import main
+seen = []
+class Watch:  # a finder that finds nothing: it only looks when the module is searched for
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "noetl_celery.cli.catalog":
+            seen.append(gc.isenabled())
+        return None
+sys.meta_path.insert(0, Watch)
+sys.argv = ["noetl-celery", "validate", "--help"]
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "during": seen, "after": gc.isenabled(),
+                  "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_the_collector_is_off_while_a_command_is_imported_and_on_after() -> None:
+    """The start-up's objects all live on: collecting while they are made is wasted
+    (cli.main.main); a command that runs for hours must still have its collector."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", GC_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0
+    assert report["during"] == [False]
+    assert report["after"] is True
+    assert report["frozen"] > 0
