@@ -8,16 +8,21 @@ measured in the same run:
 - `bare claim + mark`: the same, then marks every row done with its own UPDATE (a drain
   loop that records each row, one commit per row)
 
-and, for perspective, two more figures: the engine with `frame.process: frame` (one body
-command per frame of 50 rows instead of one per row), and a raw Celery chord of as many
-no-op tasks (the ceiling of anything that runs one Celery task per row on this machine).
+and, for perspective, three more figures: the engine with `frame.process: frame` (one body
+command per frame of 50 rows instead of one per row), procrastinate running one job per
+frame of 50 rows (bench.procrastinate_frames; the `bench` extra), and a raw Celery chord
+of as many no-op tasks (the ceiling of anything that runs one Celery task per row on this
+machine).
 
     python -m bench.cursor_drain [--rows 20000] [--runs 3] [--skip-chord]
+                                 [--skip-procrastinate]
+    python -m bench.cursor_drain --rows 2000 --count-sql   # the worker's SQL per frame
 
 NOETL_BENCH_REDIS_URL picks the Redis db (default 11). The per-row bodies of a frame go
 out as a few batched messages (NOETL_BATCH_SIZE ids each), not one message per row.
 
-Target (issue 4): engine rows/s >= 0.5x the bare loop.
+Targets: engine rows/s >= 0.5x the bare loop (issue 4); per-frame engine rows/s >=
+procrastinate's (issue 15).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import harness
+from bench import harness, procrastinate_frames, sqltrace
 from bench.loop_fanout import run_chord
 
 CLAIM = """
@@ -40,6 +45,9 @@ WITH c AS (SELECT id FROM public.bench_queue WHERE run = %(run)s AND status = 'p
 UPDATE public.bench_queue q SET status = 'claimed' FROM c
 WHERE q.run = %(run)s AND q.id = c.id RETURNING q.id
 """
+
+# the procrastinate worker's concurrency: the engine's worker runs 2 prefork processes
+PROCRASTINATE_JOBS = 2
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -107,22 +115,54 @@ def engine_run(
     return wall, stats["total"]
 
 
+def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
+    """One traced run of the engine with `frame.process: frame`: the worker processes'
+    statements, commits and rollbacks per frame (`bench.sqltrace`), grouped by shape."""
+    trace = logdir / "sql.trace"
+    tag = "sqlcount"
+    seed(dsn, tag, rows)
+    with sqltrace.traced(trace):
+        _, total = engine_run(url, tag, logdir, creds, per_frame=True)
+    assert total == rows, total
+    frames = -(-rows // 50)
+    counts = sqltrace.summary(trace)
+    calls = sum(counts.values())
+    print(f"\nSQL round trips of the worker, {frames} frames of 50 rows (frame.process: frame):")
+    for (kind, shape), n in counts.most_common():
+        print(f"{n / frames:7.2f}/frame  {kind:11} {shape}")
+    print(f"{calls / frames:7.2f}/frame  total ({calls} round trips)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-chord", action="store_true", help="leave out the chord figure")
+    parser.add_argument(
+        "--skip-procrastinate",
+        action="store_true",
+        help="leave out the procrastinate baseline (needs the `bench` extra)",
+    )
+    parser.add_argument(
+        "--count-sql",
+        action="store_true",
+        help="only count the worker's SQL round trips per frame (frame.process: frame)",
+    )
     args = parser.parse_args()
     url = harness.fresh_database("noetl_bench_cursor")
     dsn = url.replace("postgresql+psycopg", "postgresql")
     logdir = Path(tempfile.mkdtemp(prefix="bench-cursor-"))
     creds = logdir / "creds.json"
     creds.write_text(json.dumps({"bench": {"dsn": dsn}}))
+    if args.count_sql:
+        count_sql(url, dsn, args.rows, logdir, creds)
+        return
     rates: dict[str, list[float]] = {
         "bare claim": [],
         "bare claim + mark": [],
         "engine": [],
         "engine, per frame": [],
+        "procrastinate": [],
         "celery chord": [],
     }
     for run in range(args.runs):
@@ -138,6 +178,12 @@ def main() -> None:
             wall, total = engine_run(url, tag, logdir, creds, framed)
             assert total == args.rows, total
             rates[name].append(total / wall)
+        if not args.skip_procrastinate:
+            tag = f"procrastinate-{run}"
+            seed(dsn, tag, args.rows)
+            wall, total = procrastinate_frames.run(dsn, tag, args.rows, 50, PROCRASTINATE_JOBS)
+            assert total == args.rows, total
+            rates["procrastinate"].append(total / wall)
         if not args.skip_chord:
             rates["celery chord"].append(args.rows / run_chord(args.rows, logdir))
         print(
@@ -154,6 +200,13 @@ def main() -> None:
         median = statistics.median(values)
         print(f"{name:20} {median:8.0f} {per_row / median:9.2f} {per_frame / median:19.2f}")
     print(f"target: engine >= 0.5x the bare loop (medians of {args.runs} runs)")
+    if rates["procrastinate"]:
+        ratio = per_frame / statistics.median(rates["procrastinate"])
+        print(
+            f"target: per-frame engine >= procrastinate (one job per frame of 50 rows, one "
+            f"worker process running {PROCRASTINATE_JOBS} jobs at a time, as the engine's "
+            f"prefork worker runs 2): {ratio:.2f}x"
+        )
 
 
 if __name__ == "__main__":
