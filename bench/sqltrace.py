@@ -32,7 +32,7 @@ def install(path: str) -> None:
     out = open(path, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
     def log(kind: str, query: Any) -> None:
-        text = query if isinstance(query, str) else getattr(query, "as_string", repr)(None)
+        text = query if isinstance(query, str | bytes) else repr(query)
         if isinstance(text, bytes):
             text = text.decode(errors="replace")
         out.write(f"{os.getpid()}\t{kind}\t{' '.join(str(text).split())[:300]}\n")
@@ -41,7 +41,10 @@ def install(path: str) -> None:
         original = getattr(cls, name)
 
         def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-            log(kind, args[0] if args else name.upper())
+            # commit and rollback outside a transaction send nothing (psycopg skips them)
+            idle = kind in ("commit", "rollback") and self.pgconn.transaction_status == 0
+            if not idle:
+                log(kind, args[0] if args else name.upper())
             return original(self, *args, **kwargs)
 
         setattr(cls, name, traced)
