@@ -94,10 +94,11 @@ class OrchestrationTx:
         publish += self._issue_ranges(decision, now)
         self._write_events(decision, now)
         self._write_loops(decision, now)
-        self.mark_handled(handled)
         if decision.terminal is None:
-            queries.save_state(self.conn, self.execution_id, decision.state.to_json(), now)
+            state = decision.state.to_json()
+            queries.save_state(self.conn, self.execution_id, state, now, handled)
         else:
+            self.mark_handled(handled)
             publish += self._end(decision, decision.terminal, now)
         return publish
 

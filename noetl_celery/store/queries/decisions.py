@@ -22,8 +22,9 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.ids import iteration_command_id
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.queries._common import SYNC_COMMIT
+from noetl_celery.store.queries.inbox import mark_handled
 from noetl_celery.store.schema import commands, contexts, events, executions, loops, results
-from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE
+from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE, SAVE_STATE_HANDLED
 
 # rows per multi-row INSERT when planning a large loop
 PLAN_CHUNK = 5000
@@ -179,9 +180,20 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
 
 
 def save_state(
-    conn: Connection, execution_id: str, state: dict[str, Any], now: dt.datetime
+    conn: Connection,
+    execution_id: str,
+    state: dict[str, Any],
+    now: dt.datetime,
+    handled: Sequence[int] = (),
 ) -> None:
-    conn.execute(SAVE_STATE, {"b_eid": execution_id, "b_state": state, "b_now": now})
+    """The pass's new state, and the inbox entries it folded marked handled (on Postgres
+    in the same statement; SQLite has no data-modifying CTEs)."""
+    params = {"b_eid": execution_id, "b_state": state, "b_now": now}
+    if handled and conn.dialect.name == "postgresql":
+        conn.execute(SAVE_STATE_HANDLED, {**params, "b_ids": list(handled)})
+        return
+    mark_handled(conn, handled)
+    conn.execute(SAVE_STATE, params)
 
 
 def end_execution_row(

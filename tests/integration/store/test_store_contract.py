@@ -118,6 +118,32 @@ def test_one_terminal_event_per_command(store: Store) -> None:
     assert not store.has_unhandled(eid)
 
 
+def test_a_pass_marks_handled_exactly_what_it_folded_with_its_state(store: Store) -> None:
+    """apply() deletes the handled inbox entries together with the state write (one
+    statement on Postgres): the others stay waiting, the state and pass count are saved."""
+    eid = new_execution(store)
+    cmds = [NewCommand(f"{eid}:start:{n}", "start", "step", n, 0) for n in (1, 2, 3)]
+    apply(store, eid, decision(eid, commands=cmds))
+    for cmd in cmds:
+        claimed = store.claim(cmd.command_id, "w1", 60)
+        assert claimed is not None and store.complete(claimed, Outcome("ok", cmd.epoch))
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        waiting = tx.inbox(10)
+    folded = [c.event_id for c in waiting[:2]]
+    passes = store.execution(eid).passes
+    state = ExecutionState(execution_id=eid, ctx_version=7)
+    apply(store, eid, Decision(state=state), folded)
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        assert [c.outcome.result for c in tx.inbox(10)] == [3]
+        assert tx.execution.state is not None and tx.execution.state["ctx_version"] == 7
+        assert tx.execution.passes == passes + 1
+    apply(store, eid, Decision(state=state), [])  # nothing folded: the state is still saved
+    assert store.execution(eid).passes == passes + 2
+    assert store.has_unhandled(eid)
+
+
 def test_one_loop_done_per_epoch(store: Store) -> None:
     eid = new_execution(store)
     done = EngineEvent("loop.done", "each", 1, {"stats": {}})
