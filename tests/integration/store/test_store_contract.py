@@ -176,6 +176,26 @@ def test_planned_iterations_are_issued_once(store: Store) -> None:
     assert claimed is not None and claimed.item == {"i": 5} and claimed.iteration == 5
 
 
+def test_a_plan_issued_whole_is_inserted_issued_and_published_once(store: Store) -> None:
+    """A pass that plans and issues a whole (small) plan inserts its rows issued; the
+    same decision again publishes nothing; a plan whose rows were planned already (by an
+    earlier pass) still gets them issued, each published once."""
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": 0}, {"i": 1}], 3, {"iterator": "x"}, start=10)
+    whole = decision(eid, plans=[plan], issues=[IssueRange("each", 1, 10, 12, 5)])
+    assert apply(store, eid, whole) == [f"{eid}:each:1:10", f"{eid}:each:1:11"]
+    assert apply(store, eid, whole) == []  # a redone pass: nothing twice
+    claimed = store.claim(f"{eid}:each:1:11", "w", 60)
+    assert claimed is not None and claimed.item == {"i": 1} and claimed.ctx_version == 5
+    planned = LoopPlan("each", 2, [{"i": 0}, {"i": 1}, {"i": 2}], 0, {"iterator": "x"})
+    apply(store, eid, decision(eid, plans=[replace(planned, items=planned.items[:1])]))
+    again = apply(
+        store, eid, decision(eid, plans=[planned], issues=[IssueRange("each", 2, 0, 3, 0)])
+    )
+    assert sorted(again) == [f"{eid}:each:2:{i}" for i in range(3)]
+    assert store.claim(f"{eid}:each:2:0", "w", 60) is not None  # the planned row, issued
+
+
 def mirror(in_flight: int, issued: int, succeeded: int, *, done: bool = False) -> LoopMirror:
     return LoopMirror("each", 1, "parallel", 20, issued, succeeded, 0, done, 10, in_flight)
 
