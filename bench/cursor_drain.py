@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -101,18 +102,35 @@ def bare(dsn: str, run: str, mark: bool) -> int:
             drained += len(ids)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (/proc/<pid>/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
 def engine_run(
     url: str, run: str, logdir: Path, creds: Path, per_frame: bool = False
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
+    """Seconds, rows drained, and CPU seconds of the worker's processes meanwhile."""
     text = PLAYBOOK.replace("row_concurrency: 25}", "row_concurrency: 25, process: frame}")
-    with harness.engine_and_worker(url, logdir / "worker.log", credentials=creds) as (engine, _):
+    with harness.engine_and_worker(url, logdir / "worker.log", credentials=creds) as (engine, proc):
+        pids = [proc.pid, *harness.children(proc.pid)]
+        cpu = cpu_seconds(pids)
         started = time.time()
         eid = engine.start_text(text if per_frame else PLAYBOOK, {"run": run})
         row = engine.wait(eid, 3600)
         wall = time.time() - started
+        cpu = cpu_seconds(pids) - cpu
         assert row.status == "COMPLETED", row.error
         stats = engine.summary(eid)["steps"]["drain"]["stats"]
-    return wall, stats["total"]
+    return wall, stats["total"], cpu
 
 
 def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
@@ -122,7 +140,7 @@ def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
     tag = "sqlcount"
     seed(dsn, tag, rows)
     with sqltrace.traced(trace):
-        _, total = engine_run(url, tag, logdir, creds, per_frame=True)
+        _, total, _ = engine_run(url, tag, logdir, creds, per_frame=True)
     assert total == rows, total
     frames = -(-rows // 50)
     counts = sqltrace.summary(trace)
@@ -165,6 +183,7 @@ def main() -> None:
         "procrastinate": [],
         "celery chord": [],
     }
+    cpu_ms: dict[str, list[float]] = {"engine": [], "engine, per frame": []}
     for run in range(args.runs):
         for name, mark in (("bare claim", False), ("bare claim + mark", True)):
             tag = f"{name}-{run}"
@@ -175,9 +194,10 @@ def main() -> None:
         for name, framed in (("engine", False), ("engine, per frame", True)):
             tag = f"{name}-{run}"
             seed(dsn, tag, args.rows)
-            wall, total = engine_run(url, tag, logdir, creds, framed)
+            wall, total, cpu = engine_run(url, tag, logdir, creds, framed)
             assert total == args.rows, total
             rates[name].append(total / wall)
+            cpu_ms[name].append(cpu * 1000 / -(-total // 50))
         if not args.skip_procrastinate:
             tag = f"procrastinate-{run}"
             seed(dsn, tag, args.rows)
@@ -199,6 +219,8 @@ def main() -> None:
             continue
         median = statistics.median(values)
         print(f"{name:20} {median:8.0f} {per_row / median:9.2f} {per_frame / median:19.2f}")
+    for name, values in cpu_ms.items():
+        print(f"{name}: worker CPU {statistics.median(values):.1f} ms per frame of 50 rows")
     print(f"target: engine >= 0.5x the bare loop (medians of {args.runs} runs)")
     if rates["procrastinate"]:
         ratio = per_frame / statistics.median(rates["procrastinate"])
