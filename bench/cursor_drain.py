@@ -144,11 +144,11 @@ def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
     assert total == rows, total
     frames = -(-rows // 50)
     counts = sqltrace.summary(trace)
-    calls = sum(counts.values())
+    calls = sqltrace.round_trips(counts)
     print(f"\nSQL round trips of the worker, {frames} frames of 50 rows (frame.process: frame):")
     for (kind, shape), n in counts.most_common():
         print(f"{n / frames:7.2f}/frame  {kind:11} {shape}")
-    print(f"{calls / frames:7.2f}/frame  total ({calls} round trips)")
+    print(f"{calls / frames:7.2f}/frame  round trips ({calls}; `pipelined` ride on a `sync`)")
 
 
 def main() -> None:

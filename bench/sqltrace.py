@@ -43,8 +43,10 @@ def install(path: str) -> None:
         def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
             # commit and rollback outside a transaction send nothing (psycopg skips them)
             idle = kind in ("commit", "rollback") and self.pgconn.transaction_status == 0
+            # a statement in a pipeline is no round trip of its own: the pipeline's sync is
+            piped = kind == "execute" and getattr(self, "_conn", self)._pipeline is not None
             if not idle:
-                log(kind, args[0] if args else name.upper())
+                log("pipelined" if piped else kind, args[0] if args else name.upper())
             return original(self, *args, **kwargs)
 
         setattr(cls, name, traced)
@@ -53,6 +55,7 @@ def install(path: str) -> None:
     wrap(psycopg.Cursor, "executemany", "executemany")
     wrap(psycopg.Connection, "commit", "commit")
     wrap(psycopg.Connection, "rollback", "rollback")
+    wrap(psycopg.Pipeline, "__exit__", "sync")
 
 
 @contextmanager
@@ -79,6 +82,10 @@ _NUMBERS = re.compile(r"\b\d+\b|'[^']*'")
 def shape(statement: str) -> str:
     """A statement with its literals replaced, so repeats group together."""
     return _NUMBERS.sub("?", statement)[:160]
+
+
+def round_trips(counts: collections.Counter[tuple[str, str]]) -> int:
+    return sum(n for (kind, _), n in counts.items() if kind != "pipelined")
 
 
 def summary(path: Path) -> collections.Counter[tuple[str, str]]:
