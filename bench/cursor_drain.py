@@ -143,9 +143,20 @@ def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
         _, total, _ = engine_run(url, tag, logdir, creds, per_frame=True)
     assert total == rows, total
     frames = -(-rows // 50)
+    _print_counts(trace, frames, "the worker, frame.process: frame")
+    # procrastinate in this process (its worker and its jobs' claims), traced the same way
+    trace = logdir / "sql-procrastinate.trace"
+    seed(dsn, "sqlcount-procrastinate", rows)
+    sqltrace.install(str(trace))
+    _, total = procrastinate_frames.run(dsn, "sqlcount-procrastinate", rows, 50, PROCRASTINATE_JOBS)
+    assert total == rows, total
+    _print_counts(trace, frames, "procrastinate, one job per frame")
+
+
+def _print_counts(trace: Path, frames: int, what: str) -> None:
     counts = sqltrace.summary(trace)
     calls = sqltrace.round_trips(counts)
-    print(f"\nSQL round trips of the worker, {frames} frames of 50 rows (frame.process: frame):")
+    print(f"\nSQL round trips per frame of 50 rows ({frames} frames), {what}:")
     for (kind, shape), n in counts.most_common():
         print(f"{n / frames:7.2f}/frame  {kind:11} {shape}")
     print(f"{calls / frames:7.2f}/frame  round trips ({calls}; `pipelined` ride on a `sync`)")

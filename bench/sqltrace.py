@@ -46,16 +46,41 @@ def install(path: str) -> None:
             # a statement in a pipeline is no round trip of its own: the pipeline's sync is
             piped = kind == "execute" and getattr(self, "_conn", self)._pipeline is not None
             if not idle:
+                if kind == "execute" and not piped and _opens_transaction(self._conn):
+                    log("begin", "BEGIN (implicit)")
                 log("pipelined" if piped else kind, args[0] if args else name.upper())
             return original(self, *args, **kwargs)
 
         setattr(cls, name, traced)
 
+    def wrap_async(cls: Any, name: str, kind: str) -> None:
+        original = getattr(cls, name)
+
+        async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+            idle = kind in ("commit", "rollback") and self.pgconn.transaction_status == 0
+            if not idle:
+                if kind == "execute" and _opens_transaction(self._conn):
+                    log("begin", "BEGIN (implicit)")
+                log(kind, args[0] if args else name.upper())
+            return await original(self, *args, **kwargs)
+
+        setattr(cls, name, traced)
+
+    # procrastinate's worker (bench.procrastinate_frames) is asyncio
+    wrap_async(psycopg.AsyncCursor, "execute", "execute")
+    wrap_async(psycopg.AsyncConnection, "commit", "commit")
+    wrap_async(psycopg.AsyncConnection, "rollback", "rollback")
     wrap(psycopg.Cursor, "execute", "execute")
     wrap(psycopg.Cursor, "executemany", "executemany")
     wrap(psycopg.Connection, "commit", "commit")
     wrap(psycopg.Connection, "rollback", "rollback")
     wrap(psycopg.Pipeline, "__exit__", "sync")
+
+
+def _opens_transaction(conn: Any) -> bool:
+    """psycopg sends a BEGIN of its own (one round trip) before the first statement of a
+    transaction on a connection that is not in autocommit."""
+    return not conn.autocommit and conn.pgconn.transaction_status == 0 and conn._pipeline is None
 
 
 @contextmanager
