@@ -8,22 +8,28 @@ measured in the same run:
 - `bare claim + mark`: the same, then marks every row done with its own UPDATE (a drain
   loop that records each row, one commit per row)
 
-and, for perspective, two more figures: the engine with `frame.process: frame` (one body
-command per frame of 50 rows instead of one per row), and a raw Celery chord of as many
-no-op tasks (the ceiling of anything that runs one Celery task per row on this machine).
+and, for perspective, three more figures: the engine with `frame.process: frame` (one body
+command per frame of 50 rows instead of one per row), procrastinate running one job per
+frame of 50 rows (bench.procrastinate_frames; the `bench` extra), and a raw Celery chord
+of as many no-op tasks (the ceiling of anything that runs one Celery task per row on this
+machine).
 
     python -m bench.cursor_drain [--rows 20000] [--runs 3] [--skip-chord]
+                                 [--skip-procrastinate]
+    python -m bench.cursor_drain --rows 2000 --count-sql   # the worker's SQL per frame
 
 NOETL_BENCH_REDIS_URL picks the Redis db (default 11). The per-row bodies of a frame go
 out as a few batched messages (NOETL_BATCH_SIZE ids each), not one message per row.
 
-Target (issue 4): engine rows/s >= 0.5x the bare loop.
+Targets: engine rows/s >= 0.5x the bare loop (issue 4); per-frame engine rows/s >=
+procrastinate's (issue 15).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -31,7 +37,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import harness
+from bench import harness, procrastinate_frames, sqltrace
 from bench.loop_fanout import run_chord
 
 CLAIM = """
@@ -40,6 +46,9 @@ WITH c AS (SELECT id FROM public.bench_queue WHERE run = %(run)s AND status = 'p
 UPDATE public.bench_queue q SET status = 'claimed' FROM c
 WHERE q.run = %(run)s AND q.id = c.id RETURNING q.id
 """
+
+# the procrastinate worker's concurrency: the engine's worker runs 2 prefork processes
+PROCRASTINATE_JOBS = 2
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -93,18 +102,64 @@ def bare(dsn: str, run: str, mark: bool) -> int:
             drained += len(ids)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (/proc/<pid>/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
 def engine_run(
     url: str, run: str, logdir: Path, creds: Path, per_frame: bool = False
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
+    """Seconds, rows drained, and CPU seconds of the worker's processes meanwhile."""
     text = PLAYBOOK.replace("row_concurrency: 25}", "row_concurrency: 25, process: frame}")
-    with harness.engine_and_worker(url, logdir / "worker.log", credentials=creds) as (engine, _):
+    with harness.engine_and_worker(url, logdir / "worker.log", credentials=creds) as (engine, proc):
+        pids = [proc.pid, *harness.children(proc.pid)]
+        cpu = cpu_seconds(pids)
         started = time.time()
         eid = engine.start_text(text if per_frame else PLAYBOOK, {"run": run})
         row = engine.wait(eid, 3600)
         wall = time.time() - started
+        cpu = cpu_seconds(pids) - cpu
         assert row.status == "COMPLETED", row.error
         stats = engine.summary(eid)["steps"]["drain"]["stats"]
-    return wall, stats["total"]
+    return wall, stats["total"], cpu
+
+
+def count_sql(url: str, dsn: str, rows: int, logdir: Path, creds: Path) -> None:
+    """One traced run of the engine with `frame.process: frame`: the worker processes'
+    statements, commits and rollbacks per frame (`bench.sqltrace`), grouped by shape."""
+    trace = logdir / "sql.trace"
+    tag = "sqlcount"
+    seed(dsn, tag, rows)
+    with sqltrace.traced(trace):
+        _, total, _ = engine_run(url, tag, logdir, creds, per_frame=True)
+    assert total == rows, total
+    frames = -(-rows // 50)
+    _print_counts(trace, frames, "the worker, frame.process: frame")
+    # procrastinate in this process (its worker and its jobs' claims), traced the same way
+    trace = logdir / "sql-procrastinate.trace"
+    seed(dsn, "sqlcount-procrastinate", rows)
+    sqltrace.install(str(trace))
+    _, total = procrastinate_frames.run(dsn, "sqlcount-procrastinate", rows, 50, PROCRASTINATE_JOBS)
+    assert total == rows, total
+    _print_counts(trace, frames, "procrastinate, one job per frame")
+
+
+def _print_counts(trace: Path, frames: int, what: str) -> None:
+    counts = sqltrace.summary(trace)
+    calls = sqltrace.round_trips(counts)
+    print(f"\nSQL round trips per frame of 50 rows ({frames} frames), {what}:")
+    for (kind, shape), n in counts.most_common():
+        print(f"{n / frames:7.2f}/frame  {kind:11} {shape}")
+    print(f"{calls / frames:7.2f}/frame  round trips ({calls}; `pipelined` ride on a `sync`)")
 
 
 def main() -> None:
@@ -112,19 +167,34 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-chord", action="store_true", help="leave out the chord figure")
+    parser.add_argument(
+        "--skip-procrastinate",
+        action="store_true",
+        help="leave out the procrastinate baseline (needs the `bench` extra)",
+    )
+    parser.add_argument(
+        "--count-sql",
+        action="store_true",
+        help="only count the worker's SQL round trips per frame (frame.process: frame)",
+    )
     args = parser.parse_args()
     url = harness.fresh_database("noetl_bench_cursor")
     dsn = url.replace("postgresql+psycopg", "postgresql")
     logdir = Path(tempfile.mkdtemp(prefix="bench-cursor-"))
     creds = logdir / "creds.json"
     creds.write_text(json.dumps({"bench": {"dsn": dsn}}))
+    if args.count_sql:
+        count_sql(url, dsn, args.rows, logdir, creds)
+        return
     rates: dict[str, list[float]] = {
         "bare claim": [],
         "bare claim + mark": [],
         "engine": [],
         "engine, per frame": [],
+        "procrastinate": [],
         "celery chord": [],
     }
+    cpu_ms: dict[str, list[float]] = {"engine": [], "engine, per frame": []}
     for run in range(args.runs):
         for name, mark in (("bare claim", False), ("bare claim + mark", True)):
             tag = f"{name}-{run}"
@@ -135,9 +205,16 @@ def main() -> None:
         for name, framed in (("engine", False), ("engine, per frame", True)):
             tag = f"{name}-{run}"
             seed(dsn, tag, args.rows)
-            wall, total = engine_run(url, tag, logdir, creds, framed)
+            wall, total, cpu = engine_run(url, tag, logdir, creds, framed)
             assert total == args.rows, total
             rates[name].append(total / wall)
+            cpu_ms[name].append(cpu * 1000 / -(-total // 50))
+        if not args.skip_procrastinate:
+            tag = f"procrastinate-{run}"
+            seed(dsn, tag, args.rows)
+            wall, total = procrastinate_frames.run(dsn, tag, args.rows, 50, PROCRASTINATE_JOBS)
+            assert total == args.rows, total
+            rates["procrastinate"].append(total / wall)
         if not args.skip_chord:
             rates["celery chord"].append(args.rows / run_chord(args.rows, logdir))
         print(
@@ -153,7 +230,16 @@ def main() -> None:
             continue
         median = statistics.median(values)
         print(f"{name:20} {median:8.0f} {per_row / median:9.2f} {per_frame / median:19.2f}")
+    for name, values in cpu_ms.items():
+        print(f"{name}: worker CPU {statistics.median(values):.1f} ms per frame of 50 rows")
     print(f"target: engine >= 0.5x the bare loop (medians of {args.runs} runs)")
+    if rates["procrastinate"]:
+        ratio = per_frame / statistics.median(rates["procrastinate"])
+        print(
+            f"target: per-frame engine >= procrastinate (one job per frame of 50 rows, one "
+            f"worker process running {PROCRASTINATE_JOBS} jobs at a time, as the engine's "
+            f"prefork worker runs 2): {ratio:.2f}x"
+        )
 
 
 if __name__ == "__main__":

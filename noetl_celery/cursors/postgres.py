@@ -67,8 +67,7 @@ class Driver:
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = stack.enter_context(pg_connection(services.pg_pool(conninfo), conninfo))
-            conn.execute("BEGIN")
-            rows = _rows(conn.execute(request.sql))
+            rows = _rows(_begin_and_claim(conn, request.sql))
         except BaseException as exc:
             if conn is not None:
                 _quiet_rollback(conn)
@@ -77,6 +76,18 @@ class Driver:
                 raise _cursor_error(exc, redact) from None
             raise
         return _Held(rows, conn, stack)
+
+
+def _begin_and_claim(conn: psycopg.Connection[Any], sql: str) -> psycopg.Cursor[Any]:
+    """BEGIN and the claim statement, pipelined when libpq can (one round trip, not
+    two); the claim's error, if any, is raised here either way."""
+    if not psycopg.Pipeline.is_supported():
+        conn.execute("BEGIN")
+        return conn.execute(sql)
+    with conn.pipeline():
+        conn.execute("BEGIN")
+        cur = conn.execute(sql)
+    return cur  # its results arrived with the pipeline's sync
 
 
 def _rows(cur: psycopg.Cursor[Any]) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.models.outcome import StepError
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.batching import may_defer_all
+from noetl_celery.orchestrator.batching import could_defer, may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits, Terminal
 from noetl_celery.orchestrator.state import ExecutionState
@@ -174,7 +174,7 @@ class PassDriver:
                 decision = self._recorded_start(playbook, row, inputs, tx, now)
             return PassResult(tx.apply(decision, []), changed=True)
         state = ExecutionState.from_json(row.state)
-        if may_defer_all(state, tx.waiting()):
+        if could_defer(state) and may_defer_all(state, tx.waiting()):
             return PassResult(deferred=True)
         completions = tx.inbox(self.batch)
         if not completions:

@@ -25,6 +25,15 @@ def may_defer_all(state: ExecutionState, waiting: list[tuple[str, int, int, bool
     )
 
 
+def could_defer(state: ExecutionState) -> bool:
+    """False when no completion of this state may be deferred whatever the inbox holds
+    (no running loop has a window wide enough): a pass then need not count the inbox."""
+    return state.status == RUNNING and any(
+        st.loop is not None and not st.loop.done and st.loop.window >= MIN_BATCHED_WINDOW
+        for st in state.steps.values()
+    )
+
+
 def may_defer(state: ExecutionState, step: str, epoch: int, waiting: int) -> bool:
     """`waiting`: unhandled completions of this loop epoch, the caller's included."""
     if state.status != RUNNING:

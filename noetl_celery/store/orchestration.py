@@ -18,7 +18,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from noetl_celery.orchestrator.decisions import Completion, Decision, Terminal
+from noetl_celery.orchestrator.decisions import (
+    Completion,
+    Decision,
+    IssueRange,
+    LoopPlan,
+    Terminal,
+)
 from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
@@ -89,15 +95,16 @@ class OrchestrationTx:
         now = utcnow()
         self._write_results(decision, now)
         self._write_contexts(decision, now)
-        self._write_plans(decision)
-        publish = self._write_commands(decision, now)
-        publish += self._issue_ranges(decision, now)
+        issued, done = self._write_plans(decision, now)
+        publish = self._write_commands(decision, now) + issued
+        publish += self._issue_ranges(decision, now, done)
         self._write_events(decision, now)
         self._write_loops(decision, now)
-        self.mark_handled(handled)
         if decision.terminal is None:
-            queries.save_state(self.conn, self.execution_id, decision.state.to_json(), now)
+            state = decision.state.to_json()
+            queries.save_state(self.conn, self.execution_id, state, now, handled)
         else:
+            self.mark_handled(handled)
             publish += self._end(decision, decision.terminal, now)
         return publish
 
@@ -109,10 +116,25 @@ class OrchestrationTx:
         if decision.contexts:
             queries.insert_contexts(self.conn, self.execution_id, decision.contexts, now)
 
-    def _write_plans(self, decision: Decision) -> None:
-        """Planned (not yet issued) iteration commands of the loops this pass started."""
+    def _write_plans(self, decision: Decision, now: dt.datetime) -> tuple[list[str], set[int]]:
+        """Planned (not yet issued) iteration commands of the loops this pass started. A
+        plan the same pass issues whole is inserted issued: the ids it inserted (to
+        publish), and the positions in `decision.issues` that need no UPDATE then."""
+        issued: list[str] = []
+        done: set[int] = set()
         for plan in decision.plans:
-            queries.insert_planned(self.conn, self.execution_id, plan)
+            whole = issued_whole(plan, decision.issues)
+            if whole is None:
+                queries.insert_planned(self.conn, self.execution_id, plan)
+                continue
+            ctx_version = decision.issues[whole].ctx_version
+            ids = queries.insert_issued(self.conn, self.execution_id, plan, ctx_version, now)
+            issued += ids
+            if len(ids) == len(plan.items):
+                done.add(whole)
+            # else rows of it were there already (planned, perhaps): the UPDATE issues
+            # those; it never returns a row inserted issued here, so none is published twice
+        return issued, done
 
     def _write_commands(self, decision: Decision, now: dt.datetime) -> list[str]:
         """Insert the decision's commands; the ids this transaction inserted and that are
@@ -123,11 +145,13 @@ class OrchestrationTx:
         delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
         return [cid for cid in inserted if cid not in delayed]
 
-    def _issue_ranges(self, decision: Decision, now: dt.datetime) -> list[str]:
-        """Issue planned iterations; the ids this transaction issued are published."""
+    def _issue_ranges(self, decision: Decision, now: dt.datetime, done: set[int]) -> list[str]:
+        """Issue planned iterations (but the plans inserted issued, `done`); the ids this
+        transaction issued are published."""
         publish: list[str] = []
-        for issue in decision.issues:
-            publish += queries.issue_range(self.conn, self.execution_id, issue, now)
+        for position, issue in enumerate(decision.issues):
+            if position not in done:
+                publish += queries.issue_range(self.conn, self.execution_id, issue, now)
         return publish
 
     def _write_events(self, decision: Decision, now: dt.datetime) -> None:
@@ -155,6 +179,19 @@ class OrchestrationTx:
         )
         parent = resume_parent(self.conn, ended, self._results)
         return [] if parent is None else [parent]
+
+
+def issued_whole(plan: LoopPlan, issues: Sequence[IssueRange]) -> int | None:
+    """The position of the issue that issues all of `plan` (small plans only: one
+    statement), if the decision has one."""
+    stop = plan.start + len(plan.items)
+    if not plan.items or len(plan.items) > queries.PLAN_CHUNK:
+        return None
+    for position, issue in enumerate(issues):
+        same = (issue.step, issue.epoch, issue.start, issue.stop)
+        if same == (plan.step, plan.epoch, plan.start, stop):
+            return position
+    return None
 
 
 def row_key(row: Any) -> str:

@@ -124,6 +124,11 @@ SAVE_STATE = (
         updated_at=bindparam("b_now"),
     )
 )
+# Postgres: the pass's inbox marks ride on its state write (a data-modifying CTE runs to
+# completion whether or not the outer statement reads it): one round trip, not two
+SAVE_STATE_HANDLED = SAVE_STATE.add_cte(
+    delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True))).cte("handled")
+)
 CATALOG_OF = select(executions.c.catalog_id).where(_by_id)
 STATUS_OF = select(executions.c.status).where(_by_id)
 STATE_OF = select(executions.c.state).where(_by_id)

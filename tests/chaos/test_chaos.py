@@ -85,6 +85,18 @@ def test_worker_sigkill_during_a_cursor_drain(cluster_factory: Any) -> None:
     assert cluster.check_fleet(eid, faults[0][1]) < 15  # the other worker goes on
 
 
+def test_worker_sigkill_during_a_cursor_drain_by_frames(cluster_factory: Any) -> None:
+    """`frame.process: frame` (one body per frame of 50 rows, ~2 commands per frame):
+    killed workers lose no row and count none twice."""
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_cursor_frames.yaml", n=ROWS, lanes=4, max_rows=50)
+    faults = kill_workers(cluster, eid, (25, 75))
+    assert_drain_exact(cluster, eid, ROWS)
+    for lost, at, what in faults:
+        assert cluster.recovery(eid, lost, at, what) < 60
+    assert cluster.check_fleet(eid, faults[0][1]) < 15  # the other worker goes on
+
+
 def held_by(cluster: Cluster, eid: str, group: int) -> int:
     """Commands of `eid` claimed (running) by the processes of one worker's group."""
     rows = cluster.query(

@@ -22,8 +22,9 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.ids import iteration_command_id
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.queries._common import SYNC_COMMIT
+from noetl_celery.store.queries.inbox import mark_handled
 from noetl_celery.store.schema import commands, contexts, events, executions, loops, results
-from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE
+from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE, SAVE_STATE_HANDLED
 
 # rows per multi-row INSERT when planning a large loop
 PLAN_CHUNK = 5000
@@ -66,25 +67,44 @@ def insert_planned(conn: Connection, execution_id: str, plan: LoopPlan) -> None:
     # (and one giant INSERT) in memory at once
     for start in range(0, len(plan.items), PLAN_CHUNK):
         chunk = plan.items[start : start + PLAN_CHUNK]
-        conn.execute(
-            insert_ignore(conn, commands),
-            [
-                {
-                    "command_id": iteration_command_id(execution_id, plan.step, plan.epoch, i),
-                    "execution_id": execution_id,
-                    "step": plan.step,
-                    "kind": KIND_ITERATION,
-                    "epoch": plan.epoch,
-                    "iteration": i,
-                    "attempt": 1,
-                    "status": CMD_PLANNED,
-                    "ctx_version": plan.ctx_version,
-                    "item": item,
-                    "meta": plan.meta,
-                }
-                for i, item in enumerate(chunk, plan.start + start)
-            ],
-        )
+        rows = _plan_rows(execution_id, plan, chunk, plan.start + start)
+        conn.execute(insert_ignore(conn, commands), rows)
+
+
+def insert_issued(
+    conn: Connection, execution_id: str, plan: LoopPlan, ctx_version: int, now: dt.datetime
+) -> list[str]:
+    """A small loop plan issued whole by the pass that plans it (a cursor frame with
+    `frame.process: frame`, a loop no wider than its window): its rows are inserted
+    issued, one statement instead of a planned INSERT and an issuing UPDATE. The ids this
+    statement inserted, in iteration order (a row already there is left as it is)."""
+    assert len(plan.items) <= PLAN_CHUNK
+    rows = _plan_rows(execution_id, plan, plan.items, plan.start)
+    for row in rows:
+        row.update(status=CMD_ISSUED, ctx_version=ctx_version, issued_at=now)
+    stmt = insert_ignore(conn, commands).returning(commands.c.command_id, commands.c.iteration)
+    return [r[0] for r in sorted(conn.execute(stmt, rows).all(), key=lambda r: r[1])]
+
+
+def _plan_rows(
+    execution_id: str, plan: LoopPlan, items: Sequence[Any], first: int
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "command_id": iteration_command_id(execution_id, plan.step, plan.epoch, i),
+            "execution_id": execution_id,
+            "step": plan.step,
+            "kind": KIND_ITERATION,
+            "epoch": plan.epoch,
+            "iteration": i,
+            "attempt": 1,
+            "status": CMD_PLANNED,
+            "ctx_version": plan.ctx_version,
+            "item": item,
+            "meta": plan.meta,
+        }
+        for i, item in enumerate(items, first)
+    ]
 
 
 def insert_commands(
@@ -179,9 +199,20 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
 
 
 def save_state(
-    conn: Connection, execution_id: str, state: dict[str, Any], now: dt.datetime
+    conn: Connection,
+    execution_id: str,
+    state: dict[str, Any],
+    now: dt.datetime,
+    handled: Sequence[int] = (),
 ) -> None:
-    conn.execute(SAVE_STATE, {"b_eid": execution_id, "b_state": state, "b_now": now})
+    """The pass's new state, and the inbox entries it folded marked handled (on Postgres
+    in the same statement; SQLite has no data-modifying CTEs)."""
+    params = {"b_eid": execution_id, "b_state": state, "b_now": now}
+    if handled and conn.dialect.name == "postgresql":
+        conn.execute(SAVE_STATE_HANDLED, {**params, "b_ids": list(handled)})
+        return
+    mark_handled(conn, handled)
+    conn.execute(SAVE_STATE, params)
 
 
 def end_execution_row(

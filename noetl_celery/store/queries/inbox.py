@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
 from noetl_celery.constants import COMMAND_TERMINAL_EVENTS, EV_COMMAND_FAILED
 from noetl_celery.models.outcome import Outcome
@@ -14,6 +14,12 @@ from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.schema import cursor_rows, events
 from noetl_celery.store.statements import HAS_UNHANDLED, INBOX, MARK_HANDLED, WAITING
+
+_FIRST_CLAIMS_PG = text(
+    "INSERT INTO cursor_rows (execution_id, step, epoch, row_key) "
+    "SELECT :b_eid, :b_step, :b_epoch, k FROM unnest(CAST(:b_keys AS varchar[])) AS k "
+    "ON CONFLICT DO NOTHING RETURNING row_key"
+)
 
 
 def has_unhandled(conn: Connection, execution_id: str) -> bool:
@@ -77,6 +83,11 @@ def first_claimed_keys(
     conn: Connection, execution_id: str, step: str, epoch: int, keys: Iterable[str]
 ) -> set[str]:
     """Record cursor row keys as claimed in their epoch; the keys not claimed before."""
+    if conn.dialect.name == "postgresql":
+        # a frame's keys as one array: one constant statement (prepared by psycopg after
+        # a few frames), not a VALUES list compiled per frame size
+        params = {"b_eid": execution_id, "b_step": step, "b_epoch": epoch, "b_keys": list(keys)}
+        return set(conn.execute(_FIRST_CLAIMS_PG, params).scalars())
     base = {"execution_id": execution_id, "step": step, "epoch": epoch}
     new = conn.execute(
         insert_ignore(conn, cursor_rows).returning(cursor_rows.c.row_key),

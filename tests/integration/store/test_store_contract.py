@@ -118,6 +118,32 @@ def test_one_terminal_event_per_command(store: Store) -> None:
     assert not store.has_unhandled(eid)
 
 
+def test_a_pass_marks_handled_exactly_what_it_folded_with_its_state(store: Store) -> None:
+    """apply() deletes the handled inbox entries together with the state write (one
+    statement on Postgres): the others stay waiting, the state and pass count are saved."""
+    eid = new_execution(store)
+    cmds = [NewCommand(f"{eid}:start:{n}", "start", "step", n, 0) for n in (1, 2, 3)]
+    apply(store, eid, decision(eid, commands=cmds))
+    for cmd in cmds:
+        claimed = store.claim(cmd.command_id, "w1", 60)
+        assert claimed is not None and store.complete(claimed, Outcome("ok", cmd.epoch))
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        waiting = tx.inbox(10)
+    folded = [c.event_id for c in waiting[:2]]
+    passes = store.execution(eid).passes
+    state = ExecutionState(execution_id=eid, ctx_version=7)
+    apply(store, eid, Decision(state=state), folded)
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        assert [c.outcome.result for c in tx.inbox(10)] == [3]
+        assert tx.execution.state is not None and tx.execution.state["ctx_version"] == 7
+        assert tx.execution.passes == passes + 1
+    apply(store, eid, Decision(state=state), [])  # nothing folded: the state is still saved
+    assert store.execution(eid).passes == passes + 2
+    assert store.has_unhandled(eid)
+
+
 def test_one_loop_done_per_epoch(store: Store) -> None:
     eid = new_execution(store)
     done = EngineEvent("loop.done", "each", 1, {"stats": {}})
@@ -148,6 +174,26 @@ def test_planned_iterations_are_issued_once(store: Store) -> None:
     assert overlap == [f"{eid}:each:1:4", f"{eid}:each:1:5"]
     claimed = store.claim(f"{eid}:each:1:5", "w", 60)
     assert claimed is not None and claimed.item == {"i": 5} and claimed.iteration == 5
+
+
+def test_a_plan_issued_whole_is_inserted_issued_and_published_once(store: Store) -> None:
+    """A pass that plans and issues a whole (small) plan inserts its rows issued; the
+    same decision again publishes nothing; a plan whose rows were planned already (by an
+    earlier pass) still gets them issued, each published once."""
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": 0}, {"i": 1}], 3, {"iterator": "x"}, start=10)
+    whole = decision(eid, plans=[plan], issues=[IssueRange("each", 1, 10, 12, 5)])
+    assert apply(store, eid, whole) == [f"{eid}:each:1:10", f"{eid}:each:1:11"]
+    assert apply(store, eid, whole) == []  # a redone pass: nothing twice
+    claimed = store.claim(f"{eid}:each:1:11", "w", 60)
+    assert claimed is not None and claimed.item == {"i": 1} and claimed.ctx_version == 5
+    planned = LoopPlan("each", 2, [{"i": 0}, {"i": 1}, {"i": 2}], 0, {"iterator": "x"})
+    apply(store, eid, decision(eid, plans=[replace(planned, items=planned.items[:1])]))
+    again = apply(
+        store, eid, decision(eid, plans=[planned], issues=[IssueRange("each", 2, 0, 3, 0)])
+    )
+    assert sorted(again) == [f"{eid}:each:2:{i}" for i in range(3)]
+    assert store.claim(f"{eid}:each:2:0", "w", 60) is not None  # the planned row, issued
 
 
 def mirror(in_flight: int, issued: int, succeeded: int, *, done: bool = False) -> LoopMirror:

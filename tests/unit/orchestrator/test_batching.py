@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from noetl_celery.constants import ExecutionStatus
-from noetl_celery.orchestrator.batching import may_defer, may_defer_all, may_defer_window
+from noetl_celery.orchestrator.batching import (
+    could_defer,
+    may_defer,
+    may_defer_all,
+    may_defer_window,
+)
 from noetl_celery.orchestrator.state import ExecutionState, LoopProgress, StepState
 
 
@@ -65,6 +70,27 @@ def test_a_window_of_deferrals_cannot_stall() -> None:
             in_flight -= waiting  # a pass folds everything waiting
             waiting, folds = 0, folds + 1
     assert waiting == 0 and in_flight == 0 and folds >= 1
+
+
+def test_a_pass_counts_the_inbox_only_when_a_loop_could_defer() -> None:
+    assert could_defer(state(8, 8)) is True
+    assert could_defer(state(7, 7)) is False  # small windows always fold: nothing to count
+    assert could_defer(state(100, 100, done=True)) is False
+    assert could_defer(state(100, 100, status=ExecutionStatus.CANCELLED)) is False
+    assert could_defer(ExecutionState("e")) is False
+    assert could_defer(ExecutionState("e", steps={"s": StepState(epoch=1)})) is False
+
+
+@pytest.mark.parametrize("window", [1, 4, 7, 8, 100])
+@pytest.mark.parametrize("done", [False, True])
+@pytest.mark.parametrize("status", [ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED])
+def test_could_defer_is_never_false_where_a_pass_may_defer(
+    window: int, done: bool, status: ExecutionStatus
+) -> None:
+    st = state(window, window, done=done, status=status)
+    if not could_defer(st):
+        for waiting in range(1, window + 1):
+            assert may_defer_all(st, [("each", 1, waiting, False)]) is False
 
 
 def test_a_pass_defers_only_if_every_waiting_group_may() -> None:
