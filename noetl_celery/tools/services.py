@@ -147,15 +147,18 @@ class ToolServices:
             if pool is None:
                 from psycopg_pool import ConnectionPool  # lazy: ~85 ms import
 
+                from noetl_celery.pgconn import check_pooled  # imports psycopg
+
                 pool = ConnectionPool(
                     conninfo,
                     min_size=0,
                     # a thread-pool worker may run a postgres step on every thread
                     max_size=max(PG_POOL_MAX_SIZE, self.settings.worker_threads),
                     kwargs={"autocommit": True, "connect_timeout": PG_CONNECT_TIMEOUT},
-                    # a round trip on checkout: a connection killed by a server restart
-                    # is discarded here instead of failing the user's statement
-                    check=ConnectionPool.check_connection,
+                    # a connection killed by a server restart is discarded on checkout
+                    # instead of failing the user's statement; without a round trip
+                    # unless the server has said something (pgconn.check_pooled)
+                    check=check_pooled,
                     reconnect_timeout=PG_RECONNECT_TIMEOUT,
                     num_workers=2,
                     open=True,
