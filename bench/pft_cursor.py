@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,22 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def backend_cpu(databases: set[str]) -> dict[int, float]:
+    """CPU seconds so far of each Postgres backend connected to one of `databases`
+    (`postgres: <cluster>: <user> <database> <client> <state>` in its command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split()
+        except OSError:
+            continue
+        if len(words) >= 4 and words[0] == "postgres:" and words[3] in databases:
+            found[int(entry.name)] = cpu_seconds(int(entry.name))
+    return found
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU jiffies of the whole machine so far, from /proc/stat."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -134,6 +151,10 @@ def main() -> int:
                 cmd += ["-n", f"pft{n}@%h"]
                 procs.append(stack.enter_context(worker(cmd, env, logs / f"w{n}.log")))
             cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+            databases = {url.rsplit("/", 1)[1], DATA_DSN.rsplit("/", 1)[1]}
+            pg_before = backend_cpu(databases)
+            api_before = cpu_seconds(api.pid)
+            cli_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             busy_before = machine_busy()
             started = time.time()
             run = subprocess.run(
@@ -155,6 +176,13 @@ def main() -> int:
             )
             wall = time.time() - started
             worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+            # backends that ended during the run are missed: a lower bound
+            pg_cpu = sum(t - pg_before.get(pid, 0.0) for pid, t in backend_cpu(databases).items())
+            api_cpu = cpu_seconds(api.pid) - api_before
+            cli_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cli_cpu = (cli_after.ru_utime + cli_after.ru_stime) - (
+                cli_before.ru_utime + cli_before.ru_stime
+            )
             busy_after = machine_busy()
         stats = api_stats(api_url)
     finally:
@@ -180,10 +208,15 @@ def main() -> int:
         f"({settings})"
     )
     busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
+    per = 1000 / max(ok, 1)
+    total_cpu = worker_cpu + pg_cpu + api_cpu + cli_cpu
     print(
-        f"worker CPU {worker_cpu:.1f} s = {1000 * worker_cpu / max(ok, 1):.2f} ms per answered "
-        f"request; machine CPUs {100 * busy:.0f}% busy ({os.cpu_count()} cores)"
+        f"CPU per answered request: workers {worker_cpu * per:.2f} ms, Postgres backends "
+        f"{pg_cpu * per:.2f} ms, test API {api_cpu * per:.2f} ms, CLI {cli_cpu * per:.2f} ms; "
+        f"total {total_cpu * per:.2f} ms = {total_cpu * per * args.rate_limit / 1000:.2f} "
+        f"cores at {args.rate_limit}/s"
     )
+    print(f"machine CPUs {100 * busy:.0f}% busy during the run ({os.cpu_count()} cores)")
     scale = args.facilities * args.patients / 10_000
     with psycopg.connect(DATA_DSN) as conn:
         for table, full in EXPECTED.items():
