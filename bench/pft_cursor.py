@@ -4,18 +4,26 @@ requests answered 200 ÷ allowed requests per second), and the exact row counts.
 
     python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
     python -m bench.pft_cursor --pool threads --concurrency 16     # I/O-bound settings
+    python -m bench.pft_cursor --batch-size 50      # NOETL_BATCH_SIZE of the engine (1)
 
 Postgres + Redis + `--workers` `noetl-celery worker` processes (default two, prefork,
 concurrency 2; `--pool threads` runs each worker's commands on threads); the test API
 server is `../shared/compat/test_api_server.py` (NOETL_COMPAT_KIT points at another
-run.py beside it).
+run.py beside it). The playbook's tables live in the kit's database `noetl_compat` plus
+NOETL_BENCH_DB_SUFFIX, so benches run side by side do not truncate each other's.
+
+Besides the ratio it prints the settings the workers ran with, the CPU seconds the worker
+processes used per answered request, and how busy the machine's CPUs were meanwhile (a
+ratio measured on a saturated machine says more about the machine than the engine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,6 +38,7 @@ from bench.harness import (
     COMPAT_KIT,
     REDIS_URL,
     ROOT,
+    children,
     env_for,
     flush_redis,
     fresh_database,
@@ -37,7 +46,9 @@ from bench.harness import (
     worker,
 )
 
-DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat"
+DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat" + os.environ.get(
+    "NOETL_BENCH_DB_SUFFIX", ""
+)
 # full size: pages per data type for patient ids 1..10000 (reference §8.1)
 EXPECTED = {
     "pftc_patient_assessments": 29_898,
@@ -67,6 +78,41 @@ def api_stats(url: str) -> dict[str, dict[str, object]]:
     return data.get("routes", data)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live children (prefork pool processes)."""
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def backend_cpu(databases: set[str]) -> dict[int, float]:
+    """CPU seconds so far of each Postgres backend connected to one of `databases`
+    (`postgres: <cluster>: <user> <database> <client> <state>` in its command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split()
+        except OSError:
+            continue
+        if len(words) >= 4 and words[0] == "postgres:" and words[3] in databases:
+            found[int(entry.name)] = cpu_seconds(int(entry.name))
+    return found
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU jiffies of the whole machine so far, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate-limit", type=int, default=300)
@@ -75,23 +121,41 @@ def main() -> int:
     parser.add_argument("--pool", default="prefork", help="the workers' Celery pool")
     parser.add_argument("--concurrency", type=int, default=2, help="per worker")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=int(os.environ.get("NOETL_BATCH_SIZE", "1")),
+        help="NOETL_BATCH_SIZE for the workers and the CLI (default: $NOETL_BATCH_SIZE or 1)",
+    )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
     creds = logs / "credentials.json"
-    subprocess.run([python(), str(COMPAT_KIT), "--write-credentials", str(creds)], check=True)
+    subprocess.run(
+        [python(), str(COMPAT_KIT), "--db", DATA_DSN, "--write-credentials", str(creds)], check=True
+    )
     url = fresh_database("noetl_bench_pft_cursor")
     flush_redis()
     env = env_for(
-        NOETL_DATABASE_URL=url, NOETL_BROKER_URL=REDIS_URL, NOETL_CREDENTIALS_FILE=str(creds)
+        NOETL_DATABASE_URL=url,
+        NOETL_BROKER_URL=REDIS_URL,
+        NOETL_CREDENTIALS_FILE=str(creds),
+        NOETL_BATCH_SIZE=str(args.batch_size),
     )
     cli = [python(), "-m", "noetl_celery.cli.main"]
     api, api_url = start_api(args.rate_limit)
     try:
         with ExitStack() as stack:
+            procs = []
             for n in range(args.workers):
                 cmd = [*cli, "worker", "-c", str(args.concurrency), "-P", args.pool]
                 cmd += ["-n", f"pft{n}@%h"]
-                stack.enter_context(worker(cmd, env, logs / f"w{n}.log"))
+                procs.append(stack.enter_context(worker(cmd, env, logs / f"w{n}.log")))
+            cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+            databases = {url.rsplit("/", 1)[1], DATA_DSN.rsplit("/", 1)[1]}
+            pg_before = backend_cpu(databases)
+            api_before = cpu_seconds(api.pid)
+            cli_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            busy_before = machine_busy()
             started = time.time()
             run = subprocess.run(
                 [
@@ -111,6 +175,15 @@ def main() -> int:
                 text=True,
             )
             wall = time.time() - started
+            worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+            # backends that ended during the run are missed: a lower bound
+            pg_cpu = sum(t - pg_before.get(pid, 0.0) for pid, t in backend_cpu(databases).items())
+            api_cpu = cpu_seconds(api.pid) - api_before
+            cli_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cli_cpu = (cli_after.ru_utime + cli_after.ru_stime) - (
+                cli_before.ru_utime + cli_before.ru_stime
+            )
+            busy_after = machine_busy()
         stats = api_stats(api_url)
     finally:
         api.kill()
@@ -126,8 +199,24 @@ def main() -> int:
     bound = ok / args.rate_limit
     print(f"status {summary['status']} error {summary['error']}")
     print(f"wall {wall:.1f} s; rate-limited requests answered {ok} (+{limited} x 429)")
-    print(f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f}")
-    print(f"workers: {args.workers} x --pool {args.pool} -c {args.concurrency}")
+    settings = (
+        f"workers {args.workers} x --pool {args.pool} -c {args.concurrency}, "
+        f"NOETL_BATCH_SIZE {args.batch_size}"
+    )
+    print(
+        f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f} "
+        f"({settings})"
+    )
+    busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
+    per = 1000 / max(ok, 1)
+    total_cpu = worker_cpu + pg_cpu + api_cpu + cli_cpu
+    print(
+        f"CPU per answered request: workers {worker_cpu * per:.2f} ms, Postgres backends "
+        f"{pg_cpu * per:.2f} ms, test API {api_cpu * per:.2f} ms, CLI {cli_cpu * per:.2f} ms; "
+        f"total {total_cpu * per:.2f} ms = {total_cpu * per * args.rate_limit / 1000:.2f} "
+        f"cores at {args.rate_limit}/s"
+    )
+    print(f"machine CPUs {100 * busy:.0f}% busy during the run ({os.cpu_count()} cores)")
     scale = args.facilities * args.patients / 10_000
     with psycopg.connect(DATA_DSN) as conn:
         for table, full in EXPECTED.items():

@@ -11,6 +11,8 @@ import contextlib
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.errors import NoetlError
@@ -31,12 +33,22 @@ PG_CONNECT_TIMEOUT = 10  # seconds; a black-holed host must not hang a worker sl
 # Short, so that the next call after a server restart triggers a fresh attempt at once
 # instead of waiting out an exponential backoff.
 PG_RECONNECT_TIMEOUT = 2.0
+# How often the credentials file's mtime is looked at once it was read: every command
+# asks for the credentials (and the redactor) several times, and an `os.stat` per ask was
+# 4.4% of a worker's time on an API-bound flow. A rotated file is seen within a second.
+CREDENTIALS_CHECK_SECONDS = 1.0
 
 
 class ToolServices:
     """Resources for tools. Safe to use from many threads; `close()` releases everything."""
 
-    def __init__(self, settings: Settings, credentials: CredentialStore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        credentials: CredentialStore | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self._lock = threading.Lock()
         # Credentials are read when a command first needs them and re-read when the file
@@ -44,6 +56,9 @@ class ToolServices:
         # started before the file exists fails only the commands that need it.
         self._credentials_path = settings.credentials_file if credentials is None else ""
         self._credentials_mtime: float | None = None
+        self._clock = clock
+        # when the file was last looked at with a good read (never: -inf)
+        self._credentials_checked = float("-inf")
         self._credentials = credentials if credentials is not None else CredentialStore.empty()
         self._redactor = Redactor.from_store(self._credentials)
         self._pid = os.getpid()
@@ -58,6 +73,9 @@ class ToolServices:
         path = self._credentials_path
         if not path:
             return self._credentials
+        now = self._clock()
+        if now - self._credentials_checked < CREDENTIALS_CHECK_SECONDS:
+            return self._credentials  # read and good within the last second
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
@@ -68,6 +86,9 @@ class ToolServices:
                     store = CredentialStore.from_file(path)  # raises with the file named
                     self._credentials, self._credentials_mtime = store, mtime
                     self._redactor = Redactor.from_store(store)
+        # a missing or bad file is looked at again on every ask (it raised above), so it
+        # fails each command that needs it and is picked up as soon as it is fixed
+        self._credentials_checked = now
         return self._credentials
 
     @property
@@ -126,15 +147,18 @@ class ToolServices:
             if pool is None:
                 from psycopg_pool import ConnectionPool  # lazy: ~85 ms import
 
+                from noetl_celery.pgconn import check_pooled  # imports psycopg
+
                 pool = ConnectionPool(
                     conninfo,
                     min_size=0,
                     # a thread-pool worker may run a postgres step on every thread
                     max_size=max(PG_POOL_MAX_SIZE, self.settings.worker_threads),
                     kwargs={"autocommit": True, "connect_timeout": PG_CONNECT_TIMEOUT},
-                    # a round trip on checkout: a connection killed by a server restart
-                    # is discarded here instead of failing the user's statement
-                    check=ConnectionPool.check_connection,
+                    # a connection killed by a server restart is discarded on checkout
+                    # instead of failing the user's statement; without a round trip
+                    # unless the server has said something (pgconn.check_pooled)
+                    check=check_pooled,
                     reconnect_timeout=PG_RECONNECT_TIMEOUT,
                     num_workers=2,
                     open=True,

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from noetl_celery.pgconn import PoolExhausted, pg_connection
+from noetl_celery.pgconn import PoolExhausted, check_pooled, pg_connection
 from noetl_celery.settings import Settings
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.credentials import CredentialStore
@@ -177,3 +178,36 @@ def test_pool_exhaustion_is_reported(pg_services: ToolServices) -> None:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.close()
+
+
+def test_checkout_check_needs_no_round_trip_until_the_server_speaks(
+    pg_test_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full_checks: list[object] = []
+    real = ConnectionPool.check_connection
+
+    def counted(conn: psycopg.Connection[Any]) -> None:
+        full_checks.append(conn)
+        real(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+    with (
+        psycopg.connect(pg_test_dsn, autocommit=True) as conn,
+        psycopg.connect(pg_test_dsn, autocommit=True) as admin,
+    ):
+        conn.execute("SELECT 1")
+        for _ in range(3):
+            check_pooled(conn)  # healthy and idle: nothing sent
+        assert full_checks == []
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        deadline = time.monotonic() + 5
+        while True:  # the FATAL is on its way: the check sees it and raises
+            try:
+                check_pooled(conn)
+            except psycopg.OperationalError:
+                break
+            assert time.monotonic() < deadline, "a terminated connection passed the check"
+            time.sleep(0.01)
+        assert full_checks, "the terminated connection was not fully checked"
+        with pytest.raises(psycopg.OperationalError):
+            check_pooled(conn)  # broken now: refused without asking the server

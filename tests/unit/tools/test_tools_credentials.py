@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -99,6 +100,33 @@ def test_no_connection_fields_is_a_credential_error() -> None:
     store = CredentialStore({"api": {"api_token": "abc-token-1"}})
     with pytest.raises(CredentialError, match="'api' has no postgres connection fields"):
         store.resolve("api").postgres_conninfo()
+
+
+def test_conninfo_is_built_once_per_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg.conninfo
+
+    built: list[object] = []
+    real = psycopg.conninfo.make_conninfo
+
+    def counting(*args: Any, **kwargs: Any) -> str:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg.conninfo, "make_conninfo", counting)
+    credential = CredentialStore({"pg": PG}).resolve("pg")
+    first = credential.postgres_conninfo()
+    assert all(credential.postgres_conninfo() == first for _ in range(5))
+    assert len(built) == 1  # every postgres tool call asks: built on the first ask only
+    # a store read again (a rotated file) has new credentials, built afresh
+    assert CredentialStore({"pg": PG}).resolve("pg").postgres_conninfo() == first
+    assert len(built) == 2
+
+
+def test_a_credential_error_is_raised_on_every_ask() -> None:
+    credential = CredentialStore({"api": {"api_token": "abc-token-1"}}).resolve("api")
+    for _ in range(2):
+        with pytest.raises(CredentialError, match="no postgres connection fields"):
+            credential.postgres_conninfo()
 
 
 def test_invalid_dsn_error_does_not_quote_it() -> None:

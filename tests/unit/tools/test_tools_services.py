@@ -1,14 +1,16 @@
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
-from noetl_celery.tools.services import ToolServices
+from noetl_celery.tools.services import CREDENTIALS_CHECK_SECONDS, ToolServices
 
 
 def test_one_http_client_shared_by_threads(services: ToolServices) -> None:
@@ -73,15 +75,72 @@ def test_credentials_file_from_settings(tmp_path: Path) -> None:
     )
 
 
-def test_credentials_file_is_reread_when_it_changes(tmp_path: Path) -> None:
-    import os
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
 
-    file = tmp_path / "creds.json"
-    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
-    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)))
-    assert svc.credentials.aliases() == ["a"]
-    file.write_text('{"a": {"dsn": "postgresql://u:New-Pw-222@h/d"}, "b": {"dsn": "x"}}')
+    def __call__(self) -> float:
+        return self.now
+
+
+def rewrite(file: Path, text: str) -> None:
+    file.write_text(text)
     stat = file.stat()
     os.utime(file, (stat.st_atime, stat.st_mtime + 5))  # a different mtime for sure
+
+
+def test_credentials_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+    file = tmp_path / "creds.json"
+    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
+    clock = FakeClock()
+    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)), clock=clock)
+    assert svc.credentials.aliases() == ["a"]
+    rewrite(file, '{"a": {"dsn": "postgresql://u:New-Pw-222@h/d"}, "b": {"dsn": "x"}}')
+    clock.now += CREDENTIALS_CHECK_SECONDS
     assert svc.credentials.aliases() == ["a", "b"]
     assert svc.redactor.redact("New-Pw-222") == "***"
+
+
+def test_credentials_file_is_looked_at_once_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "creds.json"
+    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
+    clock = FakeClock()
+    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)), clock=clock)
+    stats: list[object] = []
+    real_stat = os.stat
+
+    def counting_stat(path: Any, **kwargs: Any) -> os.stat_result:
+        if isinstance(path, str) and path == str(file):  # the service's, not pathlib's
+            stats.append(path)
+        return real_stat(path, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting_stat)  # the module services.py calls
+    for _ in range(50):  # a command asks many times: one look at the file
+        assert svc.credentials.aliases() == ["a"]
+        svc.redactor.redact("x")
+    assert len(stats) == 1
+    rewrite(file, '{"b": {"dsn": "postgresql://u:New-Pw-222@h/d"}}')
+    clock.now += CREDENTIALS_CHECK_SECONDS / 2
+    assert svc.credentials.aliases() == ["a"]  # within the second: the file read before
+    assert len(stats) == 1
+    clock.now += CREDENTIALS_CHECK_SECONDS / 2
+    assert svc.credentials.aliases() == ["b"]
+    assert svc.redactor.redact("New-Pw-222") == "***"
+    assert len(stats) == 2
+
+
+def test_a_bad_credentials_file_is_looked_at_on_every_ask(tmp_path: Path) -> None:
+    file = tmp_path / "creds.json"
+    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
+    clock = FakeClock()
+    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)), clock=clock)
+    assert svc.credentials.aliases() == ["a"]
+    rewrite(file, "{not json")
+    clock.now += CREDENTIALS_CHECK_SECONDS
+    for _ in range(2):  # every ask fails while the file is bad, not just the first
+        with pytest.raises(ConfigurationError, match="invalid JSON"):
+            svc.credentials  # noqa: B018
+    rewrite(file, '{"c": {"dsn": "x"}}')  # fixed: seen at once, no second to wait
+    assert svc.credentials.aliases() == ["c"]
