@@ -259,25 +259,52 @@ WHERE x.execution_id = %s
 
 def freeze_lock_holder(cluster: Cluster, eid: str, timeout: float = 60) -> tuple[int, dt.datetime]:
     """SIGSTOP the worker process whose open transaction holds the execution's lock (a
-    GC pause, a VM freeze, a debugger) and return its pid and when it stopped. A pass is
-    short: a process caught just after it let go is resumed at once and another tried."""
+    GC pause, a VM freeze, a debugger) and return its pid and when it stopped.
+
+    A batched pass holds the lock for a few milliseconds, less than it takes to find
+    which process owns a backend's socket: so every worker process is stopped the moment
+    a holder is seen, the owner looked up while they stand still, and the others resumed.
+    A holder that let go first is no holder: everyone is resumed and another tried."""
     groups = {w.proc.pid for w in cluster.workers}
     deadline = time.monotonic() + timeout
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgrowlocks")
+        pids, listed = _pids_of(groups), time.monotonic()
         while time.monotonic() < deadline:
+            if time.monotonic() - listed > 1:  # a prefork pool may replace a child
+                pids, listed = _pids_of(groups), time.monotonic()
             holder = conn.execute(_HOLDER, (eid,)).fetchone()
             if holder is None:
                 continue
-            pid = owner_of_connection(holder[1], cluster.pg.port, groups)
-            if pid is None:
-                continue
-            os.kill(pid, signal.SIGSTOP)
+            stopped = _signal_all(pids, signal.SIGSTOP)
             at = utcnow()
+            owner = None
             if conn.execute(_HOLDER, (eid,)).fetchone() == holder:
-                return pid, at  # stopped while holding it: it holds it until resumed
-            os.kill(pid, signal.SIGCONT)
+                owner = owner_of_connection(holder[1], cluster.pg.port, groups)
+            _signal_all([pid for pid in stopped if pid != owner], signal.SIGCONT)
+            if owner is not None:
+                return owner, at  # stopped while holding it: it holds it until resumed
     raise AssertionError(f"no worker process caught holding the lock of {eid} in {timeout}s")
+
+
+def _pids_of(groups: set[int]) -> list[int]:
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and process_group(int(entry.name)) in groups
+    ]
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> list[int]:
+    """Send `sig` to every pid still there; the pids it reached."""
+    reached = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        reached.append(pid)
+    return reached
 
 
 def test_lock_holder_frozen_for_30_s(cluster_factory: Any) -> None:
