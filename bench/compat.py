@@ -12,10 +12,10 @@ concurrency come from the environment (the arguments are the kit's):
     NOETL_BENCH_POOL=threads NOETL_BENCH_CONCURRENCY=16 python -m bench.compat \
         --tier heavy --case pft_flow_full --server-args '--rate-limit 300'
 
-NOETL_BATCH_SIZE (default 1) reaches the workers and the CLI. Unless `--db` is given, the
-fixture tables go to the kit's database `noetl_compat` plus NOETL_BENCH_DB_SUFFIX (benches
-run side by side keep apart). `--help` prints this and the kit's options, and starts
-nothing (no database dropped, no Redis db flushed).
+NOETL_BATCH_SIZE (default: the engine's, 50) reaches the workers and the CLI. Unless
+`--db` is given, the fixture tables go to the kit's database `noetl_compat` plus
+NOETL_BENCH_DB_SUFFIX (benches run side by side keep apart). `--help` prints this and
+the kit's options, and starts nothing (no database dropped, no Redis db flushed).
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from bench.harness import (
     python,
     worker,
 )
+from noetl_celery.settings import DEFAULT_BATCH_SIZE
 
 WORKERS = 2
 POOL = os.environ.get("NOETL_BENCH_POOL", "prefork")
 CONCURRENCY = os.environ.get("NOETL_BENCH_CONCURRENCY", "2")
-BATCH_SIZE = os.environ.get("NOETL_BATCH_SIZE", "1")
+BATCH_SIZE = os.environ.get("NOETL_BATCH_SIZE", str(DEFAULT_BATCH_SIZE))
 DATA_DB = "postgresql://postgres@127.0.0.1:5432/noetl_compat" + os.environ.get(
     "NOETL_BENCH_DB_SUFFIX", ""
 )

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import psycopg
 import redis
 
+from noetl_celery.settings import DEFAULT_BATCH_SIZE
+
 if TYPE_CHECKING:
     from noetl_celery.engine.service import Engine
 
@@ -26,7 +28,7 @@ PG_ADMIN = os.environ.get("NOETL_BENCH_PG_ADMIN", "postgresql://postgres@127.0.0
 COMPAT_KIT = Path(os.environ.get("NOETL_COMPAT_KIT", ROOT.parent / "shared" / "compat" / "run.py"))
 REDIS_URL = os.environ.get("NOETL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 # command ids per message in the benches (NOETL_BATCH_SIZE; the engine's default is 50 too)
-BATCH_SIZE = os.environ.get("NOETL_BENCH_BATCH_SIZE", "50")
+BATCH_SIZE = os.environ.get("NOETL_BENCH_BATCH_SIZE", str(DEFAULT_BATCH_SIZE))
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 # the worker pools a bench may run its workers (the engine's and the chord's) with
 POOLS = {"prefork": ["-c", "2"], "threads": ["--pool", "threads", "-c", "8"]}

@@ -4,7 +4,7 @@ requests answered 200 ÷ allowed requests per second), and the exact row counts.
 
     python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
     python -m bench.pft_cursor --pool threads --concurrency 16     # I/O-bound settings
-    python -m bench.pft_cursor --batch-size 50      # NOETL_BATCH_SIZE of the engine (1)
+    python -m bench.pft_cursor --batch-size 50      # NOETL_BATCH_SIZE of the engine (50)
 
 Postgres + Redis + `--workers` `noetl-celery worker` processes (default two, prefork,
 concurrency 2; `--pool threads` runs each worker's commands on threads); the test API
@@ -45,6 +45,7 @@ from bench.harness import (
     python,
     worker,
 )
+from noetl_celery.settings import DEFAULT_BATCH_SIZE
 
 DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat" + os.environ.get(
     "NOETL_BENCH_DB_SUFFIX", ""
@@ -124,8 +125,8 @@ def main() -> int:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=int(os.environ.get("NOETL_BATCH_SIZE", "1")),
-        help="NOETL_BATCH_SIZE for the workers and the CLI (default: $NOETL_BATCH_SIZE or 1)",
+        default=int(os.environ.get("NOETL_BATCH_SIZE", str(DEFAULT_BATCH_SIZE))),
+        help="NOETL_BATCH_SIZE of the workers and the CLI (default: $NOETL_BATCH_SIZE or 50)",
     )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
