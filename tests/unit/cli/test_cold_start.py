@@ -53,11 +53,13 @@ print(json.dumps({"codes": codes, "loaded": [m for m in unused if m in sys.modul
 """
 
 
-def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path) -> None:
+def python_c(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`python -c script args` in a fresh interpreter, no NOETL_ settings but a home of
+    its own under `tmp_path`; it must exit 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
     env.update(NOETL_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(HELLO), json.dumps(UNUSED)],
+        [sys.executable, "-c", script, *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -66,6 +68,11 @@ def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path) -> None:
+    done = python_c(SCRIPT, [str(HELLO), json.dumps(UNUSED)], tmp_path)
     *runs, last = done.stdout.strip().splitlines()
     assert len(runs) == 2 and all(json.loads(r)["status"] == "COMPLETED" for r in runs), runs
     report = json.loads(last)
@@ -111,20 +118,10 @@ print(json.dumps({"code": code, "during": seen, "after": gc.isenabled(),
 """
 
 
-def test_the_collector_is_off_while_a_command_is_imported_and_on_after() -> None:
+def test_the_collector_is_off_while_a_command_is_imported_and_on_after(tmp_path: Path) -> None:
     """The start-up's objects all live on: collecting while they are made is wasted
     (cli.main.main); a command that runs for hours must still have its collector."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", GC_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = python_c(GC_SCRIPT, [], tmp_path)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["code"] == 0
     assert report["during"] == [False]

@@ -89,12 +89,18 @@ def rewrite(file: Path, text: str) -> None:
     os.utime(file, (stat.st_atime, stat.st_mtime + 5))  # a different mtime for sure
 
 
-def test_credentials_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+def services_on_a_file(tmp_path: Path) -> tuple[Path, FakeClock, ToolServices]:
+    """Tool services reading a credentials file with one alias, on a clock of the test's."""
     file = tmp_path / "creds.json"
     file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
     clock = FakeClock()
     svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)), clock=clock)
     assert svc.credentials.aliases() == ["a"]
+    return file, clock, svc
+
+
+def test_credentials_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+    file, clock, svc = services_on_a_file(tmp_path)
     rewrite(file, '{"a": {"dsn": "postgresql://u:New-Pw-222@h/d"}, "b": {"dsn": "x"}}')
     clock.now += CREDENTIALS_CHECK_SECONDS
     assert svc.credentials.aliases() == ["a", "b"]
@@ -132,11 +138,7 @@ def test_credentials_file_is_looked_at_once_a_second(
 
 
 def test_a_bad_credentials_file_is_looked_at_on_every_ask(tmp_path: Path) -> None:
-    file = tmp_path / "creds.json"
-    file.write_text('{"a": {"dsn": "postgresql://u:Old-Pw-111@h/d"}}')
-    clock = FakeClock()
-    svc = ToolServices(Settings(home=tmp_path, credentials_file=str(file)), clock=clock)
-    assert svc.credentials.aliases() == ["a"]
+    file, clock, svc = services_on_a_file(tmp_path)
     rewrite(file, "{not json")
     clock.now += CREDENTIALS_CHECK_SECONDS
     for _ in range(2):  # every ask fails while the file is bad, not just the first
