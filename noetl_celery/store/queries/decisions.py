@@ -26,8 +26,9 @@ from noetl_celery.store.queries.inbox import mark_handled
 from noetl_celery.store.schema import commands, contexts, events, executions, loops, results
 from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE, SAVE_STATE_HANDLED
 
-# rows per multi-row INSERT when planning a large loop
-PLAN_CHUNK = 5000
+# rows per multi-row INSERT when planning a large loop: the rows of one chunk (and their
+# bound parameters) are what planning holds beyond the items themselves, ~1 KB a row
+PLAN_CHUNK = 1000
 
 
 def insert_results(
