@@ -206,7 +206,8 @@ def _bounded_range(*args: int) -> range:
     built = range(*args)
     if len(built) > MAX_RANGE_ITEMS:
         raise TemplateTooBig(
-            f"range{args} would have {len(built):,} items; a template may build at most "
+            f"range({', '.join(map(str, args))}) would have {len(built):,} items; a template "
+            f"may build at most "
             f"{MAX_RANGE_ITEMS:,} (split the loop, or use a cursor loop over a table)"
         )
     return built

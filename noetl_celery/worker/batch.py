@@ -98,7 +98,7 @@ class BatchExecutor:
         ran: list[_Ran] = []
         queue = Unstarted(claimed)
         if len(claimed) > 1:
-            self.watchdog.watch(queue, self._hand_back_slow)
+            self.watchdog.watch(queue, functools.partial(self._hand_back_slow, queue))
         try:
             reports.extend(self._run_all(queue, ran))
         finally:
@@ -158,12 +158,18 @@ class BatchExecutor:
             # a suspended parent or a held cursor frame: recorded alone, now
             return ex.conclude(command, result, capture)
 
-    def _hand_back_slow(self, rest: list[ClaimedCommand]) -> None:
-        """The watchdog's call (its own thread) while a slow command still runs."""
+    def _hand_back_slow(self, queue: Unstarted, rest: list[ClaimedCommand]) -> None:
+        """The watchdog's call (its own thread) while a slow command still runs; the log
+        line names that command (the one an operator looks at)."""
+        slow = queue.running
+        slow_id = slow.command_id if slow is not None else "?"
         log.info(
-            "a command of a batch has run for %gs: %d unstarted commands handed back",
+            "command %s has run for over %gs: the %d unstarted commands of its batch are "
+            "handed back to run elsewhere",
+            slow_id,
             self.slow_item,
             len(rest),
+            extra=of_command(slow_id) if slow is not None else {},
         )
         self._hand_back(rest, per_message=1)
 

@@ -34,16 +34,18 @@ class Unstarted:
         self._lock = threading.Lock()
         self._rest: deque[ClaimedCommand] = deque(commands)
         self._running_since: float | None = None  # monotonic; None: none running
+        self.running: ClaimedCommand | None = None  # the command the batch runs now
         self.handed_back: set[str] = set()  # ids no longer this batch's
 
     def next(self, now: float) -> ClaimedCommand | None:
         """The next command to run (marked as running from `now`), or None."""
         with self._lock:
             if not self._rest:
-                self._running_since = None
+                self._running_since = self.running = None
                 return None
             self._running_since = now
-            return self._rest.popleft()
+            self.running = self._rest.popleft()
+            return self.running
 
     def take_rest(self) -> list[ClaimedCommand]:
         """Everything not started yet, now handed back (the batch stops here)."""

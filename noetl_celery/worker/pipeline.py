@@ -281,7 +281,8 @@ def _act(
                 return _Wait(delay)
             log.info(
                 "step '%s' task '%s': not parked for its %.3gs retry delay: its state "
-                "holds a keychain value, which is never stored; it waits in its slot",
+                "holds a keychain value or a password, which is never stored; it waits in "
+                "its slot",
                 step,
                 label,
                 delay,

@@ -224,5 +224,6 @@ def single_outcome(outcome: ToolOutcome, iter_scope: Mapping[str, Any] | None) -
 
 
 def holds_no_keychain_value(state: dict[str, Any]) -> bool:
-    """Whether `state` is the same with the running command's keychain values masked."""
+    """Whether `state` survives the masking a stored continuation gets (the command's
+    keychain values, and secret-looking text: a password in a URL, `token=...`) unchanged."""
     return bool(mask_command_value(state) == state)

@@ -8,6 +8,7 @@ event, whatever the batch skipped, handed back or could not store.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -196,11 +197,12 @@ def test_a_slow_command_hands_the_rest_back_at_once_one_per_message(
 
 
 def test_a_slow_command_hands_the_rest_back_while_it_still_runs(
-    pg_url: str, tmp_path: Path, recorder: Recorder
+    pg_url: str, tmp_path: Path, recorder: Recorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first command waits 3 s; the others do not wait for it: they are handed back
     (one per message, `issued` again) while it still runs, a tenth of the 1 s budget
     after it started, and each runs exactly once elsewhere."""
+    caplog.set_level(logging.INFO, logger="noetl_celery.worker")
     engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
     try:
         code = "import time; time.sleep(3 if i == 0 else 0); result = i"
@@ -216,6 +218,8 @@ def test_a_slow_command_hands_the_rest_back_while_it_still_runs(
         assert recorder.published == [[cid] for cid in ids[1:]]
         assert ended - started >= 3.0
         assert max(recorder.at) - started < 2.0, "handed back only after the slow one ended"
+        # the operator's line names the slow command
+        assert f"command {ids[0]} has run for over 0.1s" in caplog.text
         run_the_rest(engine, recorder, eid, 4)
     finally:
         engine.close()
