@@ -12,6 +12,8 @@ concurrency come from the environment (the arguments are the kit's):
     NOETL_BENCH_POOL=threads NOETL_BENCH_CONCURRENCY=16 python -m bench.compat \
         --tier heavy --case pft_flow_full --server-args '--rate-limit 300'
 
+After each case the rate-limited routes' 200 and 429 answers are printed (bench.compat_kit)
+and, with `--rate-limit R`, the case's CLI time against the rate bound (answered ÷ R).
 NOETL_BATCH_SIZE (default: the engine's, 50) reaches the workers and the CLI. Unless
 `--db` is given, the fixture tables go to the kit's database `noetl_compat` plus
 NOETL_BENCH_DB_SUFFIX (benches run side by side keep apart). `--help` prints this and
@@ -83,7 +85,8 @@ def main(argv: list[str]) -> int:
     with ExitStack() as stack:
         for n in range(WORKERS):
             stack.enter_context(worker([*cmd, "-n", f"compat{n}@%h"], env, logs / f"w{n}.log"))
-        return subprocess.run([python(), str(COMPAT_KIT), *argv], env=env, cwd=ROOT).returncode
+        kit = [python(), "-m", "bench.compat_kit", *argv]  # run.py, plus the API's answers
+        return subprocess.run(kit, env=env, cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, Protocol, TypedDict
 
@@ -79,7 +80,7 @@ class LoopPlan:
 
     step: str
     epoch: int
-    items: list[Any]
+    items: Sequence[Any]  # a list, or a `range` that is never built as one
     ctx_version: int
     meta: dict[str, Any]
     start: int = 0  # iteration number of the first item (cursor frames continue a range)

@@ -10,6 +10,7 @@ only then are the step's arcs evaluated with `event.name == "loop.done"`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from noetl_celery.constants import StepStatus
@@ -27,12 +28,13 @@ from noetl_celery.orchestrator.run import Run
 from noetl_celery.orchestrator.state import ExecutionState, LoopProgress, StepState
 
 
-def as_collection(value: Any) -> list[Any]:
+def as_collection(value: Any) -> Sequence[Any]:
     """NoETL's coercion of a rendered `loop.in`: a list stays, None is empty, a JSON list
-    in a string is parsed, anything else (a dict, a scalar) is a one-item list."""
+    in a string is parsed, anything else (a dict, a scalar) is a one-item list. A
+    `range` stays a range (its numbers, planned chunk by chunk, never built as a list)."""
     if value is None:
         return []
-    if isinstance(value, list):
+    if isinstance(value, list | range):
         return value
     if isinstance(value, tuple):
         return list(value)
@@ -43,6 +45,16 @@ def as_collection(value: Any) -> list[Any]:
             return [value]
         return parsed if isinstance(parsed, list) else [value]
     return [value]
+
+
+def collection_of(run: Run, step: Step) -> Sequence[Any]:
+    """The items of a `loop.in`; `{{ range(n) | list }}` stays an unbuilt range."""
+    assert step.loop is not None
+    where, context = f"step '{step.step}' loop.in", run.context()
+    lazy = run.renderer.lazy_range(step.loop.in_, context, where)
+    if lazy is not None:
+        return lazy
+    return as_collection(run.renderer.value(step.loop.in_, context, where))
 
 
 def window_of(run: Run, step: Step, default: int | None = None) -> int:
@@ -102,9 +114,7 @@ def enter_loop(run: Run, step: Step) -> None:
         enter_preplanned(run, step, preplanned)
         return
     try:
-        items = as_collection(
-            run.renderer.value(step.loop.in_, run.context(), f"step '{step.step}' loop.in")
-        )
+        items = collection_of(run, step)
         window = window_of(run, step)
     except NoetlError as exc:
         if not playbooks_fault(exc):

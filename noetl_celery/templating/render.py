@@ -15,10 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jinja2 import TemplateError as JinjaTemplateError
+from jinja2 import nodes
 from jinja2.runtime import Undefined
 
 from noetl_celery.errors import ReplayError, StoreError, TemplateError, UndefinedVariable
 from noetl_celery.templating.environment import (
+    ENV,
     UndefinedNameError,
     compile_expression,
     compile_template,
@@ -26,6 +28,8 @@ from noetl_celery.templating.environment import (
 from noetl_celery.templating.result_view import unwrap
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+# `range(...)` or `range(...) | list`: the whole of a `loop.in` that asks for a range
+_RANGE_EXPRESSION = re.compile(r"^\s*(?P<call>range\s*\(.*\))\s*(?:\|\s*list\s*)?$", re.DOTALL)
 _FALSE_STRINGS = frozenset({"false", "0", "no", "none", "null", "off", ""})
 
 
@@ -85,6 +89,42 @@ def render_string(
             f"(template: {source.strip()!r})",
             template=source,
         ) from None
+
+
+def lazy_range(
+    source: Any, context: Mapping[str, Any], where: str | None = None, *, lenient: bool = False
+) -> range | None:
+    """The `range` a template such as `{{ range(n) | list }}` asks for, not built into a
+    list: a loop over a million numbers then costs its planner a `range` object, not the
+    40 MB list of a million ints. None when `source` is anything else (then render it
+    as usual): only a single `range(...)` call, alone or piped into `list` and nothing
+    more, is taken, and only when it evaluates to a real `range` (a variable that shadows
+    the name is not one)."""
+    expr = _single_expression(source) if isinstance(source, str) else None
+    match = _RANGE_EXPRESSION.match(expr) if expr is not None else None
+    if match is None or not _is_range_call(match.group("call")):
+        return None
+    value = render_string("{{ " + match.group("call") + " }}", context, where, lenient=lenient)
+    return value if isinstance(value, range) else None
+
+
+def _is_range_call(source: str) -> bool:
+    """Whether `source` parses as one call of the name `range` (so `range(3) + other`,
+    which the pattern also matches, is not taken for one)."""
+    try:
+        body = ENV.parse("{{ " + source + " }}").body
+    except JinjaTemplateError:
+        return False
+    if len(body) != 1 or not isinstance(body[0], nodes.Output) or len(body[0].nodes) != 1:
+        return False
+    call = body[0].nodes[0]
+    return (
+        isinstance(call, nodes.Call)
+        and isinstance(call.node, nodes.Name)
+        and call.node.name == "range"
+        and call.dyn_args is None
+        and call.dyn_kwargs is None
+    )
 
 
 def render_value(

@@ -44,6 +44,17 @@ class Renderer:
     def value(self, value: Any, context: Mapping[str, Any], where: str | None = None) -> Any:
         return _render.render_value(value, context, where, string=self.string)
 
+    def lazy_range(
+        self, source: Any, context: Mapping[str, Any], where: str | None = None
+    ) -> range | None:
+        """`source`'s range, unbuilt, when it is just `{{ range(...) }}` (or `| list`);
+        None otherwise, and when it fails to render (rendering it as a value then says
+        why, by this renderer's rules)."""
+        try:
+            return _render.lazy_range(source, context, where, lenient=self.lenient)
+        except TemplateError:
+            return None
+
     def condition(
         self, when: str | bool | None, context: Mapping[str, Any], where: str | None = None
     ) -> bool:

@@ -274,3 +274,18 @@ def test_an_epoch_finished_and_replaced_in_one_pass_still_mirrors_its_end() -> N
     assert all(m.done and (m.succeeded, m.in_flight) == (1, 0) for m in rows.values())
     replaced = [d for d in sim.decisions if [m.epoch for m in d.loops] == [1, 2]]
     assert replaced and replaced[0].loops[0].done and not replaced[0].loops[1].done
+
+
+def test_a_range_loop_is_planned_as_a_range_not_a_list() -> None:
+    """`{{ range(n) | list }}` is planned from the range itself: a million-item loop
+    costs its planner no list of a million ints; every item still runs exactly once."""
+    text = LOOP.format(items=[], mode="parallel", window=4).replace(
+        "{{ items }}", "{{ range(3, 3 + n) | list }}"
+    ).replace("rounds: 0}", "rounds: 0, n: 25}")
+    sim = Sim(playbook(text), lambda s, item, i: ok({"v": item}))
+    state = sim.run(batch=3)
+    assert state.status == "COMPLETED"
+    [plan] = [p for d in sim.decisions for p in d.plans if p.step == "each"]
+    assert plan.items == range(3, 28)
+    assert sorted(row["item"] for row in sim.planned.values()) == list(range(3, 28))
+    assert sim.results[("each", 1)]["stats"] == {"total": 25, "success": 25, "failed": 0}

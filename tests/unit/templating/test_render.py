@@ -10,6 +10,7 @@ import pytest
 from noetl_celery.errors import TemplateError, UndefinedVariable
 from noetl_celery.templating import evaluate_condition, render_value, wrap
 from noetl_celery.templating.context import build_context
+from noetl_celery.templating.render import lazy_range
 
 CTX: dict[str, Any] = build_context(
     {"n": 3, "name": "ada", "items": [1, 2], "flag": True, "none": None, "cfg": {"t": 30}},
@@ -148,3 +149,40 @@ def test_a_loop_over_a_million_ids_fits_the_sandbox() -> None:
 )
 def test_ordinary_arithmetic_is_untouched(template: str, expected: object) -> None:
     assert render_value(template, {}, "x") == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{{ range(n) | list }}", range(1_000_000)),
+        ("{{ range(n) }}", range(1_000_000)),
+        (" {{ range(2, 10, 3)|list }} ", range(2, 10, 3)),
+        ("{{range( n )| list}}", range(1_000_000)),
+    ],
+)
+def test_a_range_loop_in_is_taken_unbuilt(template: str, expected: range) -> None:
+    got = lazy_range(template, {"n": 1_000_000}, "x")
+    assert isinstance(got, range) and got == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "context"),
+    [
+        ("{{ range(3) + [7] }}", {}),  # more than the call: rendered as usual
+        ("{{ range(3) | list | length }}", {}),
+        ("{{ (range(3) | list)[1:] }}", {}),
+        ("{{ range(3) | list + [4] }}", {}),
+        ("{{ range(*args) }}", {"args": [3]}),
+        ("{{ items }}", {"items": [1, 2]}),
+        ("ids: {{ range(3) | list }}", {}),  # not a single expression
+        ("{{ range(n) | list }}", {"n": 3, "range": lambda n: [n]}),  # a shadowing name
+        ([1, 2], {}),
+    ],
+)
+def test_anything_else_is_not_taken_for_a_range(template: Any, context: dict[str, Any]) -> None:
+    assert lazy_range(template, context, "x") is None
+
+
+def test_a_too_large_unbuilt_range_is_still_refused() -> None:
+    with pytest.raises(TemplateError, match="range\\(100000000\\) would have"):
+        lazy_range("{{ range(10**8) | list }}", {}, "x")
