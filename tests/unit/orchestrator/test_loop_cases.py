@@ -279,9 +279,11 @@ def test_an_epoch_finished_and_replaced_in_one_pass_still_mirrors_its_end() -> N
 def test_a_range_loop_is_planned_as_a_range_not_a_list() -> None:
     """`{{ range(n) | list }}` is planned from the range itself: a million-item loop
     costs its planner no list of a million ints; every item still runs exactly once."""
-    text = LOOP.format(items=[], mode="parallel", window=4).replace(
-        "{{ items }}", "{{ range(3, 3 + n) | list }}"
-    ).replace("rounds: 0}", "rounds: 0, n: 25}")
+    text = (
+        LOOP.format(items=[], mode="parallel", window=4)
+        .replace("{{ items }}", "{{ range(3, 3 + n) | list }}")
+        .replace("rounds: 0}", "rounds: 0, n: 25}")
+    )
     sim = Sim(playbook(text), lambda s, item, i: ok({"v": item}))
     state = sim.run(batch=3)
     assert state.status == "COMPLETED"
