@@ -14,7 +14,8 @@ briefly *before* being sent:
   still holds it) and change nothing; a later 429 cuts again. While the pacer is what
   holds requests back (a request had to wait), the rate is probed upward by
   `RAISE_FRACTION` of itself each second (additive increase, multiplicative decrease:
-  processes that share one server's limit settle near it). `FORGET_SECONDS` without a
+  processes that share one server's limit settle near it), faster after
+  `ACCELERATE_AFTER` seconds without a 429. `FORGET_SECONDS` without a
   429 and the host is no longer paced.
 - Such a 429 pauses the whole host for its `Retry-After` when the host was not paced yet
   (the burst that tripped the window fills it that long: what is sent meanwhile is
@@ -42,6 +43,9 @@ from urllib.parse import urlsplit
 CUT_FACTOR = 0.9
 # while pacing binds, the rate grows by this share of itself once per second
 RAISE_FRACTION = 0.02
+# ... for ACCELERATE_AFTER seconds after a cut; then it doubles each second, up to this
+ACCELERATE_AFTER = 4.0
+MAX_RAISE_FRACTION = 0.25
 # the rate never drops below this (requests per second)
 MIN_RATE = 1.0
 WINDOW_SECONDS = 1.0
@@ -78,6 +82,15 @@ class HostPace:
     waited: bool = False  # a request waited since the last raise: pacing binds
     accepted: collections.deque[float] = field(default_factory=collections.deque)
     cuts: int = 0  # how many times a 429 cut the rate
+
+
+def _raise_fraction(quiet: float) -> float:
+    """How much the rate grows after `quiet` seconds without a 429: RAISE_FRACTION for
+    the first ACCELERATE_AFTER seconds (near the rate that was cut), then doubling each
+    second up to MAX_RAISE_FRACTION (the limit went up, or a path of the host that is
+    not limited is busy)."""
+    doublings = max(0.0, quiet - ACCELERATE_AFTER)
+    return float(min(MAX_RAISE_FRACTION, RAISE_FRACTION * 2.0 ** min(doublings, 16.0)))
 
 
 class HttpPacer:
@@ -128,7 +141,7 @@ class HttpPacer:
         if now - pace.last_raise < WINDOW_SECONDS:
             return
         if pace.waited and pace.rate is not None and now - pace.last_cut >= WINDOW_SECONDS:
-            raised = pace.rate * (1.0 + RAISE_FRACTION)
+            raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
             pace.rate = min(raised, pace.ceiling) if pace.ceiling else raised
         pace.last_raise = now
         pace.waited = False

@@ -137,6 +137,22 @@ def test_pacing_probes_upward_while_it_binds() -> None:
     assert raised is not None and cut < raised < cut * 1.2
 
 
+def test_probing_speeds_up_when_no_429_comes() -> None:
+    """Near the cut rate the probe is gentle; seconds later without a 429 (the limit went
+    up, or an unlimited path of the host is busy) it doubles each second."""
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    cut = p.rate(HOST)
+    assert cut is not None
+    end = clock.now + 10
+    while clock.now < end:
+        p.observe(HOST, p.wait(HOST), 200, None)
+    raised = p.rate(HOST)
+    assert raised is not None and raised > 2 * cut
+
+
 def test_no_probing_while_demand_is_below_the_rate() -> None:
     clock = Clock()
     p = pacer(clock)
