@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import heapq
 import itertools
 import threading
 
@@ -271,3 +273,36 @@ def test_switched_off_never_waits() -> None:
     for _ in range(10):
         p.observe(HOST, p.wait(HOST), 429, 5.0)
     assert clock.slept == []
+
+
+def test_two_processes_settle_near_a_shared_limit() -> None:
+    """Two worker processes (a pacer each, 16 threads each) against one server that
+    allows 300 requests per sliding second, simulated on a fake clock for 60 s: each
+    thread sends, gets its answer 3 ms later, works 5 ms and sends again; a 429 sleeps
+    its thread for the Retry-After (1 s). Paced, the limit is used as well as unpaced
+    (where sleeping threads throttle themselves: 16,800 accepted) with a tenth of the
+    429s or fewer (unpaced: 1,792, one request in ten)."""
+    limit, seconds, threads = 300, 60.0, 16
+    clock = Clock()
+    pacers = [HttpPacer(clock=clock, sleep=lambda _s: None) for _ in range(2)]
+    window: collections.deque[float] = collections.deque()
+    events = [(0.001 * t, n) for n in range(2) for t in range(threads)]
+    heapq.heapify(events)
+    codes = collections.Counter[int]()
+    while events:
+        at, n = heapq.heappop(events)
+        if at > seconds:
+            break
+        clock.now = at
+        _delay, sent = pacers[n].reserve(HOST)
+        while window and sent - window[0] >= 1.0:
+            window.popleft()
+        code = 200 if len(window) < limit else 429
+        if code == 200:
+            window.append(sent)
+        codes[code] += 1
+        clock.now = sent + 0.003
+        pacers[n].observe(HOST, sent, code, 1.0)
+        heapq.heappush(events, (clock.now + (0.005 if code == 200 else 1.0), n))
+    assert codes[200] >= 0.93 * limit * seconds, codes
+    assert codes[429] <= 0.01 * codes[200], codes
