@@ -22,9 +22,11 @@ from noetl_celery.tools.services import ToolServices
 
 from .conftest import make_services, run_with
 
-LIMIT = 100  # requests per sliding second
+# requests per sliding second: low enough that 16 threads exceed it many times over
+# even on a busy machine
+LIMIT = 40
 THREADS = 16
-SECONDS = 4.0
+SECONDS = 5.0
 SETTLED = 1.5  # the pacer learns from the first second's burst; count after this
 
 
@@ -110,7 +112,7 @@ def test_paced_threads_stay_under_the_servers_limit(
     seconds = SECONDS - SETTLED
     assert limited <= 0.05 * (accepted + limited), (accepted, limited)
     # near the limit, not throttled far below it
-    assert accepted >= 0.75 * LIMIT * seconds, (accepted, limited)
+    assert accepted >= 0.6 * LIMIT * seconds, (accepted, limited)
     assert accepted <= 1.05 * LIMIT * seconds + LIMIT, (accepted, limited)
 
 
@@ -123,7 +125,7 @@ def test_unpaced_threads_trip_the_window(
         accepted, limited = _hammer(services, limited_url)
     finally:
         services.close()
-    assert limited > 0.2 * (accepted + limited), (accepted, limited)
+    assert limited > 0.5 * (accepted + limited), (accepted, limited)
 
 
 def test_declared_limit_paces_from_the_first_request(
