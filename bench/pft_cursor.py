@@ -128,6 +128,18 @@ def main() -> int:
         default=int(os.environ.get("NOETL_BATCH_SIZE", str(DEFAULT_BATCH_SIZE))),
         help="NOETL_BATCH_SIZE of the workers and the CLI (default: $NOETL_BATCH_SIZE or 50)",
     )
+    parser.add_argument(
+        "--pacing",
+        choices=("on", "off"),
+        default="on",
+        help="NOETL_HTTP_PACING of the workers: the http tool's per-host pacer",
+    )
+    parser.add_argument(
+        "--declare",
+        type=float,
+        default=0.0,
+        help="NOETL_HTTP_RATE_LIMITS of each worker for the test API (requests/s per worker)",
+    )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
     creds = logs / "credentials.json"
@@ -144,6 +156,9 @@ def main() -> int:
     )
     cli = [python(), "-m", "noetl_celery.cli.main"]
     api, api_url = start_api(args.rate_limit)
+    env["NOETL_HTTP_PACING"] = args.pacing
+    if args.declare:
+        env["NOETL_HTTP_RATE_LIMITS"] = f"{api_url.split('//', 1)[1]}={args.declare:g}"
     try:
         with ExitStack() as stack:
             procs = []
@@ -202,7 +217,8 @@ def main() -> int:
     print(f"wall {wall:.1f} s; rate-limited requests answered {ok} (+{limited} x 429)")
     settings = (
         f"workers {args.workers} x --pool {args.pool} -c {args.concurrency}, "
-        f"NOETL_BATCH_SIZE {args.batch_size}"
+        f"NOETL_BATCH_SIZE {args.batch_size}, NOETL_HTTP_PACING {args.pacing}"
+        + (f", {args.declare:g}/s declared per worker" if args.declare else "")
     )
     print(
         f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f} "

@@ -89,6 +89,28 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def parse_rate_limits(text: str) -> tuple[tuple[str, float], ...]:
+    """`host:port=rate[,host:port=rate...]` (NOETL_HTTP_RATE_LIMITS) -> ((host:port, rate),
+    ...); a host without a port gets 80. ConfigurationError names a bad entry."""
+    limits: dict[str, float] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        host, sep, rate_text = entry.rpartition("=")
+        host = host.strip().lower()
+        try:
+            rate = float(rate_text)
+        except ValueError:
+            rate = -1.0
+        if not sep or not host or not rate > 0 or not math.isfinite(rate):
+            raise ConfigurationError(
+                f"NOETL_HTTP_RATE_LIMITS must be host:port=requests_per_second[,...], got {entry!r}"
+            )
+        limits[host if ":" in host else f"{host}:80"] = rate
+    return tuple(limits.items())
+
+
 def _finite(env: Mapping[str, str], name: str, default: float) -> float:
     """`_float`, and neither NaN nor infinity (a threshold compared with every delay)."""
     value = _float(env, name, default)
@@ -148,6 +170,12 @@ class Settings:
     batch_budget_seconds: float = 0.5
     # default HTTP timeout when a tool gives none
     http_timeout_seconds: float = 60.0
+    # requests per second per `host:port`, per worker process, for the http tool's pacer
+    # (tools.http_pacing): the starting rate and a ceiling. Hosts not listed are paced
+    # only once they answer 429
+    http_rate_limits: tuple[tuple[str, float], ...] = ()
+    # "off": the http tool sends every request at once (no pacing, declared or learned)
+    http_pacing: str = "on"
     # rows kept from one postgres statement; beyond it the result says `truncated`
     postgres_max_rows: int = 100_000
     # `jump` actions allowed in one pipeline run before it fails (runaway guard)
@@ -306,6 +334,8 @@ class Settings:
             http_timeout_seconds=_float(
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds
             ),
+            http_rate_limits=parse_rate_limits(env.get("NOETL_HTTP_RATE_LIMITS", "")),
+            http_pacing=_choice(env, "NOETL_HTTP_PACING", base.http_pacing, ("on", "off")),
             postgres_max_rows=_int(env, "NOETL_POSTGRES_MAX_ROWS", base.postgres_max_rows, 1),
             max_pipeline_jumps=_int(env, "NOETL_MAX_PIPELINE_JUMPS", base.max_pipeline_jumps, 1),
             max_retry_delay_seconds=_float(

@@ -14,6 +14,7 @@ import httpx
 
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolCall, ToolOutcome
+from noetl_celery.tools.http_pacing import host_key
 from noetl_celery.tools.http_request import (
     RequestConfigError,
     RequestSpec,
@@ -39,6 +40,10 @@ class HttpTool:
         # 0 in the settings means "no timeout", as for httpx
         timeout = call.timeout or call.services.settings.http_timeout_seconds or None
         client = call.services.http_client(verify)
+        # wait this host's turn (tools.http_pacing): not at all unless it answered 429
+        pacer = call.services.http_pacer
+        host = host_key(spec.url)
+        sent_at = pacer.wait(host)
         try:
             response = client.request(
                 spec.method,
@@ -55,7 +60,10 @@ class HttpTool:
             return ToolOutcome.failure("config_error", redact(f"invalid URL {spec.url!r}: {exc}"))
         except (TypeError, ValueError) as exc:  # e.g. a header value httpx cannot encode
             return ToolOutcome.failure("config_error", redact(f"http request rejected: {exc}"))
-        return _outcome(response, redact)
+        outcome = _outcome(response, redact)
+        retry_after = outcome.error.retry_after if outcome.error is not None else None
+        pacer.observe(host, sent_at, response.status_code, retry_after)
+        return outcome
 
 
 def _body_arguments(spec: RequestSpec) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.errors import NoetlError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
+from noetl_celery.tools.http_pacing import HttpPacer
 from noetl_celery.tools.keychain import Keychain
 from noetl_celery.tools.redaction import Redactor, with_command_masks
 
@@ -64,6 +65,7 @@ class ToolServices:
         self._pid = os.getpid()
         self._http: dict[bool, httpx.Client] = {}
         self._pools: dict[str, ConnectionPool[Any]] = {}
+        self._pacer = self._new_pacer()
         # resolved keychain entries live here, in this process only (tools.keychain)
         self.keychain = Keychain(lambda: self.http_client(), lambda: self.credentials)
 
@@ -105,6 +107,21 @@ class ToolServices:
             self.credentials  # noqa: B018
         return self._redactor
 
+    def _new_pacer(self) -> HttpPacer:
+        return HttpPacer(
+            dict(self.settings.http_rate_limits),
+            max_wait=self.settings.park_after_seconds,
+            enabled=self.settings.http_pacing == "on",
+        )
+
+    @property
+    def http_pacer(self) -> HttpPacer:
+        """The per-host request pacer of this process, shared by its threads."""
+        if self._pid != os.getpid():
+            with self._lock:
+                self._check_fork()
+        return self._pacer
+
     def _check_fork(self) -> None:
         # A Celery prefork child inherits these objects, but not the pool worker threads
         # or the sockets' owner: start afresh instead of sharing the parent's.
@@ -113,6 +130,7 @@ class ToolServices:
             self._pid = os.getpid()
             self._http = {}
             self._pools = {}
+            self._pacer = self._new_pacer()
 
     def http_client(self, verify: bool = True) -> httpx.Client:
         """The shared client (one per `verify` flag: httpx sets TLS checks per client)."""

@@ -1,0 +1,308 @@
+"""The http tool's per-host pacer (tools.http_pacing) on a fake clock."""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import threading
+
+import pytest
+
+from noetl_celery.errors import ConfigurationError
+from noetl_celery.settings import Settings, parse_rate_limits
+from noetl_celery.tools.http_pacing import (
+    CUT_FACTOR,
+    FORGET_SECONDS,
+    MIN_SIGNAL,
+    HttpPacer,
+    host_key,
+)
+
+HOST = "api.example:443"
+
+
+class Clock:
+    """A fake monotonic clock; `sleep` advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def pacer(
+    clock: Clock, declared: dict[str, float] | None = None, max_wait: float = 1.0
+) -> HttpPacer:
+    return HttpPacer(declared, max_wait=max_wait, clock=clock, sleep=clock.sleep)
+
+
+def accepted_burst(p: HttpPacer, clock: Clock, count: int, spread: float = 0.5) -> None:
+    """`count` requests answered 200, evenly over `spread` seconds."""
+    for _ in range(count):
+        sent = p.wait(HOST)
+        p.observe(HOST, sent, 200, None)
+        clock.now += spread / count
+
+
+def test_host_key() -> None:
+    assert host_key("https://API.example/v1?x=1") == "api.example:443"
+    assert host_key("http://127.0.0.1:5555/api") == "127.0.0.1:5555"
+    assert host_key("http://h/") == "h:80"
+    assert host_key("not a url") == ""
+
+
+def test_a_host_that_never_answers_429_is_never_slowed() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 5000, spread=1.0)  # 5,000 requests in one second
+    assert clock.slept == []
+    assert p.rate(HOST) is None
+    # other errors do not pace either
+    p.observe(HOST, clock.now, 503, 5.0)
+    assert p.wait(HOST) == clock.now and clock.slept == []
+
+
+def test_a_429_paces_the_host_at_what_was_accepted() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    assert p.rate(HOST) == pytest.approx(CUT_FACTOR * 100)
+    # the burst filled the server's window: the host waits out its Retry-After once
+    before = clock.now
+    p.observe(HOST, p.wait(HOST), 200, None)
+    assert clock.now - before == pytest.approx(1.0)
+    # then requests go out one interval apart: 10 requests wait 10 intervals
+    rate = p.rate(HOST)
+    assert rate is not None
+    start = clock.now
+    for _ in range(10):
+        p.observe(HOST, p.wait(HOST), 200, None)
+    assert clock.now - start == pytest.approx(10 / rate, rel=0.03)
+
+
+def test_the_same_overshoot_cuts_once_and_a_later_429_again() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    burst = [p.reserve(HOST)[1] for _ in range(5)]  # the rest of the burst: all 429
+    for sent in burst:
+        p.observe(HOST, sent, 429, 1.0)
+    first = p.rate(HOST)
+    assert first is not None and first == pytest.approx(CUT_FACTOR * 100)
+    # sent within a second of the cut: the window still held the burst, no second cut
+    # (though 100 requests were accepted in the second before it)
+    p.observe(HOST, clock.now, 429, 1.0)
+    assert p.rate(HOST) == first
+    clock.now += 1.5
+    accepted_burst(p, clock, 60, spread=0.9)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    second = p.rate(HOST)
+    assert second is not None and second < first
+    assert second == pytest.approx(CUT_FACTOR * 60, rel=0.05)
+    # a later cut of a paced host does not pause it: it only slows down
+    before = clock.now
+    p.wait(HOST)
+    assert clock.now - before <= 1 / second + 1e-9
+
+
+def test_few_requests_and_a_429_do_not_pace() -> None:
+    """One 429 among a handful of requests (a test endpoint, a quota) is left to the
+    retry policy: the host stays unpaced."""
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, MIN_SIGNAL - 1)
+    p.observe(HOST, p.wait(HOST), 429, 30.0)
+    assert p.rate(HOST) is None
+    assert p.wait(HOST) == clock.now and clock.slept == []
+
+
+def test_pacing_probes_upward_while_it_binds() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    cut = p.rate(HOST)
+    assert cut is not None
+    # five seconds of requests as fast as the pacer lets them go
+    end = clock.now + 5
+    while clock.now < end:
+        p.observe(HOST, p.wait(HOST), 200, None)
+    raised = p.rate(HOST)
+    assert raised is not None and cut < raised < cut * 1.2
+
+
+def test_probing_speeds_up_when_no_429_comes() -> None:
+    """Near the cut rate the probe is gentle; seconds later without a 429 (the limit went
+    up, or an unlimited path of the host is busy) it doubles each second."""
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    cut = p.rate(HOST)
+    assert cut is not None
+    end = clock.now + 10
+    while clock.now < end:
+        p.observe(HOST, p.wait(HOST), 200, None)
+    raised = p.rate(HOST)
+    assert raised is not None and raised > 2 * cut
+
+
+def test_no_probing_while_demand_is_below_the_rate() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    cut = p.rate(HOST)
+    for _ in range(50):  # 10 requests a second, far below the rate
+        clock.now += 0.1
+        p.observe(HOST, p.wait(HOST), 200, None)
+    assert p.rate(HOST) == cut
+
+
+def test_a_learned_rate_is_forgotten_without_429s() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    assert p.rate(HOST) is not None
+    clock.now += FORGET_SECONDS + 0.1
+    slept = len(clock.slept)
+    p.wait(HOST)
+    p.wait(HOST)
+    assert p.rate(HOST) is None and len(clock.slept) == slept
+
+
+def test_declared_rate_paces_from_the_start_and_caps_probing() -> None:
+    clock = Clock()
+    p = pacer(clock, {HOST: 50.0})
+    start = clock.now
+    end = start + 10
+    sent = 0
+    while clock.now < end:
+        p.observe(HOST, p.wait(HOST), 200, None)
+        sent += 1
+    assert sent == pytest.approx(500, abs=2)
+    assert p.rate(HOST) == 50.0
+    # a 429 cuts below the declared rate; without 429s it comes back to it
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    assert p.rate(HOST) == pytest.approx(CUT_FACTOR * 50, rel=0.05)
+    clock.now += FORGET_SECONDS + 0.1
+    p.wait(HOST)
+    assert p.rate(HOST) == 50.0
+
+
+def test_long_retry_after_pauses_the_host_but_never_beyond_max_wait() -> None:
+    clock = Clock()
+    p = pacer(clock, max_wait=1.0)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 30.0)
+    before = clock.now
+    p.wait(HOST)
+    assert clock.now - before == pytest.approx(1.0)  # capped: then sent, 429 retried as before
+    clock.now += 30
+    before = clock.now
+    p.wait(HOST)
+    assert clock.now - before < 0.1
+
+
+def test_hosts_are_paced_apart() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    other = "other.example:80"
+    for _ in range(100):
+        p.wait(other)
+    assert p.rate(other) is None
+
+
+def test_threads_share_one_schedule() -> None:
+    """16 threads reserving at once get distinct send times one interval apart."""
+    clock = Clock()
+    p = HttpPacer({HOST: 100.0}, clock=clock, sleep=lambda _s: None)
+    times: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(16)
+
+    def go() -> None:
+        barrier.wait()
+        for _ in range(10):
+            _delay, start = p.reserve(HOST)
+            with lock:
+                times.append(start)
+
+    threads = [threading.Thread(target=go) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    times.sort()
+    # 160 sends at 100/s: the first 101 one interval apart (no two threads got one
+    # slot), the rest held at max_wait (1 s) ahead of the clock
+    assert len(times) == 160
+    gaps = [b - a for a, b in itertools.pairwise(times[:101])]
+    assert gaps == pytest.approx([0.01] * 100)
+    assert times[100:] == pytest.approx([times[0] + 1.0] * 60)
+
+
+def test_rate_limits_setting() -> None:
+    assert parse_rate_limits("") == ()
+    assert parse_rate_limits("API.x:8080=300, h=2.5") == (("api.x:8080", 300.0), ("h:80", 2.5))
+    for bad in ("h:80", "h:80=0", "=5", "h=fast", "h=inf"):
+        with pytest.raises(ConfigurationError, match="NOETL_HTTP_RATE_LIMITS"):
+            parse_rate_limits(bad)
+    settings = Settings.from_env({"NOETL_HTTP_RATE_LIMITS": "127.0.0.1:5555=150"})
+    assert settings.http_rate_limits == (("127.0.0.1:5555", 150.0),)
+    assert settings.http_pacing == "on"
+    assert Settings.from_env({"NOETL_HTTP_PACING": "OFF"}).http_pacing == "off"
+    with pytest.raises(ConfigurationError, match="NOETL_HTTP_PACING"):
+        Settings.from_env({"NOETL_HTTP_PACING": "maybe"})
+
+
+def test_switched_off_never_waits() -> None:
+    clock = Clock()
+    p = HttpPacer({HOST: 1.0}, clock=clock, sleep=clock.sleep, enabled=False)
+    for _ in range(10):
+        p.observe(HOST, p.wait(HOST), 429, 5.0)
+    assert clock.slept == []
+
+
+def test_two_processes_settle_near_a_shared_limit() -> None:
+    """Two worker processes (a pacer each, 16 threads each) against one server that
+    allows 300 requests per sliding second, simulated on a fake clock for 60 s: each
+    thread sends, gets its answer 3 ms later, works 5 ms and sends again; a 429 sleeps
+    its thread for the Retry-After (1 s). Paced, the limit is used as well as unpaced
+    (where sleeping threads throttle themselves: 16,800 accepted) with a tenth of the
+    429s or fewer (unpaced: 1,792, one request in ten)."""
+    limit, seconds, threads = 300, 60.0, 16
+    clock = Clock()
+    pacers = [HttpPacer(clock=clock, sleep=lambda _s: None) for _ in range(2)]
+    window: collections.deque[float] = collections.deque()
+    events = [(0.001 * t, n) for n in range(2) for t in range(threads)]
+    heapq.heapify(events)
+    codes = collections.Counter[int]()
+    while events:
+        at, n = heapq.heappop(events)
+        if at > seconds:
+            break
+        clock.now = at
+        _delay, sent = pacers[n].reserve(HOST)
+        while window and sent - window[0] >= 1.0:
+            window.popleft()
+        code = 200 if len(window) < limit else 429
+        if code == 200:
+            window.append(sent)
+        codes[code] += 1
+        clock.now = sent + 0.003
+        pacers[n].observe(HOST, sent, code, 1.0)
+        heapq.heappush(events, (clock.now + (0.005 if code == 200 else 1.0), n))
+    assert codes[200] >= 0.93 * limit * seconds, codes
+    assert codes[429] <= 0.01 * codes[200], codes
