@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass
 
 from noetl_celery import logcapture
-from noetl_celery.constants import CMD_RUNNING, RUNNING
+from noetl_celery.constants import CMD_RUNNING, KIND_CLAIM, RUNNING
 from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.logsink import LogSink
@@ -70,6 +70,7 @@ class _Recorded:
     ran_pass: bool
     as_given: bool  # the outcome recorded is the one the command produced
     outcome: Outcome  # the outcome recorded (or offered, when not closed)
+    follow: str | None = None  # a command the pass issued, kept to run here next
 
 
 class CommandExecutor:
@@ -81,8 +82,12 @@ class CommandExecutor:
         orchestrator: PassDriver,
         lease_seconds: int,
         logs: LogSink | None = None,
+        chain_seconds: float = 0.0,
     ) -> None:
         self.store = store
+        # a cursor lane's next command runs in this process, unpublished, while the
+        # delivery that started the chain is younger than this (0: never)
+        self.chain_seconds = chain_seconds
         self.playbooks = playbooks
         self.runner = runner
         self.orchestrator = orchestrator
@@ -101,13 +106,43 @@ class CommandExecutor:
     def execute(self, command_id: str) -> CommandReport:
         """Run one delivery of a command; the report says what it did (`duplicate` when
         nothing ran). What the command prints and logs meanwhile is captured and stored
-        with its close."""
+        with its close.
+
+        Local continuation: when the pass that folded a cursor lane's command issued
+        that lane's next command alone (a frame's body after its claim, the next claim
+        after a per-frame body), the command is not published: this process claims and
+        runs it next, as the delivery of its message would have, without the broker
+        round trip and the hand-off. It is a command like any other (its own row,
+        conditional claim, lease, terminal event); left `issued` by a process that dies
+        first, it is the reaper's (issued but not started: published again). The chain
+        ends after `chain_seconds`: its next command is then published."""
+        chain_until = time.monotonic() + self.chain_seconds
+        report, follow = self._execute_captured(command_id, chain_until)
+        while follow is not None:
+            more, follow = self._execute_captured(follow, chain_until)
+            log.debug(
+                "command %s ran here after command %s: %s",
+                more.command_id,
+                command_id,
+                more.status,
+                extra=of_command(more.command_id),
+            )
+        return report
+
+    def _execute_captured(
+        self, command_id: str, chain_until: float
+    ) -> tuple[CommandReport, str | None]:
         capture = self.logs.command() if self.logs is not None else None
         # the keychain values the command resolves are masked in all it leaves behind
         with about(**of_command(command_id)), command_masks(), logcapture.capturing(capture):
-            return self._execute(command_id, capture)
+            return self._execute(command_id, capture, chain_until)
 
-    def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> CommandReport:
+    def _execute(
+        self,
+        command_id: str,
+        capture: logcapture.Capture | None = None,
+        chain_until: float | None = None,
+    ) -> tuple[CommandReport, str | None]:
         command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(
@@ -115,9 +150,9 @@ class CommandExecutor:
                 command_id,
                 extra=of_command(command_id),
             )
-            return CommandReport(command_id, DUPLICATE)
+            return CommandReport(command_id, DUPLICATE), None
         self.heartbeats.start(command_id)
-        return self.conclude(command, self.run_claimed(command), capture)
+        return self._conclude(command, self.run_claimed(command), capture, chain_until)
 
     def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:
         """Run a claimed command (its heartbeat started) to its masked result; stops its
@@ -149,20 +184,33 @@ class CommandExecutor:
         capture: logcapture.Capture | None,
     ) -> CommandReport:
         """Record what a run of `command` came to, alone in its transaction."""
+        return self._conclude(command, result, capture)[0]
+
+    def _conclude(
+        self,
+        command: ClaimedCommand,
+        result: Outcome | Suspended | HeldFrame | Parked,
+        capture: logcapture.Capture | None,
+        chain_until: float | None = None,
+    ) -> tuple[CommandReport, str | None]:
+        """conclude(), and the command to run here next (local continuation) when
+        `chain_until` is still ahead."""
         command_id = command.command_id
         if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
             parking.park(self.store, command, result, capture, self.wakeups)
-            return CommandReport(command_id, WAITING)
+            return CommandReport(command_id, WAITING), None
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             self.store.history.write_logs(LogSink.command_rows(capture, command))
             self._wait_for_child(command, result)
-            return CommandReport(command_id, WAITING)
+            return CommandReport(command_id, WAITING), None
+        chain = chain_until is not None and time.monotonic() < chain_until
         if isinstance(result, HeldFrame):
-            recorded = self._finish(command, result.outcome, result.claim, capture)
+            recorded = self._finish(command, result.outcome, result.claim, capture, chain)
         else:
-            recorded = self._finish(command, result, capture=capture)
-        return report_of(command_id, recorded.outcome, recorded=recorded.closed)
+            recorded = self._finish(command, result, capture=capture, chain=chain)
+        report = report_of(command_id, recorded.outcome, recorded=recorded.closed)
+        return report, recorded.follow
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -212,6 +260,7 @@ class CommandExecutor:
         outcome: Outcome,
         held: HeldClaim | None = None,
         capture: logcapture.Capture | None = None,
+        chain: bool = False,
     ) -> _Recorded:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
@@ -242,8 +291,13 @@ class CommandExecutor:
                 held.rollback()
         if recorded.publish is None:
             return recorded
-        if recorded.publish:
-            self.orchestrator.dispatcher.publish(recorded.publish)
+        publish = recorded.publish
+        follow = _follow(command, publish) if chain else None
+        if follow is not None:
+            publish = [cid for cid in publish if cid != follow]
+            recorded = dataclasses.replace(recorded, follow=follow)
+        if publish:
+            self.orchestrator.dispatcher.publish(publish)
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
@@ -354,6 +408,16 @@ class CommandExecutor:
         if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False
         return may_defer_window(loop.window, loop.in_flight, closed.waiting)
+
+
+def _follow(command: ClaimedCommand, publish: list[str]) -> str | None:
+    """The command to run here next, unpublished: the one command a pass issued after
+    a cursor lane's claim or per-frame body (the lane's body or its next claim)."""
+    if len(publish) != 1:
+        return None
+    if command.kind == KIND_CLAIM or (command.meta or {}).get("process") == "frame":
+        return publish[0]
+    return None
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:
