@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass
 
 from noetl_celery import logcapture
-from noetl_celery.constants import CMD_RUNNING, KIND_CLAIM, RUNNING
+from noetl_celery.constants import CMD_RUNNING, RUNNING
 from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.logsink import LogSink
@@ -36,6 +36,7 @@ from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
+from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.repository import Store
@@ -70,7 +71,7 @@ class _Recorded:
     ran_pass: bool
     as_given: bool  # the outcome recorded is the one the command produced
     outcome: Outcome  # the outcome recorded (or offered, when not closed)
-    follow: str | None = None  # a command the pass issued, kept to run here next
+    follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
 
 
 class CommandExecutor:
@@ -119,7 +120,7 @@ class CommandExecutor:
         chain_until = time.monotonic() + self.chain_seconds
         report, follow = self._execute_captured(command_id, chain_until)
         while follow is not None:
-            more, follow = self._execute_captured(follow, chain_until)
+            more, follow = self._execute_captured(follow.command_id, chain_until, follow)
             log.debug(
                 "command %s ran here after command %s: %s",
                 more.command_id,
@@ -130,20 +131,22 @@ class CommandExecutor:
         return report
 
     def _execute_captured(
-        self, command_id: str, chain_until: float
-    ) -> tuple[CommandReport, str | None]:
+        self, command_id: str, chain_until: float, claimed: ClaimedCommand | None = None
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
         capture = self.logs.command() if self.logs is not None else None
         # the keychain values the command resolves are masked in all it leaves behind
         with about(**of_command(command_id)), command_masks(), logcapture.capturing(capture):
-            return self._execute(command_id, capture, chain_until)
+            return self._execute(command_id, capture, chain_until, claimed)
 
     def _execute(
         self,
         command_id: str,
         capture: logcapture.Capture | None = None,
         chain_until: float | None = None,
-    ) -> tuple[CommandReport, str | None]:
-        command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
+        claimed: ClaimedCommand | None = None,
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
+        """`claimed`: the command, already claimed by the close of the one before it."""
+        command = claimed or self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(
                 "command %s already claimed or finished: duplicate delivery dropped",
@@ -192,7 +195,7 @@ class CommandExecutor:
         result: Outcome | Suspended | HeldFrame | Parked,
         capture: logcapture.Capture | None,
         chain_until: float | None = None,
-    ) -> tuple[CommandReport, str | None]:
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
         """conclude(), and the command to run here next (local continuation) when
         `chain_until` is still ahead."""
         command_id = command.command_id
@@ -276,7 +279,7 @@ class CommandExecutor:
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture),
+                lambda: self._record(command, outcome, capture, chain),
             )
         except BaseException:
             if held is not None:
@@ -292,10 +295,16 @@ class CommandExecutor:
         if recorded.publish is None:
             return recorded
         publish = recorded.publish
-        follow = _follow(command, publish) if chain else None
-        if follow is not None:
-            publish = [cid for cid in publish if cid != follow]
-            recorded = dataclasses.replace(recorded, follow=follow)
+        if chain and recorded.closed and not recorded.ran_pass and not publish:
+            # another process held the execution's lock: rather than leave our completion
+            # to its re-check (and our lane's next command to the broker), fold it here
+            passed = self._pass_here(command)
+            if passed is not None:
+                publish, follow = passed
+                recorded = dataclasses.replace(recorded, ran_pass=True, follow=follow)
+        if recorded.follow is not None:
+            self.heartbeats.start(recorded.follow.command_id)
+            publish = [cid for cid in publish if cid != recorded.follow.command_id]
         if publish:
             self.orchestrator.dispatcher.publish(publish)
         # either look for completions that arrived during our pass, or (lock was busy)
@@ -304,11 +313,37 @@ class CommandExecutor:
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
         return recorded
 
+    def _pass_here(self, command: ClaimedCommand) -> tuple[list[str], ClaimedCommand | None] | None:
+        """A pass of the command's execution in a transaction of its own, waiting for the
+        lock (it holds nothing else, so the wait is as safe as an `orchestrate` task's):
+        what it issued, and the cursor lane's next command claimed in it to run here.
+        None when the pass crashed (recorded as the orchestrator records its crashes)."""
+        eid = command.execution_id
+
+        def once() -> tuple[list[str], ClaimedCommand | None]:
+            with self.store.orchestration(eid, wait=True) as tx:
+                if tx is None:
+                    return [], None
+                passed = self.orchestrator.run_pass(tx)
+                next_id = _follow(command, passed.publish)
+                if next_id is None:
+                    return passed.publish, None
+                return passed.publish, tx.claim(next_id, worker_identity(), self.lease_seconds)
+
+        try:
+            return again_if_interrupted(f"an orchestration pass of execution {eid}", once)
+        except Exception as exc:
+            if transient(exc):
+                raise  # the database is away: the caller (or the reaper) tries later
+            self.orchestrator.crashed(eid, exc)
+            return None
+
     def _record(
         self,
         command: ClaimedCommand,
         outcome: Outcome,
         capture: logcapture.Capture | None = None,
+        chain: bool = False,
     ) -> _Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
         Two failures are deterministic, so raising them would only make the reaper run
@@ -319,7 +354,9 @@ class CommandExecutor:
         given, fold = outcome, True
         while True:
             try:
-                closed, publish, ran_pass = self._record_once(command, outcome, capture, fold)
+                closed, publish, ran_pass, follow = self._record_once(
+                    command, outcome, capture, fold, chain
+                )
             except ResultNotStorable as exc:
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
@@ -336,7 +373,9 @@ class CommandExecutor:
                 )
                 fold = False
                 continue
-            return _Recorded(closed, publish, ran_pass, as_given=outcome is given, outcome=outcome)
+            return _Recorded(
+                closed, publish, ran_pass, as_given=outcome is given, outcome=outcome, follow=follow
+            )
 
     def _record_once(
         self,
@@ -344,15 +383,24 @@ class CommandExecutor:
         outcome: Outcome,
         capture: logcapture.Capture | None,
         fold: bool,
-    ) -> tuple[bool, list[str] | None, bool]:
-        """(closed, what to publish or None when nothing more is to be done, a pass ran).
-        Not closed: the command was no longer ours (cancelled or re-issued meanwhile).
-        The captured output is stored in the same transaction, last, so it holds the
-        lines the pass logged too; nothing is written when nothing was captured."""
+        chain: bool = False,
+    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
+        """(closed, what to publish or None when nothing more is to be done, a pass ran,
+        the command claimed to run here next). Not closed: the command was no longer
+        ours (cancelled or re-issued meanwhile). The captured output is stored in the
+        same transaction, last, so it holds the lines the pass logged too; nothing is
+        written when nothing was captured. With `chain`, a cursor lane's next command
+        the pass issued is claimed in the same transaction (local continuation): it
+        commits with the close, so a retried transaction claims it again or not at all."""
         with self.store.completion(command) as completion:
-            recorded = self._close_and_fold(completion, command, outcome, fold)
+            closed, publish, ran_pass = self._close_and_fold(completion, command, outcome, fold)
+            follow = None
+            if chain and publish:
+                next_id = _follow(command, publish)
+                if next_id is not None:
+                    follow = completion.claim(next_id, worker_identity(), self.lease_seconds)
             completion.add_logs(LogSink.command_rows(capture, command))
-            return recorded
+            return closed, publish, ran_pass, follow
 
     def _close_and_fold(
         self,
@@ -411,13 +459,20 @@ class CommandExecutor:
 
 
 def _follow(command: ClaimedCommand, publish: list[str]) -> str | None:
-    """The command to run here next, unpublished: the one command a pass issued after
-    a cursor lane's claim or per-frame body (the lane's body or its next claim)."""
-    if len(publish) != 1:
+    """The command to run here next, unpublished, after a command of a cursor lane with
+    `frame.process: frame` (its claim or its body): its lane's next claim when the pass
+    issued it, else the first command the pass issued (a frame's body, or another lane's
+    next command: work this process would take from the broker anyway)."""
+    meta = command.meta or {}
+    if not publish or meta.get("process") != "frame":
         return None
-    if command.kind == KIND_CLAIM or (command.meta or {}).get("process") == "frame":
-        return publish[0]
-    return None
+    item = command.item if isinstance(command.item, dict) else {}
+    lane = meta.get("lane", item.get("lane"))
+    for cid in publish:
+        coordinate = parse_claim(cid)
+        if coordinate is not None and coordinate[0] == lane:
+            return cid
+    return publish[0]
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:
