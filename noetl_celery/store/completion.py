@@ -106,7 +106,10 @@ class CompletionTx:
             self.conn, command_id, cmd.execution_id, cmd.catalog_id, worker, lease_seconds
         )
 
-    def lock(self) -> OrchestrationTx | None:
-        """Try the execution's lock in this transaction (None: another pass holds it)."""
-        row = queries.lock_execution(self.conn, self.command.execution_id, wait=False)
+    def lock(self, *, wait: bool = False) -> OrchestrationTx | None:
+        """Try the execution's lock in this transaction (None: another pass holds it);
+        with `wait`, wait for the pass that holds it. A wait that deadlocks (that pass
+        cancelling this very command) is cut short by Postgres: the transaction is done
+        again (engine.retry)."""
+        row = queries.lock_execution(self.conn, self.command.execution_id, wait=wait)
         return None if row is None else OrchestrationTx(self.conn, row, self._results)

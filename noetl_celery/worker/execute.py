@@ -119,6 +119,8 @@ class CommandExecutor:
         ends after `chain_seconds`: its next command is then published."""
         chain_until = time.monotonic() + self.chain_seconds
         report, follow = self._execute_captured(command_id, chain_until)
+        if follow is None:
+            return report
         while follow is not None:
             more, follow = self._execute_captured(follow.command_id, chain_until, follow)
             log.debug(
@@ -128,6 +130,9 @@ class CommandExecutor:
                 more.status,
                 extra=of_command(more.command_id),
             )
+        # the passes of the chain left their re-checks to the next command's pass: the
+        # last one's is made here (holder of the lock, design §2.5)
+        self.orchestrator.drive(report.execution_id, wait=False, recheck_first=True)
         return report
 
     def _execute_captured(
@@ -307,6 +312,11 @@ class CommandExecutor:
             publish = [cid for cid in publish if cid != recorded.follow.command_id]
         if publish:
             self.orchestrator.dispatcher.publish(publish)
+        if recorded.follow is not None and recorded.ran_pass:
+            # the re-check waits: the close of the command that runs here next waits for
+            # the lock and folds whatever arrived meanwhile, and execute() re-checks
+            # once the chain ends
+            return recorded
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
@@ -393,7 +403,10 @@ class CommandExecutor:
         the pass issued is claimed in the same transaction (local continuation): it
         commits with the close, so a retried transaction claims it again or not at all."""
         with self.store.completion(command) as completion:
-            closed, publish, ran_pass = self._close_and_fold(completion, command, outcome, fold)
+            wait = chain and _may_follow(command)
+            closed, publish, ran_pass = self._close_and_fold(
+                completion, command, outcome, fold, wait
+            )
             follow = None
             if chain and publish:
                 next_id = _follow(command, publish)
@@ -408,7 +421,12 @@ class CommandExecutor:
         command: ClaimedCommand,
         outcome: Outcome,
         fold: bool = True,
+        wait: bool = False,
     ) -> tuple[bool, list[str] | None, bool]:
+        """`wait`: wait for the execution's lock if another pass holds it (a cursor
+        lane continuing locally: its next command comes out of this pass, and the
+        holder's re-check does not fold our completion, publishing that command, while
+        we wait for a pass of our own)."""
         closed = completion.close(outcome)
         if not closed.closed:
             return False, None, False
@@ -416,7 +434,7 @@ class CommandExecutor:
             return True, [], False
         if self.deferrable(command, closed):
             return True, None, False  # enough of the window still runs: folded later
-        tx = completion.lock()
+        tx = completion.lock(wait=wait)
         if tx is None:
             return True, [], False
         try:
@@ -458,13 +476,18 @@ class CommandExecutor:
         return may_defer_window(loop.window, loop.in_flight, closed.waiting)
 
 
+def _may_follow(command: ClaimedCommand) -> bool:
+    """A command of a cursor lane with `frame.process: frame` (its claim or its body)."""
+    return (command.meta or {}).get("process") == "frame"
+
+
 def _follow(command: ClaimedCommand, publish: list[str]) -> str | None:
     """The command to run here next, unpublished, after a command of a cursor lane with
     `frame.process: frame` (its claim or its body): its lane's next claim when the pass
     issued it, else the first command the pass issued (a frame's body, or another lane's
     next command: work this process would take from the broker anyway)."""
     meta = command.meta or {}
-    if not publish or meta.get("process") != "frame":
+    if not publish or not _may_follow(command):
         return None
     item = command.item if isinstance(command.item, dict) else {}
     lane = meta.get("lane", item.get("lane"))
