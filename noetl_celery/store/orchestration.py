@@ -53,11 +53,6 @@ class OrchestrationTx:
         self.execution_id = execution.execution_id
         self._results = results
 
-    def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:
-        """Claim a command this pass issued, in its transaction (see claim_in)."""
-        eid, catalog = self.execution_id, self.execution.catalog_id
-        return claim_in(self.conn, command_id, eid, catalog, worker, lease_seconds)
-
     # ---- Facts (read-only history) ----------------------------------------------------------
     def result(self, step: str, epoch: int) -> Any:
         return queries.cached_result(self.conn, self._results, self.execution_id, step, epoch)

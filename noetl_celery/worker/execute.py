@@ -300,13 +300,6 @@ class CommandExecutor:
         if recorded.publish is None:
             return recorded
         publish = recorded.publish
-        if chain and recorded.closed and not recorded.ran_pass and not publish:
-            # another process held the execution's lock: rather than leave our completion
-            # to its re-check (and our lane's next command to the broker), fold it here
-            passed = self._pass_here(command)
-            if passed is not None:
-                publish, follow = passed
-                recorded = dataclasses.replace(recorded, ran_pass=True, follow=follow)
         if recorded.follow is not None:
             self.heartbeats.start(recorded.follow.command_id)
             publish = [cid for cid in publish if cid != recorded.follow.command_id]
@@ -322,31 +315,6 @@ class CommandExecutor:
         # its final inbox check before our commit
         self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
         return recorded
-
-    def _pass_here(self, command: ClaimedCommand) -> tuple[list[str], ClaimedCommand | None] | None:
-        """A pass of the command's execution in a transaction of its own, waiting for the
-        lock (it holds nothing else, so the wait is as safe as an `orchestrate` task's):
-        what it issued, and the cursor lane's next command claimed in it to run here.
-        None when the pass crashed (recorded as the orchestrator records its crashes)."""
-        eid = command.execution_id
-
-        def once() -> tuple[list[str], ClaimedCommand | None]:
-            with self.store.orchestration(eid, wait=True) as tx:
-                if tx is None:
-                    return [], None
-                passed = self.orchestrator.run_pass(tx)
-                next_id = _follow(command, passed.publish)
-                if next_id is None:
-                    return passed.publish, None
-                return passed.publish, tx.claim(next_id, worker_identity(), self.lease_seconds)
-
-        try:
-            return again_if_interrupted(f"an orchestration pass of execution {eid}", once)
-        except Exception as exc:
-            if transient(exc):
-                raise  # the database is away: the caller (or the reaper) tries later
-            self.orchestrator.crashed(eid, exc)
-            return None
 
     def _record(
         self,
