@@ -15,7 +15,7 @@ of as many no-op tasks (the ceiling of anything that runs one Celery task per ro
 machine).
 
     python -m bench.cursor_drain [--rows 20000] [--runs 3] [--skip-chord]
-                                 [--skip-procrastinate]
+                                 [--skip-procrastinate] [--frames-only]
     python -m bench.cursor_drain --rows 2000 --count-sql   # the worker's SQL per frame
 
 NOETL_BENCH_REDIS_URL picks the Redis db (default 11). The per-row bodies of a frame go
@@ -46,6 +46,8 @@ WITH c AS (SELECT id FROM public.bench_queue WHERE run = %(run)s AND status = 'p
 UPDATE public.bench_queue q SET status = 'claimed' FROM c
 WHERE q.run = %(run)s AND q.id = c.id RETURNING q.id
 """
+
+ENGINES = (("engine", False), ("engine, per frame", True))
 
 # the procrastinate worker's concurrency: the engine's worker runs 2 prefork processes
 PROCRASTINATE_JOBS = 2
@@ -173,6 +175,11 @@ def main() -> None:
         help="leave out the procrastinate baseline (needs the `bench` extra)",
     )
     parser.add_argument(
+        "--frames-only",
+        action="store_true",
+        help="only the per-frame engine and procrastinate (no bare loops, no per-row engine)",
+    )
+    parser.add_argument(
         "--count-sql",
         action="store_true",
         help="only count the worker's SQL round trips per frame (frame.process: frame)",
@@ -195,14 +202,16 @@ def main() -> None:
         "celery chord": [],
     }
     cpu_ms: dict[str, list[float]] = {"engine": [], "engine, per frame": []}
+    bares = () if args.frames_only else (("bare claim", False), ("bare claim + mark", True))
+    engines = (("engine, per frame", True),) if args.frames_only else ENGINES
     for run in range(args.runs):
-        for name, mark in (("bare claim", False), ("bare claim + mark", True)):
+        for name, mark in bares:
             tag = f"{name}-{run}"
             seed(dsn, tag, args.rows)
             started = time.perf_counter()
             drained = bare(dsn, tag, mark)
             rates[name].append(drained / (time.perf_counter() - started))
-        for name, framed in (("engine", False), ("engine, per frame", True)):
+        for name, framed in engines:
             tag = f"{name}-{run}"
             seed(dsn, tag, args.rows)
             wall, total, cpu = engine_run(url, tag, logdir, creds, framed)
@@ -222,7 +231,7 @@ def main() -> None:
             + ", ".join(f"{k} {v[-1]:.0f} rows/s" for k, v in rates.items() if v),
             flush=True,
         )
-    per_row = statistics.median(rates["engine"])
+    per_row = statistics.median(rates["engine"] or [float("nan")])
     per_frame = statistics.median(rates["engine, per frame"])
     print(f"\n{'drain':20} {'rows/s':>8} {'engine/x':>9} {'per-frame engine/x':>19}")
     for name, values in rates.items():
@@ -231,6 +240,8 @@ def main() -> None:
         median = statistics.median(values)
         print(f"{name:20} {median:8.0f} {per_row / median:9.2f} {per_frame / median:19.2f}")
     for name, values in cpu_ms.items():
+        if not values:
+            continue
         print(f"{name}: worker CPU {statistics.median(values):.1f} ms per frame of 50 rows")
     print(f"target: engine >= 0.5x the bare loop (medians of {args.runs} runs)")
     if rates["procrastinate"]:

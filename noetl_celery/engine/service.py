@@ -111,6 +111,7 @@ class Engine(EngineReads):
             self.orchestrator,
             settings.lease_seconds,
             logs=self.logs,
+            chain_seconds=settings.batch_budget_seconds,
         )
         # `execute_commands`: many commands per broker message (worker.batch)
         self.batches = BatchExecutor(self.executor, settings.batch_budget_seconds)

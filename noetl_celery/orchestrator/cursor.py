@@ -76,6 +76,9 @@ def _claim(
     progress.in_flight += 1
     run.state.in_flight += 1
     base = claim_command_id(run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame)
+    meta: dict[str, Any] = {"max_rows": progress.max_rows}
+    if progress.per_frame:  # the worker may run the frame's body itself next
+        meta["process"] = "frame"
     run.decision.commands.append(
         NewCommand(
             command_id=with_attempt(base, attempt),
@@ -84,7 +87,7 @@ def _claim(
             epoch=progress.epoch,
             ctx_version=run.ctx_version(),
             item={"lane": lane_no, "frame": lane.frame},
-            meta={"max_rows": progress.max_rows},
+            meta=meta,
             attempt=attempt,
             delay_seconds=delay,
         )

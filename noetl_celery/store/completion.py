@@ -19,7 +19,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
-from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.orchestration import OrchestrationTx, claim_in
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
@@ -97,7 +97,19 @@ class CompletionTx:
                 extra={"execution_id": self.command.execution_id},
             )
 
-    def lock(self) -> OrchestrationTx | None:
-        """Try the execution's lock in this transaction (None: another pass holds it)."""
-        row = queries.lock_execution(self.conn, self.command.execution_id, wait=False)
+    def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:
+        """Claim a command of the same execution in this transaction (the conditional
+        claim a delivery makes): one the pass just issued, to run in this process next
+        (worker.execute's local continuation). It commits with the close, or not at all."""
+        cmd = self.command
+        return claim_in(
+            self.conn, command_id, cmd.execution_id, cmd.catalog_id, worker, lease_seconds
+        )
+
+    def lock(self, *, wait: bool = False) -> OrchestrationTx | None:
+        """Try the execution's lock in this transaction (None: another pass holds it);
+        with `wait`, wait for the pass that holds it. A wait that deadlocks (that pass
+        cancelling this very command) is cut short by Postgres: the transaction is done
+        again (engine.retry)."""
+        row = queries.lock_execution(self.conn, self.command.execution_id, wait=wait)
         return None if row is None else OrchestrationTx(self.conn, row, self._results)

@@ -29,8 +29,21 @@ from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.queries import ResultCache
-from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.store.rows import ClaimedCommand, ExecutionRow
 from noetl_celery.store.schema import utcnow
+
+
+def claim_in(
+    conn: Connection, command_id: str, execution_id: str, catalog_id: int, worker: str, lease: int
+) -> ClaimedCommand | None:
+    """The conditional claim a delivery makes, in the caller's transaction, of a command
+    of `execution_id` (worker.execute's local continuation: a command a pass just
+    issued, claimed by the process that will run it next, committed with that pass)."""
+    now = utcnow()
+    row = queries.claim(conn, command_id, worker, now, now + dt.timedelta(seconds=lease))
+    if row is None or row.execution_id != execution_id:
+        return None
+    return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
 
 class OrchestrationTx:

@@ -36,6 +36,7 @@ from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
+from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.repository import Store
@@ -70,6 +71,7 @@ class _Recorded:
     ran_pass: bool
     as_given: bool  # the outcome recorded is the one the command produced
     outcome: Outcome  # the outcome recorded (or offered, when not closed)
+    follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
 
 
 class CommandExecutor:
@@ -81,8 +83,12 @@ class CommandExecutor:
         orchestrator: PassDriver,
         lease_seconds: int,
         logs: LogSink | None = None,
+        chain_seconds: float = 0.0,
     ) -> None:
         self.store = store
+        # a cursor lane's next command runs in this process, unpublished, while the
+        # delivery that started the chain is younger than this (0: never)
+        self.chain_seconds = chain_seconds
         self.playbooks = playbooks
         self.runner = runner
         self.orchestrator = orchestrator
@@ -101,23 +107,60 @@ class CommandExecutor:
     def execute(self, command_id: str) -> CommandReport:
         """Run one delivery of a command; the report says what it did (`duplicate` when
         nothing ran). What the command prints and logs meanwhile is captured and stored
-        with its close."""
+        with its close.
+
+        Local continuation: when the pass that folded a cursor lane's command issued
+        that lane's next command alone (a frame's body after its claim, the next claim
+        after a per-frame body), the command is not published: this process claims and
+        runs it next, as the delivery of its message would have, without the broker
+        round trip and the hand-off. It is a command like any other (its own row,
+        conditional claim, lease, terminal event); left `issued` by a process that dies
+        first, it is the reaper's (issued but not started: published again). The chain
+        ends after `chain_seconds`: its next command is then published."""
+        chain_until = time.monotonic() + self.chain_seconds
+        report, follow = self._execute_captured(command_id, chain_until)
+        if follow is None:
+            return report
+        while follow is not None:
+            more, follow = self._execute_captured(follow.command_id, chain_until, follow)
+            log.debug(
+                "command %s ran here after command %s: %s",
+                more.command_id,
+                command_id,
+                more.status,
+                extra=of_command(more.command_id),
+            )
+        # the passes of the chain left their re-checks to the next command's pass: the
+        # last one's is made here (holder of the lock, design §2.5)
+        self.orchestrator.drive(report.execution_id, wait=False, recheck_first=True)
+        return report
+
+    def _execute_captured(
+        self, command_id: str, chain_until: float, claimed: ClaimedCommand | None = None
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
         capture = self.logs.command() if self.logs is not None else None
         # the keychain values the command resolves are masked in all it leaves behind
         with about(**of_command(command_id)), command_masks(), logcapture.capturing(capture):
-            return self._execute(command_id, capture)
+            return self._execute(command_id, capture, chain_until, claimed)
 
-    def _execute(self, command_id: str, capture: logcapture.Capture | None = None) -> CommandReport:
-        command = self.store.claim(command_id, worker_identity(), self.lease_seconds)
+    def _execute(
+        self,
+        command_id: str,
+        capture: logcapture.Capture | None = None,
+        chain_until: float | None = None,
+        claimed: ClaimedCommand | None = None,
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
+        """`claimed`: the command, already claimed by the close of the one before it."""
+        command = claimed or self.store.claim(command_id, worker_identity(), self.lease_seconds)
         if command is None:
             log.info(
                 "command %s already claimed or finished: duplicate delivery dropped",
                 command_id,
                 extra=of_command(command_id),
             )
-            return CommandReport(command_id, DUPLICATE)
+            return CommandReport(command_id, DUPLICATE), None
         self.heartbeats.start(command_id)
-        return self.conclude(command, self.run_claimed(command), capture)
+        return self._conclude(command, self.run_claimed(command), capture, chain_until)
 
     def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:
         """Run a claimed command (its heartbeat started) to its masked result; stops its
@@ -149,20 +192,33 @@ class CommandExecutor:
         capture: logcapture.Capture | None,
     ) -> CommandReport:
         """Record what a run of `command` came to, alone in its transaction."""
+        return self._conclude(command, result, capture)[0]
+
+    def _conclude(
+        self,
+        command: ClaimedCommand,
+        result: Outcome | Suspended | HeldFrame | Parked,
+        capture: logcapture.Capture | None,
+        chain_until: float | None = None,
+    ) -> tuple[CommandReport, ClaimedCommand | None]:
+        """conclude(), and the command to run here next (local continuation) when
+        `chain_until` is still ahead."""
         command_id = command.command_id
         if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
             parking.park(self.store, command, result, capture, self.wakeups)
-            return CommandReport(command_id, WAITING)
+            return CommandReport(command_id, WAITING), None
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             self.store.history.write_logs(LogSink.command_rows(capture, command))
             self._wait_for_child(command, result)
-            return CommandReport(command_id, WAITING)
+            return CommandReport(command_id, WAITING), None
+        chain = chain_until is not None and time.monotonic() < chain_until
         if isinstance(result, HeldFrame):
-            recorded = self._finish(command, result.outcome, result.claim, capture)
+            recorded = self._finish(command, result.outcome, result.claim, capture, chain)
         else:
-            recorded = self._finish(command, result, capture=capture)
-        return report_of(command_id, recorded.outcome, recorded=recorded.closed)
+            recorded = self._finish(command, result, capture=capture, chain=chain)
+        report = report_of(command_id, recorded.outcome, recorded=recorded.closed)
+        return report, recorded.follow
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -212,6 +268,7 @@ class CommandExecutor:
         outcome: Outcome,
         held: HeldClaim | None = None,
         capture: logcapture.Capture | None = None,
+        chain: bool = False,
     ) -> _Recorded:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
@@ -227,7 +284,7 @@ class CommandExecutor:
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture),
+                lambda: self._record(command, outcome, capture, chain),
             )
         except BaseException:
             if held is not None:
@@ -242,8 +299,17 @@ class CommandExecutor:
                 held.rollback()
         if recorded.publish is None:
             return recorded
-        if recorded.publish:
-            self.orchestrator.dispatcher.publish(recorded.publish)
+        publish = recorded.publish
+        if recorded.follow is not None:
+            self.heartbeats.start(recorded.follow.command_id)
+            publish = [cid for cid in publish if cid != recorded.follow.command_id]
+        if publish:
+            self.orchestrator.dispatcher.publish(publish)
+        if recorded.follow is not None and recorded.ran_pass:
+            # the re-check waits: the close of the command that runs here next waits for
+            # the lock and folds whatever arrived meanwhile, and execute() re-checks
+            # once the chain ends
+            return recorded
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
@@ -255,6 +321,7 @@ class CommandExecutor:
         command: ClaimedCommand,
         outcome: Outcome,
         capture: logcapture.Capture | None = None,
+        chain: bool = False,
     ) -> _Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
         Two failures are deterministic, so raising them would only make the reaper run
@@ -265,7 +332,9 @@ class CommandExecutor:
         given, fold = outcome, True
         while True:
             try:
-                closed, publish, ran_pass = self._record_once(command, outcome, capture, fold)
+                closed, publish, ran_pass, follow = self._record_once(
+                    command, outcome, capture, fold, chain
+                )
             except ResultNotStorable as exc:
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
@@ -282,7 +351,9 @@ class CommandExecutor:
                 )
                 fold = False
                 continue
-            return _Recorded(closed, publish, ran_pass, as_given=outcome is given, outcome=outcome)
+            return _Recorded(
+                closed, publish, ran_pass, as_given=outcome is given, outcome=outcome, follow=follow
+            )
 
     def _record_once(
         self,
@@ -290,15 +361,27 @@ class CommandExecutor:
         outcome: Outcome,
         capture: logcapture.Capture | None,
         fold: bool,
-    ) -> tuple[bool, list[str] | None, bool]:
-        """(closed, what to publish or None when nothing more is to be done, a pass ran).
-        Not closed: the command was no longer ours (cancelled or re-issued meanwhile).
-        The captured output is stored in the same transaction, last, so it holds the
-        lines the pass logged too; nothing is written when nothing was captured."""
+        chain: bool = False,
+    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
+        """(closed, what to publish or None when nothing more is to be done, a pass ran,
+        the command claimed to run here next). Not closed: the command was no longer
+        ours (cancelled or re-issued meanwhile). The captured output is stored in the
+        same transaction, last, so it holds the lines the pass logged too; nothing is
+        written when nothing was captured. With `chain`, a cursor lane's next command
+        the pass issued is claimed in the same transaction (local continuation): it
+        commits with the close, so a retried transaction claims it again or not at all."""
         with self.store.completion(command) as completion:
-            recorded = self._close_and_fold(completion, command, outcome, fold)
+            wait = chain and _may_follow(command)
+            closed, publish, ran_pass = self._close_and_fold(
+                completion, command, outcome, fold, wait
+            )
+            follow = None
+            if chain and publish:
+                next_id = _follow(command, publish)
+                if next_id is not None:
+                    follow = completion.claim(next_id, worker_identity(), self.lease_seconds)
             completion.add_logs(LogSink.command_rows(capture, command))
-            return recorded
+            return closed, publish, ran_pass, follow
 
     def _close_and_fold(
         self,
@@ -306,7 +389,12 @@ class CommandExecutor:
         command: ClaimedCommand,
         outcome: Outcome,
         fold: bool = True,
+        wait: bool = False,
     ) -> tuple[bool, list[str] | None, bool]:
+        """`wait`: wait for the execution's lock if another pass holds it (a cursor
+        lane continuing locally: its next command comes out of this pass, and the
+        holder's re-check does not fold our completion, publishing that command, while
+        we wait for a pass of our own)."""
         closed = completion.close(outcome)
         if not closed.closed:
             return False, None, False
@@ -314,7 +402,7 @@ class CommandExecutor:
             return True, [], False
         if self.deferrable(command, closed):
             return True, None, False  # enough of the window still runs: folded later
-        tx = completion.lock()
+        tx = completion.lock(wait=wait)
         if tx is None:
             return True, [], False
         try:
@@ -354,6 +442,28 @@ class CommandExecutor:
         if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False
         return may_defer_window(loop.window, loop.in_flight, closed.waiting)
+
+
+def _may_follow(command: ClaimedCommand) -> bool:
+    """A command of a cursor lane with `frame.process: frame` (its claim or its body)."""
+    return (command.meta or {}).get("process") == "frame"
+
+
+def _follow(command: ClaimedCommand, publish: list[str]) -> str | None:
+    """The command to run here next, unpublished, after a command of a cursor lane with
+    `frame.process: frame` (its claim or its body): its lane's next claim when the pass
+    issued it, else the first command the pass issued (a frame's body, or another lane's
+    next command: work this process would take from the broker anyway)."""
+    meta = command.meta or {}
+    if not publish or not _may_follow(command):
+        return None
+    item = command.item if isinstance(command.item, dict) else {}
+    lane = meta.get("lane", item.get("lane"))
+    for cid in publish:
+        coordinate = parse_claim(cid)
+        if coordinate is not None and coordinate[0] == lane:
+            return cid
+    return publish[0]
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:
