@@ -142,18 +142,25 @@ def body_ids(engine: Engine, eid: str) -> list[str]:
         return [r[0] for r in rows]
 
 
-def test_a_lane_runs_its_frames_bodies_and_claims_without_publishing_them(
-    engine: Engine, tmp_path: Path
-) -> None:
+def drain_exactly(engine: Engine, tmp_path: Path, fail_first: bool) -> tuple[Path, Deliveries, str]:
+    """Drain the queue through a recording dispatcher; every row done exactly once.
+    (the queue's file, what was published, the execution id)"""
     db = queue_db(tmp_path)
     deliveries = Deliveries()
     engine.use_dispatcher(deliveries)
-    eid = engine.start_text(playbook(fail_first=False), {"db": str(db)})
+    eid = engine.start_text(playbook(fail_first=fail_first), {"db": str(db)})
     deliveries.deliver_all(engine.executor.execute)
     summary = engine.summary(eid)
     assert summary["status"] == "COMPLETED", summary["error"]
     assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS, "failed": 0}
     assert queue_rows(db) == [("done", 1, ROWS)]
+    return db, deliveries, eid
+
+
+def test_a_lane_runs_its_frames_bodies_and_claims_without_publishing_them(
+    engine: Engine, tmp_path: Path
+) -> None:
+    _, deliveries, eid = drain_exactly(engine, tmp_path, fail_first=False)
     # only each lane's first claim went through the broker: every body, and every claim
     # after a body, ran in the process that recorded the command before it
     claims = [parse_claim(cid) for cid in deliveries.published if parse_claim(cid)]
@@ -166,15 +173,7 @@ def test_a_lane_runs_its_frames_bodies_and_claims_without_publishing_them(
 def test_a_frame_body_that_fails_once_runs_again_with_the_same_rows(
     engine: Engine, tmp_path: Path
 ) -> None:
-    db = queue_db(tmp_path)
-    deliveries = Deliveries()
-    engine.use_dispatcher(deliveries)
-    eid = engine.start_text(playbook(fail_first=True), {"db": str(db)})
-    deliveries.deliver_all(engine.executor.execute)
-    summary = engine.summary(eid)
-    assert summary["status"] == "COMPLETED", summary["error"]
-    assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS, "failed": 0}
-    assert queue_rows(db) == [("done", 1, ROWS)]
+    db, _, _ = drain_exactly(engine, tmp_path, fail_first=True)
     frames = runs(db)
     # every frame ran twice with the same rows, and no row is in two frames
     assert sorted(frames) == sorted(f for f in set(frames) for _ in range(2))

@@ -124,35 +124,33 @@ def test_few_requests_and_a_429_do_not_pace() -> None:
     assert p.wait(HOST) == clock.now and clock.slept == []
 
 
-def test_pacing_probes_upward_while_it_binds() -> None:
+def cut_then_busy(seconds: float) -> tuple[float, float]:
+    """(the rate a 429 after a burst cut to, the rate after `seconds` of requests sent
+    as fast as the pacer lets them go, all answered 200)."""
     clock = Clock()
     p = pacer(clock)
     accepted_burst(p, clock, 100, spread=0.5)
     p.observe(HOST, p.wait(HOST), 429, 1.0)
     cut = p.rate(HOST)
     assert cut is not None
-    # five seconds of requests as fast as the pacer lets them go
-    end = clock.now + 5
+    end = clock.now + seconds
     while clock.now < end:
         p.observe(HOST, p.wait(HOST), 200, None)
     raised = p.rate(HOST)
-    assert raised is not None and cut < raised < cut * 1.2
+    assert raised is not None
+    return cut, raised
+
+
+def test_pacing_probes_upward_while_it_binds() -> None:
+    cut, raised = cut_then_busy(5)
+    assert cut < raised < cut * 1.2
 
 
 def test_probing_speeds_up_when_no_429_comes() -> None:
     """Near the cut rate the probe is gentle; seconds later without a 429 (the limit went
     up, or an unlimited path of the host is busy) it doubles each second."""
-    clock = Clock()
-    p = pacer(clock)
-    accepted_burst(p, clock, 100, spread=0.5)
-    p.observe(HOST, p.wait(HOST), 429, 1.0)
-    cut = p.rate(HOST)
-    assert cut is not None
-    end = clock.now + 10
-    while clock.now < end:
-        p.observe(HOST, p.wait(HOST), 200, None)
-    raised = p.rate(HOST)
-    assert raised is not None and raised > 2 * cut
+    cut, raised = cut_then_busy(10)
+    assert raised > 2 * cut
 
 
 def test_no_probing_while_demand_is_below_the_rate() -> None:
