@@ -36,7 +36,6 @@ from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
-from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.repository import Store
@@ -44,6 +43,7 @@ from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
 from noetl_celery.worker import parking
 from noetl_celery.worker.claims import HeldFrame
+from noetl_celery.worker.continuation import may_follow, next_here
 from noetl_celery.worker.heartbeat import Heartbeats
 from noetl_celery.worker.pipeline import Parked, StopCheck
 from noetl_celery.worker.reports import DUPLICATE, WAITING, CommandReport, report_of
@@ -371,13 +371,13 @@ class CommandExecutor:
         the pass issued is claimed in the same transaction (local continuation): it
         commits with the close, so a retried transaction claims it again or not at all."""
         with self.store.completion(command) as completion:
-            wait = chain and _may_follow(command)
+            wait = chain and may_follow(command)
             closed, publish, ran_pass = self._close_and_fold(
                 completion, command, outcome, fold, wait
             )
             follow = None
             if chain and publish:
-                next_id = _follow(command, publish)
+                next_id = next_here(command, publish)
                 if next_id is not None:
                     follow = completion.claim(next_id, worker_identity(), self.lease_seconds)
             completion.add_logs(LogSink.command_rows(capture, command))
@@ -442,28 +442,6 @@ class CommandExecutor:
         if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False
         return may_defer_window(loop.window, loop.in_flight, closed.waiting)
-
-
-def _may_follow(command: ClaimedCommand) -> bool:
-    """A command of a cursor lane with `frame.process: frame` (its claim or its body)."""
-    return (command.meta or {}).get("process") == "frame"
-
-
-def _follow(command: ClaimedCommand, publish: list[str]) -> str | None:
-    """The command to run here next, unpublished, after a command of a cursor lane with
-    `frame.process: frame` (its claim or its body): its lane's next claim when the pass
-    issued it, else the first command the pass issued (a frame's body, or another lane's
-    next command: work this process would take from the broker anyway)."""
-    meta = command.meta or {}
-    if not publish or not _may_follow(command):
-        return None
-    item = command.item if isinstance(command.item, dict) else {}
-    lane = meta.get("lane", item.get("lane"))
-    for cid in publish:
-        coordinate = parse_claim(cid)
-        if coordinate is not None and coordinate[0] == lane:
-            return cid
-    return publish[0]
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:
