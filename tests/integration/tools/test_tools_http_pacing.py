@@ -13,14 +13,14 @@ import collections
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from noetl_celery.tools.services import ToolServices
 
-from .conftest import make_services, run_with
+from .conftest import make_services, run_with, serving
 
 # requests per sliding second: low enough that 16 threads exceed it many times over
 # even on a busy machine
@@ -68,13 +68,8 @@ class _Limited(BaseHTTPRequestHandler):
 @pytest.fixture
 def limited_url() -> Iterator[str]:
     _Limited.window = _Window()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Limited)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/limited"
-    server.shutdown()
-    server.server_close()
+    with serving(_Limited) as base:
+        yield f"{base}/limited"
 
 
 def _hammer(services: ToolServices, url: str) -> tuple[int, int]:
