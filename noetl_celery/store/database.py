@@ -54,7 +54,8 @@ from noetl_celery.settings import (
 from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
 from noetl_celery.templating.environment import json_default
 
-_dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
+# how the store writes JSON (the engine's serializer, and statements that pass JSON as text)
+json_dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
 
 # seconds to wait for Postgres to answer a new connection (libpq's default is to wait
 # for the OS, minutes for a host that drops packets); a URL's `connect_timeout` wins
@@ -173,7 +174,7 @@ class Database:
                 connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
             self.engine = create_engine(
                 self.url,
-                json_serializer=_dumps,
+                json_serializer=json_dumps,
                 pool_size=self.pool_size,
                 max_overflow=self.max_overflow,
                 connect_args=connect_args,
@@ -281,7 +282,7 @@ class Database:
         )
         engine = create_engine(
             self.url,
-            json_serializer=_dumps,
+            json_serializer=json_dumps,
             connect_args={"timeout": 60, "check_same_thread": False},
             **pooling,
         )

@@ -203,14 +203,18 @@ class BatchExecutor:
         ex = self.executor
         outcomes = [r.given for r in ran]
         fold = True
+        together = len(ran) > 1  # one closing statement for all; one by one to find a refusal
         while True:
-            at = [0]  # the command being closed, should the database refuse its outcome
-            work = functools.partial(self._record_once, ran, outcomes, fold, at)
+            at = [-1]  # the command being closed, should the database refuse its outcome
+            work = functools.partial(self._record_once, ran, outcomes, fold, together, at)
             try:
                 closed, folds = again_if_interrupted(
                     f"recording the outcomes of a batch of {len(ran)} commands", work
                 )
             except ResultNotStorable as exc:
+                if at[0] < 0:  # refused by the statement closing them all: but which?
+                    together = False
+                    continue
                 item = ran[at[0]]
                 if outcomes[at[0]] is not item.given:
                     raise  # not even the failure could be stored: a bug, not the data
@@ -238,16 +242,21 @@ class BatchExecutor:
         ]
 
     def _record_once(
-        self, ran: list[_Ran], outcomes: list[Outcome], fold: bool, at: list[int]
+        self, ran: list[_Ran], outcomes: list[Outcome], fold: bool, together: bool, at: list[int]
     ) -> tuple[list[bool], list[_Fold]]:
-        """One transaction: every close, the passes, then the captured output (last, so
-        it holds what the passes logged too)."""
+        """One transaction: every close (`together`: in one statement), the passes, then
+        the captured output (last, so it holds what the passes logged too)."""
         ex = self.executor
         with ex.store.completion(ran[0].command) as first:
-            closes: list[tuple[ClaimedCommand, Closed]] = []
-            for index, item in enumerate(ran):
-                at[0] = index
-                closes.append((item.command, first.of(item.command).close(outcomes[index])))
+            commands = [item.command for item in ran]
+            if together:
+                closed = first.close_many(list(zip(commands, outcomes, strict=True)))
+            else:
+                closed = []
+                for index, command in enumerate(commands):
+                    at[0] = index
+                    closed.append(first.of(command).close(outcomes[index]))
+            closes = list(zip(commands, closed, strict=True))
             folds = self._folds(first, closes) if fold else _unfolded(closes)
             for item in ran:
                 first.of(item.command).add_logs(LogSink.command_rows(item.capture, item.command))

@@ -4,6 +4,7 @@ inbox entry (also as one Postgres statement), the lease, the deadline."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text, update
@@ -16,6 +17,7 @@ from noetl_celery.constants import (
     EV_COMMAND_FAILED,
 )
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.rows import ClaimedCommand, LoopCounters
 from noetl_celery.store.schema import Json, commands, events, inbox, loops
@@ -152,6 +154,75 @@ def close_and_read(
             "b_epoch": command.epoch,
         },
     ).first()
+
+
+_CLOSE_MANY_PG = text(
+    """
+    WITH given AS (
+        SELECT * FROM unnest(CAST(:b_cids AS varchar[]), CAST(:b_statuses AS varchar[]),
+                             CAST(:b_types AS varchar[]), CAST(:b_payloads AS text[]))
+                      WITH ORDINALITY AS g(cid, status, type, payload, ord)
+    ), closed AS (
+        UPDATE commands c SET status = g.status, finished_at = :b_now
+        FROM given g
+        WHERE c.command_id = g.cid AND c.status = 'running'
+        RETURNING c.command_id, c.execution_id, c.step, c.epoch, c.iteration, g.type,
+                  g.payload, g.ord
+    ), inserted AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT execution_id, type, step, command_id, epoch, iteration,
+               CAST(payload AS jsonb), :b_now
+        FROM closed ORDER BY ord
+        ON CONFLICT DO NOTHING
+        RETURNING event_id, execution_id, step, epoch, iteration
+    ), queued AS (
+        INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
+        SELECT event_id, execution_id, step, epoch, iteration FROM inserted
+    ), epochs AS (
+        SELECT execution_id, step, epoch, count(*) AS ours,
+               (SELECT count(*) FROM inbox q
+                 WHERE q.execution_id = e.execution_id AND q.step = e.step
+                   AND q.epoch = e.epoch) AS before
+        FROM closed e GROUP BY execution_id, step, epoch
+    )
+    SELECT g.ord, c.command_id IS NOT NULL AS closed, x.status AS status,
+           p.before + p.ours AS waiting, l.done AS loop_done,
+           l.window_size AS loop_window, l.in_flight AS loop_in_flight
+    FROM given g
+    LEFT JOIN closed c ON c.ord = g.ord
+    LEFT JOIN epochs p
+        ON p.execution_id = c.execution_id AND p.step = c.step AND p.epoch = c.epoch
+    LEFT JOIN executions x ON x.execution_id = c.execution_id
+    LEFT JOIN loops l
+        ON l.execution_id = c.execution_id AND l.step = c.step AND l.epoch = c.epoch
+    ORDER BY g.ord
+    """
+)
+
+
+def close_many_and_read(
+    conn: Connection, closing: Sequence[tuple[ClaimedCommand, Outcome]], now: dt.datetime
+) -> list[Any]:
+    """Postgres only, one statement for a batch's outcomes: close each command that is
+    still running, append its terminal event and inbox entry, and read per command
+    (closed, status, waiting, loop_done, loop_window, loop_in_flight) in the given order.
+    `waiting` counts the epoch's completions in the inbox before the statement plus the
+    batch's own of that epoch: what the last of them would read closing one at a time,
+    and deferral asks all of an execution's closes (worker.batch), so the answer is the
+    same."""
+    oks = [outcome.ok for _, outcome in closing]
+    rows = conn.execute(
+        _CLOSE_MANY_PG,
+        {
+            "b_cids": [command.command_id for command, _ in closing],
+            "b_statuses": [CMD_COMPLETED if ok else CMD_FAILED for ok in oks],
+            "b_types": [EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED for ok in oks],
+            "b_payloads": [json_dumps(outcome.to_json()) for _, outcome in closing],
+            "b_now": now,
+        },
+    ).all()
+    return list(rows)
 
 
 def loop_counters(

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from noetl_celery.constants import ExecutionStatus
-from noetl_celery.models.outcome import Outcome
+from noetl_celery.models.outcome import Outcome, StepError
 from noetl_celery.orchestrator.decisions import (
     Decision,
     EngineEvent,
@@ -236,6 +236,49 @@ def test_the_close_reads_its_loop_epochs_counters_from_the_loops_row(store: Stor
     assert claimed is not None
     with store.completion(claimed) as completing:
         assert completing.close(Outcome("ok", 1)).loop is None
+
+
+def test_a_batch_closes_in_one_call_what_one_by_one_closes_would(store: Store) -> None:
+    """`close_many` (one statement on Postgres) closes each running command with its own
+    terminal event and payload, in order, skips one that is not running, and its last
+    close of the epoch reads every completion waiting, its own included."""
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": i} for i in range(20)], 0, {"iterator": "x", "total": 20})
+    issue = IssueRange("each", 1, 0, 10, 0)
+    apply(store, eid, decision(eid, plans=[plan], issues=[issue], loops=[mirror(10, 10, 0)]))
+    claimed = {}
+    for i in (0, 1, 3):
+        got = store.claim(f"{eid}:each:1:{i}", "w", 60)
+        assert got is not None
+        claimed[i] = got
+    with store.completion(claimed[0]) as tx:
+        assert tx.close(Outcome("ok", "zero")).waiting == 1
+    unclaimed = replace(claimed[1], command_id=f"{eid}:each:1:2", iteration=2)
+    batch = [
+        (claimed[1], Outcome("ok", {"one": 1})),
+        (unclaimed, Outcome("ok", "never")),
+        (claimed[3], Outcome.failed(StepError("python_error", "three breaks"))),
+    ]
+    with store.completion(claimed[1]) as tx:
+        closes = tx.close_many(batch)
+
+    assert [c.closed for c in closes] == [True, False, True]
+    assert closes[-1].waiting == 3  # iterations 0, 1 and 3 wait in the inbox
+    assert closes[-1].status == "RUNNING"
+    assert closes[-1].loop == LoopCounters(done=False, window=10, in_flight=10)
+    with store.db.engine.connect() as conn:
+        rows = conn.execute(
+            select(events.c.iteration, events.c.type, events.c.payload)
+            .where(events.c.execution_id == eid, events.c.command_id.is_not(None))
+            .order_by(events.c.event_id)
+        ).all()
+    assert [(r.iteration, r.type, r.payload["result"]) for r in rows] == [
+        (0, "command.completed", "zero"),
+        (1, "command.completed", {"one": 1}),
+        (3, "command.failed", None),
+    ]
+    with store.completion(claimed[1]) as tx:  # closed already: a second close takes none
+        assert [c.closed for c in tx.close_many(batch)] == [False, False, False]
 
 
 def test_results_and_contexts_are_immutable_and_cached(store: Store) -> None:
