@@ -60,8 +60,7 @@ class CompletionTx:
         try:
             return self._close(outcome)
         except DataError as exc:
-            reason = str(exc.orig or exc).strip().splitlines()
-            raise ResultNotStorable(reason[0] if reason else type(exc).__name__) from exc
+            raise _not_storable(exc) from exc
 
     def close_many(self, closing: Sequence[tuple[ClaimedCommand, Outcome]]) -> list[Closed]:
         """Close a batch's commands in this transaction, one Closed per command in order:
@@ -74,9 +73,28 @@ class CompletionTx:
         try:
             rows = queries.close_many_and_read(self.conn, closing, utcnow())
         except DataError as exc:
-            reason = str(exc.orig or exc).strip().splitlines()
-            raise ResultNotStorable(reason[0] if reason else type(exc).__name__) from exc
+            raise _not_storable(exc) from exc
         return [_closed_of(row) for row in rows]
+
+    def close_and_lock(self, outcome: Outcome) -> tuple[Closed, OrchestrationTx | None]:
+        """close, then the execution's lock, waiting for a pass that holds it (lock with
+        `wait`): on Postgres in one statement, for a close that is followed by a pass of
+        its own for certain (a cursor lane continuing locally). The lock is None when
+        nothing was closed."""
+        if self.conn.dialect.name != "postgresql":
+            closed = self.close(outcome)
+            return closed, self.lock(wait=True) if closed.closed else None
+        try:
+            found = queries.close_lock_and_read(self.conn, self.command, outcome, utcnow())
+        except DataError as exc:
+            raise _not_storable(exc) from exc
+        if found is None:
+            return Closed(closed=False), None
+        row, execution = found
+        closed = _closed_of(row, int(row.waiting) + 1)
+        if not closed.closed:
+            return closed, None
+        return closed, OrchestrationTx(self.conn, execution, self._results)
 
     def _close(self, outcome: Outcome) -> Closed:
         cmd, now = self.command, utcnow()
@@ -136,3 +154,9 @@ def _closed_of(row: Any, waiting: int | None = None) -> Closed:
     if row.loop_done is not None:
         loop = LoopCounters(row.loop_done, row.loop_window, row.loop_in_flight)
     return Closed(True, row.status, loop, int(row.waiting) if waiting is None else waiting)
+
+
+def _not_storable(exc: DataError) -> ResultNotStorable:
+    """The database refused a value of an outcome: in the database's own words."""
+    reason = str(exc.orig or exc).strip().splitlines()
+    return ResultNotStorable(reason[0] if reason else type(exc).__name__)

@@ -38,6 +38,7 @@ from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
+from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
@@ -395,14 +396,19 @@ class CommandExecutor:
         lane continuing locally: its next command comes out of this pass, and the
         holder's re-check does not fold our completion, publishing that command, while
         we wait for a pass of our own)."""
-        closed = completion.close(outcome)
+        tx: OrchestrationTx | None
+        if wait and fold:  # a pass follows: the lock is taken by the closing statement
+            closed, tx = completion.close_and_lock(outcome)
+        else:
+            closed, tx = completion.close(outcome), None
         if not closed.closed:
             return False, None, False
         if not fold:
             return True, [], False
         if self.deferrable(command, closed):
             return True, None, False  # enough of the window still runs: folded later
-        tx = completion.lock(wait=wait)
+        if tx is None:
+            tx = completion.lock(wait=wait)
         if tx is None:
             return True, [], False
         try:

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, text, update
+from sqlalchemy import Connection, bindparam, column, func, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -19,9 +19,9 @@ from noetl_celery.constants import (
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.rows import ClaimedCommand, LoopCounters
+from noetl_celery.store.rows import ClaimedCommand, ExecutionRow, LoopCounters
 from noetl_celery.store.schema import Json, commands, events, inbox, loops
-from noetl_celery.store.statements import CLAIM, CLOSE_COMMAND, WAITING_EPOCH
+from noetl_celery.store.statements import CLAIM, CLOSE_COMMAND, EXECUTION_COLUMNS, WAITING_EPOCH
 
 
 def claim(
@@ -100,8 +100,9 @@ def close_command(
     return True
 
 
-_CLOSE_PG = text(
-    """
+# closes one command, appends its terminal event and inbox entry; the SELECT after it
+# reads the execution `x` and the epoch's loops row `l` from the snapshot before the insert
+_CLOSE_ONE = """
     WITH closed AS (
         UPDATE commands SET status = :b_status, finished_at = :b_now
         WHERE command_id = :b_cid AND status = 'running'
@@ -121,16 +122,39 @@ _CLOSE_PG = text(
         (SELECT count(*) FROM closed) AS closed,
         (SELECT count(*) FROM inbox
           WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
-        x.status AS status,
         l.done AS loop_done,
         l.window_size AS loop_window,
-        l.in_flight AS loop_in_flight
+        l.in_flight AS loop_in_flight,
+        {columns}
     FROM executions x
     LEFT JOIN loops l
         ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
     WHERE x.execution_id = :b_eid
-    """
-).bindparams(bindparam("b_payload", type_=Json))
+"""
+
+_CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status")).bindparams(
+    bindparam("b_payload", type_=Json)
+)
+
+# the same, taking the orchestration lock on the execution in the same statement (and
+# waiting for it): a pass that follows for certain saves the lock's round trip. The
+# execution's columns are those of the row as locked (the latest, should the statement
+# have waited for another pass), typed as the lock's own statement types them.
+_CLOSE_LOCK_PG = (
+    text(
+        _CLOSE_ONE.format(columns=", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS))
+        + "    FOR UPDATE OF x\n"
+    )
+    .bindparams(bindparam("b_payload", type_=Json))
+    .columns(  # matched by position: every column of the SELECT, in order
+        column("closed"),
+        column("waiting"),
+        column("loop_done"),
+        column("loop_window"),
+        column("loop_in_flight"),
+        *EXECUTION_COLUMNS,
+    )
+)
 
 
 def close_and_read(
@@ -140,20 +164,21 @@ def close_and_read(
     inbox entry, and read (closed, waiting, status, the epoch's loops row counters:
     loop_done, loop_window, loop_in_flight, null without a row) from the snapshot taken
     before that insert (waiting does not count this completion)."""
+    return conn.execute(_CLOSE_PG, _close_params(command, outcome, now)).first()
+
+
+def _close_params(command: ClaimedCommand, outcome: Outcome, now: dt.datetime) -> dict[str, Any]:
     ok = outcome.ok
-    return conn.execute(
-        _CLOSE_PG,
-        {
-            "b_cid": command.command_id,
-            "b_status": CMD_COMPLETED if ok else CMD_FAILED,
-            "b_now": now,
-            "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-            "b_payload": outcome.to_json(),
-            "b_eid": command.execution_id,
-            "b_step": command.step,
-            "b_epoch": command.epoch,
-        },
-    ).first()
+    return {
+        "b_cid": command.command_id,
+        "b_status": CMD_COMPLETED if ok else CMD_FAILED,
+        "b_now": now,
+        "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+        "b_payload": outcome.to_json(),
+        "b_eid": command.execution_id,
+        "b_step": command.step,
+        "b_epoch": command.epoch,
+    }
 
 
 _CLOSE_MANY_PG = text(
@@ -199,6 +224,19 @@ _CLOSE_MANY_PG = text(
     ORDER BY g.ord
     """
 )
+
+
+def close_lock_and_read(
+    conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
+) -> tuple[Any, ExecutionRow] | None:
+    """close_and_read, also locking the execution (waiting for a pass that holds it):
+    (closed, waiting, the loop counters; the execution as locked), waiting counting the
+    epoch's inbox before this completion. None: no such execution."""
+    row = conn.execute(_CLOSE_LOCK_PG, _close_params(command, outcome, now)).first()
+    if row is None:  # no such execution: nothing closed either
+        return None
+    execution = ExecutionRow(**{c.name: row._mapping[c.name] for c in EXECUTION_COLUMNS})
+    return row, execution
 
 
 def close_many_and_read(

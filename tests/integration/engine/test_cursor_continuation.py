@@ -2,7 +2,7 @@
 worker that records a frame's claim runs the frame's body next, and the worker that
 records the body runs the lane's next claim, unpublished, each claimed in the close's
 transaction. Driven here by a dispatcher that records what is published and delivers it
-in this thread, on the embedded store and the sqlite cursor driver."""
+in this thread, on either store (SQLite, Postgres) and the sqlite cursor driver."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.orchestrator.ids import base_command_id, parse_claim
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
+from noetl_celery.store.schema import commands
 from noetl_celery.worker.reports import DUPLICATE, CommandReport
 
 ROWS = 30
@@ -103,9 +105,16 @@ def queue_db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    # a chain long enough for the whole drain: the test counts what was published
-    settings = Settings(home=tmp_path / "home", batch_budget_seconds=60, lease_seconds=3)
+def engine(tmp_path: Path, store_url: str) -> Iterator[Engine]:
+    # a chain long enough for the whole drain: the test counts what was published. On
+    # Postgres the close of a lane's command also takes the execution's lock (one
+    # statement: store.queries.close_lock_and_read)
+    settings = Settings(
+        home=tmp_path / "home",
+        database_url=store_url,
+        batch_budget_seconds=60,
+        lease_seconds=3,
+    )
     engine = Engine(settings, schema=SchemaMode.MIGRATE)
     try:
         yield engine
@@ -131,15 +140,11 @@ def runs(db: Path) -> list[str]:
 
 
 def body_ids(engine: Engine, eid: str) -> list[str]:
-    path = engine.database.sqlite_path
-    assert path is not None
-    with sqlite3.connect(path) as conn:
-        rows = conn.execute(
-            "SELECT command_id FROM commands WHERE execution_id = ? AND step = 'drain' "
-            "AND kind = 'iteration'",
-            (eid,),
-        )
-        return [r[0] for r in rows]
+    query = select(commands.c.command_id).where(
+        commands.c.execution_id == eid, commands.c.step == "drain", commands.c.kind == "iteration"
+    )
+    with engine.database.engine.connect() as conn:
+        return [r[0] for r in conn.execute(query)]
 
 
 def drain_exactly(engine: Engine, tmp_path: Path, fail_first: bool) -> tuple[Path, Deliveries, str]:
