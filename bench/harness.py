@@ -79,8 +79,16 @@ def env_for(**values: str) -> dict[str, str]:
 @contextmanager
 def worker(cmd: list[str], env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("w") as fh:
+        # cwd: `python -m` puts the working directory first on sys.path, so a worker
+        # started elsewhere could import another checkout's code than env_for's
+        # PYTHONPATH names (an A/B run against a worktree would measure one tree twice)
         proc = subprocess.Popen(
-            cmd, env=dict(env), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=dict(env),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
         )
         try:
             deadline = time.monotonic() + 60

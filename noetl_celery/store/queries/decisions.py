@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, text, update
 
 from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_PLANNED, KIND_ITERATION, KIND_STEP
 from noetl_celery.orchestrator.decisions import (
@@ -20,6 +20,7 @@ from noetl_celery.orchestrator.decisions import (
     Terminal,
 )
 from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.queries._common import SYNC_COMMIT
 from noetl_celery.store.queries.inbox import mark_handled
@@ -62,14 +63,55 @@ def insert_contexts(
     )
 
 
+# Postgres: a chunk of planned iterations in one INSERT from arrays. An executemany sent
+# one INSERT per row (pipelined, but parsed, planned and run once per row by the server,
+# and bound row by row here): a cursor frame's 50 bodies were a twelfth of the worker's
+# CPU in a per-row drain.
+_PLAN_PG = text(
+    """
+    INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration, attempt,
+                          status, ctx_version, item, meta)
+    SELECT p.command_id, :b_eid, :b_step, :b_kind, :b_epoch, p.iteration, 1, :b_status,
+           :b_ctx, CAST(p.item AS jsonb), CAST(:b_meta AS jsonb)
+    FROM unnest(CAST(:b_ids AS varchar[]), CAST(:b_iterations AS integer[]),
+                CAST(:b_items AS text[])) AS p(command_id, iteration, item)
+    ON CONFLICT DO NOTHING
+    """
+)
+
+
 def insert_planned(conn: Connection, execution_id: str, plan: LoopPlan) -> None:
     """A loop's planned (not yet issued) iteration commands."""
     # rows are built one chunk at a time: a 100k-item loop must not hold 100k row dicts
     # (and one giant INSERT) in memory at once
+    postgres = conn.dialect.name == "postgresql"
     for start in range(0, len(plan.items), PLAN_CHUNK):
         chunk = plan.items[start : start + PLAN_CHUNK]
+        if postgres:
+            conn.execute(_PLAN_PG, _plan_arrays(execution_id, plan, chunk, plan.start + start))
+            continue
         rows = _plan_rows(execution_id, plan, chunk, plan.start + start)
         conn.execute(insert_ignore(conn, commands), rows)
+
+
+def _plan_arrays(
+    execution_id: str, plan: LoopPlan, items: Sequence[Any], first: int
+) -> dict[str, Any]:
+    """_PLAN_PG's parameters: what _plan_rows says row by row, as columns (JSON as the
+    store writes it: a None item or meta is JSON null, as the Json column stores it)."""
+    iterations = list(range(first, first + len(items)))
+    return {
+        "b_ids": [iteration_command_id(execution_id, plan.step, plan.epoch, i) for i in iterations],
+        "b_iterations": iterations,
+        "b_items": [json_dumps(item) for item in items],
+        "b_eid": execution_id,
+        "b_step": plan.step,
+        "b_kind": KIND_ITERATION,
+        "b_epoch": plan.epoch,
+        "b_status": CMD_PLANNED,
+        "b_ctx": plan.ctx_version,
+        "b_meta": json_dumps(plan.meta),
+    }
 
 
 def insert_issued(
