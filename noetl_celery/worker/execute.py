@@ -405,12 +405,14 @@ class CommandExecutor:
             return False, None, False
         if not fold:
             return True, [], False
-        if self.deferrable(command, closed):
-            return True, None, False  # enough of the window still runs: folded later
         if tx is None:
+            if self.deferrable(command, closed):
+                return True, None, False  # enough of the window still runs: folded later
             tx = completion.lock(wait=wait)
-        if tx is None:
-            return True, [], False
+            if tx is None:
+                return True, [], False
+        # a lock taken by the close always passes: a holder that skipped its pass would
+        # leave those who found the lock taken waiting for a re-check it never makes
         try:
             passed = self.orchestrator.run_pass(tx)
         except Exception as exc:
