@@ -24,6 +24,7 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.completion import Closed
 from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.queries import decisions
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import LoopCounters
 from noetl_celery.store.schema import commands, events
@@ -174,6 +175,40 @@ def test_planned_iterations_are_issued_once(store: Store) -> None:
     assert overlap == [f"{eid}:each:1:4", f"{eid}:each:1:5"]
     claimed = store.claim(f"{eid}:each:1:5", "w", 60)
     assert claimed is not None and claimed.item == {"i": 5} and claimed.iteration == 5
+
+
+def test_planned_rows_are_the_same_on_both_stores_across_chunks(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres plans from arrays (one INSERT per chunk), SQLite row by row: the rows
+    are the same (a None item reads back None), with the plan's meta and context, and a
+    row already there is left as it was."""
+    monkeypatch.setattr(decisions, "PLAN_CHUNK", 2)  # three chunks for five items
+    eid = new_execution(store)
+    items = [{"i": 0, "deep": {"x": [1, None]}}, None, "text", 3.5, ["a"]]
+    meta = {"iterator": "x", "total": 5}
+    first = LoopPlan("each", 1, items[:1], 4, meta, start=7)
+    apply(store, eid, decision(eid, plans=[first]))
+    apply(store, eid, decision(eid, plans=[replace(first, items=["changed", *items[1:]])]))
+    with store.db.engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                commands.c.command_id,
+                commands.c.kind,
+                commands.c.iteration,
+                commands.c.attempt,
+                commands.c.status,
+                commands.c.ctx_version,
+                commands.c.item,
+                commands.c.meta,
+            )
+            .where(commands.c.execution_id == eid)
+            .order_by(commands.c.iteration)
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (f"{eid}:each:1:{7 + n}", "iteration", 7 + n, 1, "planned", 4, item, meta)
+        for n, item in enumerate(items)
+    ]
 
 
 def test_a_plan_issued_whole_is_inserted_issued_and_published_once(store: Store) -> None:
