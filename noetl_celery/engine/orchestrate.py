@@ -40,7 +40,7 @@ from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.models.outcome import StepError
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.batching import could_defer, may_defer_all
+from noetl_celery.orchestrator.batching import backlog_needs_pass, could_defer, may_defer_all
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits, Terminal
 from noetl_celery.orchestrator.state import ExecutionState
@@ -90,11 +90,12 @@ class PassDriver:
         passes = 0
         if recheck_first and not self.store.has_unhandled(execution_id):
             return passes
+        defer = True
         while True:
             try:
                 result = again_if_interrupted(
                     f"an orchestration pass of execution {execution_id}",
-                    partial(self._locked_pass, execution_id, wait),
+                    partial(self._locked_pass, execution_id, wait, defer),
                     extra={"execution_id": execution_id},
                 )
             except Exception as exc:
@@ -108,9 +109,23 @@ class PassDriver:
                 passes += 1
             if result.publish:
                 self.dispatcher.publish(result.publish)
-            if result.deferred or not self.store.has_unhandled(execution_id):
+            if result.deferred:
+                # closers in parallel may each have deferred too, counting on this pass:
+                # look at what is committed now, and fold it all if nothing will come back
+                if not backlog_needs_pass(self.store.backlog(execution_id)):
+                    return passes
+                defer = False  # the next pass folds: no two rules can keep this looping
+            elif not self.store.has_unhandled(execution_id):
                 return passes
             wait = False
+
+    def after_deferral(self, execution_id: str) -> int:
+        """For a closer whose completion was left for a later pass, once committed: drive
+        the execution if what is committed now needs a pass (orchestrator.batching: closers
+        in parallel may all have deferred, each counting on the others)."""
+        if not backlog_needs_pass(self.store.backlog(execution_id)):
+            return 0
+        return self.drive(execution_id, wait=False)
 
     def crashed(self, execution_id: str, exc: BaseException) -> None:
         """A pass of `execution_id` crashed for a reason other than the database being
@@ -140,17 +155,17 @@ class PassDriver:
             kind="engine_error",
         )
 
-    def _locked_pass(self, execution_id: str, wait: bool) -> PassResult | None:
+    def _locked_pass(self, execution_id: str, wait: bool, defer: bool) -> PassResult | None:
         """One pass in a transaction of its own; None when another pass holds the lock."""
         with self.store.orchestration(execution_id, wait=wait) as tx:
-            return None if tx is None else self.run_pass(tx)
+            return None if tx is None else self._pass(tx, defer)
 
     def run_pass(self, tx: OrchestrationTx) -> PassResult:
         """One pass inside the caller's transaction; publish `result.publish` after the
         commit."""
         return self._pass(tx)
 
-    def _pass(self, tx: OrchestrationTx) -> PassResult:
+    def _pass(self, tx: OrchestrationTx, defer: bool = True) -> PassResult:
         row = tx.execution
         now = time.time()  # the pass's time, read once: the core never reads a clock
         if row.status != RUNNING:
@@ -174,7 +189,7 @@ class PassDriver:
                 decision = self._recorded_start(playbook, row, inputs, tx, now)
             return PassResult(tx.apply(decision, []), changed=True)
         state = ExecutionState.from_json(row.state)
-        if could_defer(state) and may_defer_all(state, tx.waiting()):
+        if defer and could_defer(state) and may_defer_all(state, tx.waiting()):
             return PassResult(deferred=True)
         completions = tx.inbox(self.batch)
         if not completions:

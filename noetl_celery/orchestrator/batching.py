@@ -6,9 +6,18 @@ Deferring is safe when enough iterations of the same epoch are *genuinely* still
 them will finish and come here again, and when few are left every completion folds, so
 the last ones always fold everything. Loop counts stay exact (they come from the inbox,
 which is only ever marked handled by a pass); only the refill of the window is batched.
+
+"The last ones fold" holds for one closer at a time, not for closers in parallel: each
+transaction counts the inbox as committed before it plus its own completions, so three
+batches finishing together can each see fewer than half the window waiting, each defer,
+and leave the whole window unfolded with nothing left running. So whoever deferred looks
+again once committed (`backlog_needs_pass`, on what is committed then): the last of them
+to commit sees every completion and drives the execution.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from noetl_celery.constants import RUNNING
 from noetl_celery.orchestrator.state import ExecutionState, LoopProgress
@@ -57,3 +66,29 @@ def may_defer_window(window: int, in_flight: int, waiting: int) -> bool:
         return False
     still_running = in_flight - waiting
     return still_running > window // 2
+
+
+@dataclass(frozen=True)
+class EpochBacklog:
+    """One (step, epoch) of an execution's inbox as committed, with its `loops` row's
+    counters (window None: not a loop epoch, or no row) and the execution's status."""
+
+    status: str
+    waiting: int
+    other: bool  # an entry that is not a loop iteration
+    done: bool = False
+    window: int | None = None
+    in_flight: int = 0
+
+
+def backlog_needs_pass(backlog: list[EpochBacklog]) -> bool:
+    """After a deferral committed: True when a completion waits that no running command
+    will come back for (the rule of `may_defer_all`, on the committed inbox)."""
+    return any(
+        epoch.status != RUNNING
+        or epoch.other
+        or epoch.window is None
+        or epoch.done
+        or not may_defer_window(epoch.window, epoch.in_flight, epoch.waiting)
+        for epoch in backlog
+    )

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.store import queries
 from noetl_celery.store.cache import ImmutableCache
 from noetl_celery.store.catalog import CatalogReadsManager
@@ -211,6 +212,11 @@ class Store:
     def has_unhandled(self, execution_id: str) -> bool:
         with self.db.read() as conn:
             return queries.has_unhandled(conn, execution_id)
+
+    def backlog(self, execution_id: str) -> list[EpochBacklog]:
+        """The execution's inbox as committed now, per loop epoch (orchestrator.batching)."""
+        with self.db.read() as conn:
+            return queries.backlog(conn, execution_id)
 
     # ---- commands (worker side) -------------------------------------------------------------
     def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:

@@ -7,10 +7,10 @@ are therefore module constants, executed with parameter dicts only.
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import and_, bindparam, delete, func, select, update
 
 from noetl_celery.constants import CMD_ISSUED, CMD_PLANNED, CMD_RUNNING
-from noetl_celery.store.schema import commands, events, executions, inbox
+from noetl_celery.store.schema import commands, events, executions, inbox, loops
 
 EXECUTION_COLUMNS = (
     executions.c.execution_id,
@@ -68,6 +68,38 @@ WAITING = (
     )
     .where(_waiting)
     .group_by(inbox.c.step, inbox.c.epoch)
+)
+# the inbox as committed, per epoch, with what deferral reads of the epoch's loops row
+BACKLOG = (
+    select(
+        inbox.c.step,
+        inbox.c.epoch,
+        func.count(),
+        func.count() - func.count(inbox.c.iteration),
+        executions.c.status,
+        loops.c.done,
+        loops.c.window_size,
+        loops.c.in_flight,
+    )
+    .select_from(
+        inbox.join(executions, executions.c.execution_id == inbox.c.execution_id).outerjoin(
+            loops,
+            and_(
+                loops.c.execution_id == inbox.c.execution_id,
+                loops.c.step == inbox.c.step,
+                loops.c.epoch == inbox.c.epoch,
+            ),
+        )
+    )
+    .where(_waiting)
+    .group_by(
+        inbox.c.step,
+        inbox.c.epoch,
+        executions.c.status,
+        loops.c.done,
+        loops.c.window_size,
+        loops.c.in_flight,
+    )
 )
 MARK_HANDLED = delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True)))
 

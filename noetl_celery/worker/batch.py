@@ -65,7 +65,7 @@ class _Fold:
     """What to do for one execution once the batch's transaction committed."""
 
     execution_id: str
-    publish: list[str] | None  # None: nothing more to do
+    publish: list[str] | None  # None: deferred (looked at again once committed)
     ran_pass: bool
 
 
@@ -232,6 +232,7 @@ class BatchExecutor:
             break
         for done in folds:
             if done.publish is None:
+                ex.orchestrator.after_deferral(done.execution_id)
                 continue
             if done.publish:
                 ex.orchestrator.dispatcher.publish(done.publish)
@@ -271,7 +272,9 @@ class BatchExecutor:
         folds = []
         for execution_id, mine in _by_execution(closes).items():
             if all(ex.deferrable(command, closed) for command, closed in mine):
-                continue  # enough of the window still runs: folded later
+                # enough of the window still runs: folded later
+                folds.append(_Fold(execution_id, None, False))
+                continue
             tx = first.of(mine[-1][0]).lock()
             if tx is None:  # another pass holds the lock: it folds ours, or drive does
                 folds.append(_Fold(execution_id, [], False))

@@ -299,6 +299,8 @@ class CommandExecutor:
             else:
                 held.rollback()
         if recorded.publish is None:
+            if recorded.closed:  # deferred: folded later, unless it was the last to close
+                self.orchestrator.after_deferral(command.execution_id)
             return recorded
         publish = recorded.publish
         if recorded.follow is not None:

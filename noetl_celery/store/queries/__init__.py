@@ -75,6 +75,7 @@ from noetl_celery.store.queries.executions import (
     lock_execution,
 )
 from noetl_celery.store.queries.inbox import (
+    backlog,
     first_claimed_keys,
     has_unhandled,
     inbox_completions,
@@ -150,6 +151,7 @@ __all__ = [
     "add_counter",
     "any_claimed",
     "append_terminal",
+    "backlog",
     "cached_result",
     "cancel_unfinished",
     "catalog_content",

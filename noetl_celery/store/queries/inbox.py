@@ -10,10 +10,11 @@ from sqlalchemy import Connection, select, text
 
 from noetl_celery.constants import COMMAND_TERMINAL_EVENTS, EV_COMMAND_FAILED
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.schema import cursor_rows, events
-from noetl_celery.store.statements import HAS_UNHANDLED, INBOX, MARK_HANDLED, WAITING
+from noetl_celery.store.statements import BACKLOG, HAS_UNHANDLED, INBOX, MARK_HANDLED, WAITING
 
 _FIRST_CLAIMS_PG = text(
     "INSERT INTO cursor_rows (execution_id, step, epoch, row_key) "
@@ -46,6 +47,21 @@ def waiting(conn: Connection, execution_id: str) -> list[tuple[str, int, int, bo
     iteration."""
     rows = conn.execute(WAITING, {"b_eid": execution_id}).all()
     return [(r[0] or "", r[1] or 0, int(r[2]), bool(r[3])) for r in rows]
+
+
+def backlog(conn: Connection, execution_id: str) -> list[EpochBacklog]:
+    """The committed inbox per (step, epoch) with the epoch's deferral counters."""
+    return [
+        EpochBacklog(
+            status=r[4],
+            waiting=int(r[2]),
+            other=bool(r[3]),
+            done=bool(r[5]),
+            window=None if r[6] is None else int(r[6]),
+            in_flight=int(r[7] or 0),
+        )
+        for r in conn.execute(BACKLOG, {"b_eid": execution_id}).all()
+    ]
 
 
 def mark_handled(conn: Connection, event_ids: Sequence[int]) -> None:

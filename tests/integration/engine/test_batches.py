@@ -9,8 +9,10 @@ event, whatever the batch skipped, handed back or could not store.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from noetl_celery.constants import EV_COMMAND_COMPLETED, EV_COMMAND_FAILED, Repo
 from noetl_celery.engine.service import Engine
 from noetl_celery.orchestrator.packing import pack
 from noetl_celery.settings import Settings
+from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import SchemaMode
 
 pytestmark = pytest.mark.integration
@@ -260,3 +263,78 @@ def test_a_failure_and_an_unstorable_result_do_not_lose_the_others(
         "success": 2,
         "failed": 2,
     }
+
+
+def _closes_meet(monkeypatch: pytest.MonkeyPatch, method: str, parties: int) -> list[int]:
+    """Make `parties` closing transactions meet after their closing statement, before
+    any commits: each then counts the inbox without the others' completions (the race of
+    closers in parallel). Returns the `waiting` each close read, in the order read."""
+    seen: list[int] = []
+    meet = threading.Barrier(parties, timeout=30)
+    original = getattr(CompletionTx, method)
+
+    def closing(self: CompletionTx, *args: Any) -> Any:
+        closed = original(self, *args)
+        last = closed[-1] if isinstance(closed, list) else closed
+        seen.append(last.waiting)
+        meet.wait()
+        return closed
+
+    monkeypatch.setattr(CompletionTx, method, closing)
+    return seen
+
+
+def _all_at_once(work: list[Callable[[], Any]]) -> None:
+    errors: list[BaseException] = []
+
+    def run(job: Callable[[], Any]) -> None:
+        try:
+            job()
+        except BaseException as exc:  # reported below: a thread's error is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+
+
+def test_batches_that_all_defer_in_parallel_still_fold_the_window(
+    engine: Engine, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three batches of four close a window of twelve together: each counts its own
+    four waiting, eight still running, and leaves its completions for a later pass. Once
+    committed the last of them must see the whole window waiting and fold it; before,
+    the loop waited for a reaper that tests and short runs may never get (it failed the
+    killed-pass test in CI)."""
+    eid = engine.start_text(loop_playbook(12, "result = i"))
+    ids = recorder.take()
+    assert len(ids) == 12
+    seen = _closes_meet(monkeypatch, "close_many", 3)
+
+    _all_at_once([partial(engine.batches.execute, ids[k : k + 4]) for k in (0, 4, 8)])
+
+    assert seen == [4, 4, 4]  # each deferred: 12 in flight - 4 waiting > 12 // 2
+    assert engine.wait(eid, 30).status == "COMPLETED"
+    assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(12)}
+    assert not engine.store.has_unhandled(eid)
+
+
+def test_single_closes_that_all_defer_in_parallel_still_fold_the_window(
+    engine: Engine, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race one command per delivery: eight closes of a window of eight each
+    count one waiting (seven still running) and defer."""
+    eid = engine.start_text(loop_playbook(8, "result = i"))
+    ids = recorder.take()
+    assert len(ids) == 8
+    seen = _closes_meet(monkeypatch, "close", 8)
+
+    _all_at_once([partial(engine.executor.execute, cid) for cid in ids])
+
+    assert seen == [1] * 8
+    assert engine.wait(eid, 30).status == "COMPLETED"
+    assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(8)}
+    assert not engine.store.has_unhandled(eid)

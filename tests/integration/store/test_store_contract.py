@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from noetl_celery.constants import ExecutionStatus
 from noetl_celery.models.outcome import Outcome, StepError
+from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.orchestrator.decisions import (
     Decision,
     EngineEvent,
@@ -314,6 +315,26 @@ def test_a_batch_closes_in_one_call_what_one_by_one_closes_would(store: Store) -
     ]
     with store.completion(claimed[1]) as tx:  # closed already: a second close takes none
         assert [c.closed for c in tx.close_many(batch)] == [False, False, False]
+
+
+def test_the_backlog_reads_the_committed_inbox_per_epoch_with_its_loop_counters(
+    store: Store,
+) -> None:
+    """What a closer that deferred reads once committed (orchestrator.batching)."""
+    eid = new_execution(store)
+    assert store.backlog(eid) == []
+    plan = LoopPlan("each", 1, [{"i": i} for i in range(20)], 0, {"iterator": "x", "total": 20})
+    issue = IssueRange("each", 1, 0, 10, 0)
+    apply(store, eid, decision(eid, plans=[plan], issues=[issue], loops=[mirror(10, 10, 0)]))
+    claimed = [store.claim(f"{eid}:each:1:{i}", "w", 60) for i in range(3)]
+    for got in claimed:
+        assert got is not None
+        with store.completion(got) as tx:
+            assert tx.close(Outcome("ok", got.iteration)).closed
+
+    assert store.backlog(eid) == [
+        EpochBacklog(status="RUNNING", waiting=3, other=False, done=False, window=10, in_flight=10)
+    ]
 
 
 def test_results_and_contexts_are_immutable_and_cached(store: Store) -> None:

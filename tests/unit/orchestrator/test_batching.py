@@ -6,6 +6,8 @@ import pytest
 
 from noetl_celery.constants import ExecutionStatus
 from noetl_celery.orchestrator.batching import (
+    EpochBacklog,
+    backlog_needs_pass,
     could_defer,
     may_defer,
     may_defer_all,
@@ -61,7 +63,8 @@ def test_never_defers_outside_a_running_loop_epoch() -> None:
 
 
 def test_a_window_of_deferrals_cannot_stall() -> None:
-    """Simulate a window finishing in any order: the last completion always folds."""
+    """Simulate a window finishing in any order, one close at a time: the last
+    completion always folds (closers in parallel: test_closers_in_parallel_...)."""
     window = 20
     in_flight, waiting, folds = window, 0, 0
     for _ in range(window):  # every running command finishes; no refill in between
@@ -113,3 +116,45 @@ def test_the_rule_on_a_loops_rows_counters_is_the_rule_on_the_snapshot(
     st = state(window, in_flight)
     expected = may_defer(st, "each", 1, waiting)
     assert may_defer_window(window, in_flight, waiting) is expected
+
+
+def _epoch(waiting: int, in_flight: int = 120, **kw: object) -> EpochBacklog:
+    fields: dict[str, object] = {"status": "RUNNING", "other": False, "window": 120}
+    fields.update(kw)
+    return EpochBacklog(waiting=waiting, in_flight=in_flight, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("backlog", "expected"),
+    [
+        ([], False),  # nothing waits
+        ([_epoch(40)], False),  # 80 still run: they come back
+        ([_epoch(59)], False),
+        ([_epoch(60)], True),  # half the window left: fold
+        ([_epoch(120)], True),  # the race: every closer deferred, nothing runs
+        ([_epoch(40), _epoch(1, window=None)], True),  # a completion outside any loop
+        ([_epoch(40, other=True)], True),  # a non-iteration completion of the epoch
+        ([_epoch(40, done=True)], True),
+        ([_epoch(40, status="CANCELLED")], True),  # a pass consumes late completions
+        ([_epoch(2, in_flight=6, window=6)], True),  # too small a window never defers
+    ],
+)
+def test_a_committed_backlog_needs_a_pass_where_a_pass_would_not_defer(
+    backlog: list[EpochBacklog], expected: bool
+) -> None:
+    assert backlog_needs_pass(backlog) is expected
+
+
+@pytest.mark.parametrize("parties", [2, 3, 4, 8])
+@pytest.mark.parametrize("window", [8, 20, 120])
+def test_closers_in_parallel_can_all_defer_but_the_committed_backlog_folds(
+    parties: int, window: int
+) -> None:
+    """Every split of a full window among closers that commit together: whenever each
+    one's own count lets it defer, the committed backlog (all of them) needs a pass."""
+    share, rest = divmod(window, parties)
+    shares = [share + (1 if k < rest else 0) for k in range(parties)]
+    each_deferred = all(may_defer_window(window, window, s) for s in shares)
+    assert backlog_needs_pass([_epoch(window, in_flight=window, window=window)])
+    if parties > 2 and window >= 20:
+        assert each_deferred  # the race is real for three or more closers
