@@ -158,12 +158,12 @@ class PassDriver:
     def _locked_pass(self, execution_id: str, wait: bool, defer: bool) -> PassResult | None:
         """One pass in a transaction of its own; None when another pass holds the lock."""
         with self.store.orchestration(execution_id, wait=wait) as tx:
-            return None if tx is None else self._pass(tx, defer)
+            return None if tx is None else self.run_pass(tx, defer=defer)
 
-    def run_pass(self, tx: OrchestrationTx) -> PassResult:
+    def run_pass(self, tx: OrchestrationTx, *, defer: bool = True) -> PassResult:
         """One pass inside the caller's transaction; publish `result.publish` after the
-        commit."""
-        return self._pass(tx)
+        commit. `defer=False`: fold what waits even if the window could wait for more."""
+        return self._pass(tx, defer)
 
     def _pass(self, tx: OrchestrationTx, defer: bool = True) -> PassResult:
         row = tx.execution

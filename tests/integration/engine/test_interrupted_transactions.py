@@ -75,8 +75,8 @@ def stall_once(target: Any, name: str, monkeypatch: pytest.MonkeyPatch, when: An
     original = getattr(target, name)
     stalled: list[str] = []
 
-    def stalling(*args: Any) -> Any:
-        result = original(*args)
+    def stalling(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
         if not stalled and when(*args):
             stalled.append(name)
             time.sleep(STALL)  # frozen, the transaction open and the lock held
