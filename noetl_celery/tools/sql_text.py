@@ -60,10 +60,36 @@ def extract_sql(config: Mapping[str, Any], tool: str) -> str:
 
 def _is_blank(statement: str) -> bool:
     """True when a statement holds nothing but comments, whitespace and semicolons."""
+    if "--" not in statement and "/*" not in statement:  # no comment: no need to parse
+        return not statement.strip().strip(";").strip()
     import sqlparse
 
     stripped = sqlparse.format(statement, strip_comments=True)
     return not stripped.strip().strip(";").strip()
+
+
+# What may end a statement or hide one outside quotes: `;`, comments, dollar quotes and
+# E'' strings (backslash escapes). Quoted strings and identifiers are matched whole, with
+# their doubled-quote escapes, so what they hold (rendered JSON, a '; --' in a value) is
+# skipped over at C speed instead of lexed token by token.
+_SCAN = re.compile(
+    r"""(?P<escaped>(?<![\w$])[eE]')|'[^']*(?:''[^']*)*'|"[^"]*(?:""[^"]*)*"|(?P<mark>--|/\*|\$|;)"""
+)
+
+
+def _one_statement(text: str) -> bool:
+    """True when `text` is certainly one statement: outside its quoted strings and
+    identifiers there is no comment, dollar quote or E'' string, and no `;` but
+    trailing ones. False means "ask sqlparse", not "several"."""
+    for match in _SCAN.finditer(text):
+        if match.group("escaped"):
+            return False
+        mark = match.group("mark")
+        if mark is None:
+            continue  # a quoted string or identifier
+        if mark != ";" or text[match.end() :].strip(" \t\r\n;"):
+            return False
+    return True
 
 
 def split_statements(sql: str) -> tuple[str, ...]:
@@ -86,9 +112,13 @@ def _split(sql: str) -> tuple[str, ...]:
     if not text:
         return ()
     body = text.rstrip(";").rstrip()
-    # Fast path (most steps): one statement, no comments; sqlparse costs ~0.1 ms/statement.
-    if ";" not in body and "--" not in body and "/*" not in body:
-        return (text,) if body else ()
+    if not body:
+        return ()
+    # Fast path (most steps): one statement, no comments. sqlparse lexes in Python: a
+    # rendered INSERT carrying a page of JSON cost a per-row PFT drain a quarter of its
+    # workers' CPU (issue 15), though its `;` and `--` were all inside the string.
+    if (";" not in body and "--" not in body and "/*" not in body) or _one_statement(body):
+        return (text,)
     import sqlparse  # lazy: only needed for multi-statement or commented SQL
 
     statements = (s.strip() for s in sqlparse.split(text))

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import random
 
 import pytest
 
@@ -74,3 +76,85 @@ def test_first_keyword() -> None:
     assert first_keyword("  insert into t values (1)") == "INSERT"
     assert first_keyword("-- c\n/* d */ select 1") == "SELECT"
     assert first_keyword("(select 1)") == ""
+
+
+def _sqlparse_split(sql: str) -> tuple[str, ...]:
+    """The reference: every statement as sqlparse cuts it, blank ones dropped."""
+    import sqlparse
+
+    statements = (s.strip() for s in sqlparse.split(sql.strip()))
+    return tuple(
+        s
+        for s in statements
+        if s and sqlparse.format(s, strip_comments=True).strip().strip(";").strip()
+    )
+
+
+# fragments a rendered statement is made of; no backslash: inside '...' sqlparse reads
+# one as an escape where Postgres (standard_conforming_strings) and DuckDB do not
+FRAGMENTS = [
+    "SELECT 1",
+    "INSERT INTO t VALUES (",
+    ")",
+    " ",
+    "\n",
+    "'a;b'",
+    "'it''s; -- not a comment'",
+    "'/* nor this */'",
+    "'$$'",
+    '"col;umn"',
+    '"say ""hi"";"',
+    "-- note\n",
+    "/* block; */",
+    ";",
+    "$$ x; y $$",
+    "$q$ ; $q$",
+    "E'\\';'",
+    "e",
+    "'{\"k\": \"v; w\"}'::jsonb",
+]
+
+
+def test_the_split_is_the_one_sqlparse_makes_on_generated_texts() -> None:
+    rng = random.Random(15)
+    for _ in range(3000):
+        sql = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 12)))
+        # the same statements; trailing `;` and blanks are kept as written (empty statements)
+        ours = [s.rstrip("; \n") for s in split_statements(sql)]
+        assert ours == [s.rstrip("; \n") for s in _sqlparse_split(sql)], sql
+
+
+def test_a_statement_carrying_json_is_not_lexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of records rendered into one INSERT: its `;`, `--`, `/*` and `$` are all
+    inside the string, so the text is one statement without sqlparse (which lexes in
+    Python: a quarter of a PFT drain's worker CPU went there)."""
+    import sqlparse
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sqlparse was asked")
+
+    monkeypatch.setattr(sqlparse, "split", refuse)
+    monkeypatch.setattr(sqlparse, "format", refuse)
+    records = json.dumps([{"note": f"take 2; -- then /* {i} */ $5", "q": "it's"} for i in range(50)])
+    sql = (
+        "INSERT INTO t (payload) SELECT '"
+        + records.replace("'", "''")
+        + "'::jsonb ON CONFLICT DO NOTHING;"
+    )
+    assert split_statements(sql) == (sql,)
+    assert split_statements('SELECT "a;b" FROM t;;') == ('SELECT "a;b" FROM t;;',)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT 1; SELECT 2", ("SELECT 1;", "SELECT 2")),
+        ("SELECT ';'; SELECT 2;", ("SELECT ';';", "SELECT 2;")),
+        ("SELECT E'\\';'; SELECT 2", ("SELECT E'\\';';", "SELECT 2")),  # backslash escape
+        ("SELECT 1 -- a; b", ("SELECT 1 -- a; b",)),  # a comment's `;` ends nothing
+    ],
+)
+def test_texts_with_marks_outside_quotes_are_split_by_sqlparse(
+    sql: str, expected: tuple[str, ...]
+) -> None:
+    assert split_statements(sql) == expected
