@@ -111,7 +111,7 @@ FRAGMENTS = [
     "$q$ ; $q$",
     "E'\\';'",
     "e",
-    "'{\"k\": \"v; w\"}'::jsonb",
+    '\'{"k": "v; w"}\'::jsonb',
 ]
 
 
@@ -135,7 +135,8 @@ def test_a_statement_carrying_json_is_not_lexed(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(sqlparse, "split", refuse)
     monkeypatch.setattr(sqlparse, "format", refuse)
-    records = json.dumps([{"note": f"take 2; -- then /* {i} */ $5", "q": "it's"} for i in range(50)])
+    notes = [{"note": f"take 2; -- then /* {i} */ $5", "q": "it's"} for i in range(50)]
+    records = json.dumps(notes)
     sql = (
         "INSERT INTO t (payload) SELECT '"
         + records.replace("'", "''")
