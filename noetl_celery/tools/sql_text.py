@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, NotRequired, TypedDict
 
@@ -60,36 +61,81 @@ def extract_sql(config: Mapping[str, Any], tool: str) -> str:
 
 def _is_blank(statement: str) -> bool:
     """True when a statement holds nothing but comments, whitespace and semicolons."""
-    if "--" not in statement and "/*" not in statement:  # no comment: no need to parse
-        return not statement.strip().strip(";").strip()
+    if ("--" not in statement and "/*" not in statement) or _shape(statement) != _OTHER:
+        return not statement.strip().strip(";").strip()  # no comment: no need to parse
     import sqlparse
 
     stripped = sqlparse.format(statement, strip_comments=True)
     return not stripped.strip().strip(";").strip()
 
 
-# What may end a statement or hide one outside quotes: `;`, comments, dollar quotes and
-# E'' strings (backslash escapes). Quoted strings and identifiers are matched whole, with
-# their doubled-quote escapes, so what they hold (rendered JSON, a '; --' in a value) is
-# skipped over at C speed instead of lexed token by token.
-_SCAN = re.compile(
-    r"""(?P<escaped>(?<![\w$])[eE]')|'[^']*(?:''[^']*)*'|"[^"]*(?:""[^"]*)*"|(?P<mark>--|/\*|\$|;)"""
-)
+# What may end a statement or hide one outside quotes: `;`, comments, dollar quotes.
+# Quoted strings and identifiers are matched whole, with their doubled-quote escapes, so
+# what they hold (rendered JSON, a '; --' in a value) is skipped over at C speed instead
+# of lexed token by token.
+_SCAN = re.compile(r"""'[^']*(?:''[^']*)*'|"[^"]*(?:""[^"]*)*"|(?P<mark>--|/\*|\$|;)""")
 
 
-def _one_statement(text: str) -> bool:
-    """True when `text` is certainly one statement: outside its quoted strings and
-    identifiers there is no comment, dollar quote or E'' string, and no `;` but
-    trailing ones. False means "ask sqlparse", not "several"."""
+# what _shape finds outside quotes
+_ONE, _SEMICOLONS, _OTHER = "one", "semicolons", "other"
+_QUOTED = re.compile(r"'[^']*(?:''[^']*)*'" + r'|"[^"]*(?:""[^"]*)*"')
+
+
+def _shape(text: str) -> str:
+    """What `text` holds outside its quoted strings and identifiers: _ONE, one statement
+    for certain (no mark but trailing `;`); _SEMICOLONS, no mark but `;` (quotes can then
+    be masked for sqlparse, see _split_masked); _OTHER, a comment, a dollar quote or a
+    backslash before a quote (sqlparse must read it all)."""
+    if "\\'" in text or '\\"' in text:
+        # a backslash before a quote: sqlparse reads an escape there (E'' strings do;
+        # standard ones do not), so only it may say where such a string ends
+        return _OTHER
+    several = False
     for match in _SCAN.finditer(text):
-        if match.group("escaped"):
-            return False
         mark = match.group("mark")
         if mark is None:
             continue  # a quoted string or identifier
-        if mark != ";" or text[match.end() :].strip(" \t\r\n;"):
-            return False
-    return True
+        if mark != ";":
+            return _OTHER
+        if not several and text[match.end() :].strip(" \t\r\n;"):
+            several = True
+    return _SEMICOLONS if several else _ONE
+
+
+def _split_masked(text: str) -> list[str]:
+    """sqlparse's statements of `text` (no comment, dollar quote or backslash before a
+    quote: _shape), each quoted string and identifier shown to it as `'q'` / `"q"`: it cuts the
+    same places (only `;` outside quotes, and its own BEGIN ... END rules, can) without
+    lexing the values. The cuts are mapped back onto `text`."""
+    from sqlparse.engine import FilterStack
+
+    pieces: list[str] = []
+    ends: list[int] = []  # where each mask ends in the masked text
+    growth: list[int] = []  # how much shorter the masked text is up to there
+    at = position = grown = 0
+    for match in _QUOTED.finditer(text):
+        mask = "'q'" if match.group().startswith("'") else '"q"'
+        gap = text[at : match.start()]
+        pieces += [gap, mask]
+        position += len(gap) + len(mask)
+        grown += match.end() - match.start() - len(mask)
+        ends.append(position)
+        growth.append(grown)
+        at = match.end()
+    pieces.append(text[at:])
+
+    def original(cut: int) -> int:  # a cut is never inside a mask: one token to sqlparse
+        index = bisect.bisect_right(ends, cut) - 1
+        return cut + (growth[index] if index >= 0 else 0)
+
+    out, start = [], 0
+    # what sqlparse.split runs (it keeps only the stripped text, we need the lengths);
+    # sqlparse has no type hints
+    for statement in FilterStack().run("".join(pieces)):  # type: ignore[no-untyped-call]
+        stop = start + len(str(statement))
+        out.append(text[original(start) : original(stop)].strip())
+        start = stop
+    return out
 
 
 def split_statements(sql: str) -> tuple[str, ...]:
@@ -117,11 +163,17 @@ def _split(sql: str) -> tuple[str, ...]:
     # Fast path (most steps): one statement, no comments. sqlparse lexes in Python: a
     # rendered INSERT carrying a page of JSON cost a per-row PFT drain a quarter of its
     # workers' CPU (issue 15), though its `;` and `--` were all inside the string.
-    if (";" not in body and "--" not in body and "/*" not in body) or _one_statement(body):
+    if ";" not in body and "--" not in body and "/*" not in body:
         return (text,)
-    import sqlparse  # lazy: only needed for multi-statement or commented SQL
+    shape = _shape(text)
+    if shape == _ONE:
+        return (text,)
+    if shape == _SEMICOLONS:
+        statements: Iterable[str] = _split_masked(text)
+    else:
+        import sqlparse  # lazy: only needed for commented or dollar-quoted SQL
 
-    statements = (s.strip() for s in sqlparse.split(text))
+        statements = (s.strip() for s in sqlparse.split(text))
     return tuple(s for s in statements if s and not _is_blank(s))
 
 
