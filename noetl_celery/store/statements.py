@@ -69,18 +69,10 @@ WAITING = (
     .where(_waiting)
     .group_by(inbox.c.step, inbox.c.epoch)
 )
-# the inbox as committed, per epoch, with what deferral reads of the epoch's loops row
+# the inbox as committed, per epoch (WAITING's columns first), with what deferral reads of
+# the epoch's loops row and the execution's status
 BACKLOG = (
-    select(
-        inbox.c.step,
-        inbox.c.epoch,
-        func.count(),
-        func.count() - func.count(inbox.c.iteration),
-        executions.c.status,
-        loops.c.done,
-        loops.c.window_size,
-        loops.c.in_flight,
-    )
+    WAITING.add_columns(executions.c.status, loops.c.done, loops.c.window_size, loops.c.in_flight)
     .select_from(
         inbox.join(executions, executions.c.execution_id == inbox.c.execution_id).outerjoin(
             loops,
@@ -91,15 +83,7 @@ BACKLOG = (
             ),
         )
     )
-    .where(_waiting)
-    .group_by(
-        inbox.c.step,
-        inbox.c.epoch,
-        executions.c.status,
-        loops.c.done,
-        loops.c.window_size,
-        loops.c.in_flight,
-    )
+    .group_by(executions.c.status, loops.c.done, loops.c.window_size, loops.c.in_flight)
 )
 MARK_HANDLED = delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True)))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from noetl_celery.orchestrator.packing import pack
 from noetl_celery.settings import Settings
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import SchemaMode
+from tests.support.threads import all_at_once
 
 pytestmark = pytest.mark.integration
 
@@ -284,23 +285,6 @@ def _closes_meet(monkeypatch: pytest.MonkeyPatch, method: str, parties: int) -> 
     return seen
 
 
-def _all_at_once(work: list[Callable[[], Any]]) -> None:
-    errors: list[BaseException] = []
-
-    def run(job: Callable[[], Any]) -> None:
-        try:
-            job()
-        except BaseException as exc:  # reported below: a thread's error is otherwise lost
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(job,)) for job in work]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert errors == []
-
-
 def test_batches_that_all_defer_in_parallel_still_fold_the_window(
     engine: Engine, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,7 +298,7 @@ def test_batches_that_all_defer_in_parallel_still_fold_the_window(
     assert len(ids) == 12
     seen = _closes_meet(monkeypatch, "close_many", 3)
 
-    _all_at_once([partial(engine.batches.execute, ids[k : k + 4]) for k in (0, 4, 8)])
+    assert all_at_once([partial(engine.batches.execute, ids[k : k + 4]) for k in (0, 4, 8)]) == []
 
     assert seen == [4, 4, 4]  # each deferred: 12 in flight - 4 waiting > 12 // 2
     assert engine.wait(eid, 30).status == "COMPLETED"
@@ -332,7 +316,7 @@ def test_single_closes_that_all_defer_in_parallel_still_fold_the_window(
     assert len(ids) == 8
     seen = _closes_meet(monkeypatch, "close", 8)
 
-    _all_at_once([partial(engine.executor.execute, cid) for cid in ids])
+    assert all_at_once([partial(engine.executor.execute, cid) for cid in ids]) == []
 
     assert seen == [1] * 8
     assert engine.wait(eid, 30).status == "COMPLETED"

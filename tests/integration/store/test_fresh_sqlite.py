@@ -19,6 +19,7 @@ from sqlalchemy.pool import QueuePool
 from noetl_celery.store.database import Database, SchemaMode, _use_wal, open_database
 from noetl_celery.store.migrate import script_location, upgrade_to_head
 from noetl_celery.store.schema import SCHEMA_REVISION
+from tests.support.threads import all_at_once
 
 
 def _shape(path: Path) -> dict[str, Any]:
@@ -99,22 +100,13 @@ def test_two_processes_creating_the_file_at_once_make_one_database(tmp_path: Pat
     # "database is locked" at once (SQLite does not wait for a busy lock there)
     for round_ in range(20):
         path = tmp_path / f"noetl-{round_}.sqlite3"
-        errors: list[BaseException] = []
 
-        def open_it(path: Path = path, errors: list[BaseException] = errors) -> None:
-            try:
-                database = Database(f"sqlite:///{path}")
-                database.prepare(SchemaMode.MIGRATE)
-                database.dispose()
-            except BaseException as exc:  # reported below: a thread's error is otherwise lost
-                errors.append(exc)
+        def open_it(path: Path = path) -> None:
+            database = Database(f"sqlite:///{path}")
+            database.prepare(SchemaMode.MIGRATE)
+            database.dispose()
 
-        threads = [threading.Thread(target=open_it) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == [], f"round {round_}"
+        assert all_at_once([open_it] * 4) == [], f"round {round_}"
         assert len(_identity_rows(path)) == 1
         conn = sqlite3.connect(path)
         try:
