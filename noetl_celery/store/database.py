@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import enum
 import json
-import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -54,6 +52,7 @@ from noetl_celery.settings import (
     mask_url,
 )
 from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
+from noetl_celery.store.sqlite_wal import SQLITE_BUSY_SECONDS, use_wal
 from noetl_celery.templating.environment import json_default
 
 # how the store writes JSON (the engine's serializer, and statements that pass JSON as text)
@@ -62,8 +61,6 @@ json_dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
 # seconds to wait for Postgres to answer a new connection (libpq's default is to wait
 # for the OS, minutes for a host that drops packets); a URL's `connect_timeout` wins
 CONNECT_TIMEOUT_SECONDS = 10
-# seconds a SQLite connection waits for another's write lock before "database is locked"
-SQLITE_BUSY_SECONDS = 60
 _UPGRADE = "run `noetl-celery db upgrade`"
 # SQLSTATEs of a statement the server cancelled, its transaction rolled back: a statement
 # or lock timeout, a deadlock, a serialization failure. Doing the work again is safe.
@@ -296,7 +293,7 @@ class Database:
             dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below take over
             cursor = dbapi_conn.cursor()
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
-            _use_wal(cursor)
+            use_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
@@ -375,28 +372,6 @@ class Database:
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
-
-
-def _use_wal(cursor: Any, patience: float = SQLITE_BUSY_SECONDS) -> None:
-    """Put the file in WAL mode (kept by the file: a file already in it is left alone).
-    Changing the mode needs the file to itself, and SQLite answers "database is locked"
-    at once instead of calling the busy handler: processes opening a new file together
-    (an embedded run started twice) would fail. So the change is tried again while
-    another connection holds the file, for as long as a busy writer is waited for."""
-    deadline = time.monotonic() + patience
-    pause = 0.005
-    while True:
-        mode = cursor.execute("PRAGMA journal_mode").fetchone()
-        if mode is not None and str(mode[0]).lower() == "wal":
-            return
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
 
 
 def transient(exc: BaseException) -> bool:

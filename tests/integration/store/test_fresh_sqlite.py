@@ -16,9 +16,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.pool import QueuePool
 
-from noetl_celery.store.database import Database, SchemaMode, _use_wal, open_database
+from noetl_celery.store.database import Database, SchemaMode, open_database
 from noetl_celery.store.migrate import script_location, upgrade_to_head
 from noetl_celery.store.schema import SCHEMA_REVISION
+from noetl_celery.store.sqlite_wal import use_wal
 from tests.support.threads import all_at_once
 
 
@@ -133,7 +134,7 @@ def test_switching_to_wal_waits_for_a_connection_that_holds_the_file(tmp_path: P
     timer.start()
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        _use_wal(other.cursor(), patience=10)
+        use_wal(other.cursor(), patience=10)
         assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         timer.join()
@@ -147,7 +148,7 @@ def test_switching_to_wal_gives_up_after_its_patience(tmp_path: Path) -> None:
     other = sqlite3.connect(path, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            _use_wal(other.cursor(), patience=0.2)
+            use_wal(other.cursor(), patience=0.2)
     finally:
         other.close()
         holder.close()
