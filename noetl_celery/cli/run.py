@@ -75,8 +75,10 @@ def run(
         playbook = read_target(target)
     except (NoetlError, TargetError) as exc:  # bad input, a bad NOETL_* value
         _invalid(str(exc), as_json, stdout)
+    validated = None
     if playbook.text is not None:  # a registered playbook was validated when registered
-        for warning in validate_text(playbook.text, target).warnings:
+        validated = validate_text(playbook.text, target)
+        for warning in validated.warnings:
             click.echo(str(warning), err=True)
     try:
         engine = build_engine(settings, Role.CLIENT)
@@ -86,7 +88,7 @@ def run(
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
             try:
-                execution_id = start_target(engine, playbook, data)
+                execution_id = start_target(engine, playbook, data, validated)
             except PlaybookInvalid as exc:
                 _invalid(
                     "\n".join(str(p) for p in exc.problems if p.severity == "error") or str(exc),

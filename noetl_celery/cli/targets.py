@@ -9,7 +9,7 @@ from typing import Any
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import CatalogNotFound
-from noetl_celery.models.validation import read_playbook
+from noetl_celery.models.validation import ValidationReport, read_playbook
 
 
 class TargetError(Exception):
@@ -55,12 +55,17 @@ def read_target(arg: str) -> Target:
     return Target(arg, path=path, version=version)
 
 
-def start_target(engine: Engine, target: Target, payload: dict[str, Any]) -> str:
+def start_target(
+    engine: Engine,
+    target: Target,
+    payload: dict[str, Any],
+    validated: ValidationReport | None = None,
+) -> str:
     """Start the execution; a catalog reference starts exactly the version it names (the
     latest when none). CatalogNotFound (one line) when PATH is neither a file nor
-    registered."""
+    registered. `validated`: the file's validation report, when the caller made it."""
     if target.text is not None:
-        return engine.start_text(target.text, payload, file=target.arg)
+        return engine.start_text(target.text, payload, file=target.arg, validated=validated)
     assert target.path is not None
     try:
         entry = engine.catalog.resolve(target.path, target.version)

@@ -23,6 +23,11 @@ class PlaybookCache:
             return cached
         playbook = load_playbook(self._store.catalog_content(catalog_id), f"catalog:{catalog_id}")
         playbook.attach_scripts(StoredScripts.from_json(self._store.catalog_scripts(catalog_id)))
+        return self.keep(catalog_id, playbook)
+
+    def keep(self, catalog_id: int, playbook: Playbook) -> Playbook:
+        """Cache `playbook` (its scripts attached) as catalog version `catalog_id`: the
+        process that registered the text has it parsed already. The first one kept wins,
+        so every reader of a version shares one object."""
         with self._lock:
-            self._parsed[catalog_id] = playbook
-        return playbook
+            return self._parsed.setdefault(catalog_id, playbook)

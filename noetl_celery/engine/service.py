@@ -31,7 +31,8 @@ from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
-from noetl_celery.models.validation import load_playbook, read_playbook
+from noetl_celery.models.script_source import StoredScripts
+from noetl_celery.models.validation import ValidationReport, load_playbook, read_playbook
 from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode, open_database
@@ -194,12 +195,12 @@ class Engine(EngineReads):
         install_schedule: bool = False,
     ) -> tuple[Playbook, CatalogEntry]:
         scripts = capture_scripts(playbook, file, text)  # PlaybookInvalid: a script file is missing
-        entry = self.store.register(
-            playbook.catalog_path,
-            playbook.metadata.name,
-            text,
-            scripts.to_json() if scripts is not None else None,
-        )
+        stored = scripts.to_json() if scripts is not None else None
+        entry = self.store.register(playbook.catalog_path, playbook.metadata.name, text, stored)
+        # the version holds this text and these scripts (its digest covers both), so the
+        # parse done here is the one the execution's passes and tasks would redo
+        playbook.attach_scripts(StoredScripts.from_json(stored))
+        playbook = self.playbooks.keep(entry.catalog_id, playbook)
         if install_schedule:
             self._install_schedule(playbook)
         return playbook, entry
@@ -281,10 +282,18 @@ class Engine(EngineReads):
         check_payload(payload, self.payload_limits)
 
     def start_text(
-        self, text: str, payload: dict[str, Any] | None = None, file: str | None = None
+        self,
+        text: str,
+        payload: dict[str, Any] | None = None,
+        file: str | None = None,
+        *,
+        validated: ValidationReport | None = None,
     ) -> str:
+        """Register `text` and start it. `validated`: the report of `validate_text(text,
+        file)` when the caller has it already (`run` prints its warnings first), so the
+        text is not parsed again; an invalid one raises `PlaybookInvalid` as `text` would."""
         self.check_payload(payload)  # before the playbook is registered: nothing written
-        playbook = load_playbook(text, file)
+        playbook = load_playbook(text, file) if validated is None else validated.require()
         check_startable(playbook.keychain)  # likewise
         _, entry = self._register(playbook, text, file)
         return self._start_checked(entry, payload)

@@ -68,6 +68,13 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.errors
 
+    def require(self) -> Playbook:
+        """The validated playbook; raises `PlaybookInvalid` (with every problem) when the
+        text had an error."""
+        if self.playbook is None:
+            raise PlaybookInvalid(self.problems)
+        return self.playbook
+
 
 def validate_text(
     text: str, file: str | None = None, *, credentials: CredentialAliases | None = None
@@ -142,7 +149,4 @@ def validate_file(
 
 def load_playbook(text: str, file: str | None = None) -> Playbook:
     """The validated playbook; raises `PlaybookInvalid` (with every problem) on any error."""
-    report = validate_text(text, file)
-    if report.playbook is None:
-        raise PlaybookInvalid(report.problems)
-    return report.playbook
+    return validate_text(text, file).require()

@@ -127,3 +127,34 @@ def test_the_collector_is_off_while_a_command_is_imported_and_on_after(tmp_path:
     assert report["during"] == [False]
     assert report["after"] is True
     assert report["frozen"] > 0
+
+
+# counts how often the playbook's YAML is parsed during `run` (new home, then existing)
+PARSES = """
+import json, sys
+import noetl_celery.models.validation as validation
+from noetl_celery.cli.main import main
+real, parses = validation.parse_yaml, []
+def counting(text):
+    parses.append(len(text))
+    return real(text)
+validation.parse_yaml = counting
+playbook, counts = sys.argv[1], []
+for _ in range(2):
+    before = len(parses)
+    sys.argv = ["noetl-celery", "run", playbook, "--json"]
+    try:
+        main()
+    except SystemExit as exc:
+        assert exc.code == 0, exc.code
+    counts.append(len(parses) - before)
+print(json.dumps(counts))
+"""
+
+
+def test_an_embedded_run_parses_its_playbook_once(tmp_path: Path) -> None:
+    """`run` validates the file to print its warnings; registering it and the
+    execution's passes and tasks use that parse instead of reading the text again (it
+    was parsed three times: a third of the work after the imports)."""
+    done = python_c(PARSES, [str(HELLO)], tmp_path)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [1, 1]
