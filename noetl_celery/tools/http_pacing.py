@@ -12,11 +12,14 @@ briefly *before* being sent:
   accepted from this process in the last second (`CUT_FACTOR` of it). Further 429s of
   requests sent within a second of that cut are the same overshoot (the server's window
   still holds it) and change nothing; a later 429 cuts again. While the pacer is what
-  holds requests back (a request had to wait), the rate is probed upward by
-  `RAISE_FRACTION` of itself each second (additive increase, multiplicative decrease:
-  processes that share one server's limit settle near it), faster after
-  `ACCELERATE_AFTER` seconds without a 429. `FORGET_SECONDS` without a
-  429 and the host is no longer paced.
+  holds requests back (a request had to wait, and the server accepted nearly the rate
+  from this process in the last second), the rate is probed upward by `RAISE_FRACTION`
+  of itself each second (additive increase, multiplicative decrease: processes that
+  share one server's limit settle near it), faster after `ACCELERATE_AFTER` seconds
+  without a 429. A process sending less than its rate (the tail of a drain, a pause
+  between two stages) does not probe: a rate raised while nothing tested it would let
+  the next stage's burst into 429s, and each 429 holds its request for the Retry-After.
+  `FORGET_SECONDS` without a 429 and the host is no longer paced.
 - Such a 429 pauses the whole host for its `Retry-After` when the host was not paced yet
   (the burst that tripped the window fills it that long: what is sent meanwhile is
   refused) or when the wait is longer than a second (a quota, not a per-second window):
@@ -40,7 +43,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # a 429 sets the rate to this share of what the server accepted in the last second
-CUT_FACTOR = 0.9
+# (processes sharing a limit see its 429s together, so their sum drops to this share of
+# the limit: 0.9 left a tenth of it unused for seconds after every cut)
+CUT_FACTOR = 0.95
+# the rate is probed upward only while the server accepted at least this share of it
+# from this process in the last second (the rate, not the demand, held requests back)
+BUSY_SHARE = 0.9
 # while pacing binds, the rate grows by this share of itself once per second
 RAISE_FRACTION = 0.02
 # ... for ACCELERATE_AFTER seconds after a cut; then it doubles each second, up to this
@@ -82,6 +90,16 @@ class HostPace:
     waited: bool = False  # a request waited since the last raise: pacing binds
     accepted: collections.deque[float] = field(default_factory=collections.deque)
     cuts: int = 0  # how many times a 429 cut the rate
+
+
+def _recent(accepted: collections.deque[float], now: float) -> int:
+    """How many of `accepted` (send times, oldest first) were sent in the last window."""
+    count = 0
+    for sent in reversed(accepted):
+        if sent <= now - WINDOW_SECONDS:
+            break
+        count += 1
+    return count
 
 
 def _raise_fraction(quiet: float) -> float:
@@ -140,7 +158,12 @@ class HttpPacer:
         pace.waited = pace.waited or waited
         if now - pace.last_raise < WINDOW_SECONDS:
             return
-        if pace.waited and pace.rate is not None and now - pace.last_cut >= WINDOW_SECONDS:
+        if (
+            pace.waited
+            and pace.rate is not None
+            and now - pace.last_cut >= WINDOW_SECONDS
+            and _recent(pace.accepted, now) >= BUSY_SHARE * pace.rate
+        ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
             pace.rate = min(raised, pace.ceiling) if pace.ceiling else raised
         pace.last_raise = now

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import random
 import threading
 
 import pytest
@@ -304,3 +305,87 @@ def test_two_processes_settle_near_a_shared_limit() -> None:
         heapq.heappush(events, (clock.now + (0.005 if code == 200 else 1.0), n))
     assert codes[200] >= 0.93 * limit * seconds, codes
     assert codes[429] <= 0.01 * codes[200], codes
+
+
+def test_bursts_below_the_rate_do_not_raise_it() -> None:
+    """Requests that come in small bursts wait their turn now and then, yet the process
+    sends far less than its rate (the tail of a drain): the rate is not probed upward,
+    or the next stage's burst would go out into 429s at a rate nothing tested."""
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    cut = p.rate(HOST)
+    assert cut is not None
+    for _ in range(40):  # 20 s of 5 requests at once every half second: 10 a second
+        for _ in range(5):
+            p.observe(HOST, p.wait(HOST), 200, None)
+        clock.now += 0.5
+    assert clock.slept, "the bursts waited for their turn"
+    assert p.rate(HOST) == cut
+
+
+def drain_stages(stages: list[int], seed: int, limit: int = 300) -> tuple[float, int]:
+    """Two worker processes (a pacer each, 16 threads each) drain `stages` of requests
+    one after another (a PFT facility: one queue per data type, 0.15 s between two)
+    against a server that allows `limit` requests per sliding second, on a fake clock:
+    a thread sends, gets its answer 3-9 ms later, works 2-6 ms and sends the next; a
+    429 holds its request for the Retry-After (1 s), as the playbook's retry does.
+    (seconds from the first request to the last answer, 429s)"""
+    rnd = random.Random(seed)
+    clock = Clock()
+    start = clock.now
+    pacers = [HttpPacer(clock=clock, sleep=clock.sleep) for _ in range(2)]
+    window: collections.deque[float] = collections.deque()
+    order = itertools.count()  # ties in time keep the order they were pushed in
+    rejected = 0
+    for total in stages:
+        todo = [total // 2, total - total // 2]
+        # (time, order, what, process, the request's send time and answer)
+        events: list[tuple[float, int, str, int, tuple[float, int]]] = [
+            (clock.now + rnd.random() * 0.02, next(order), "ready", n, (0.0, 0))
+            for n in range(2)
+            for _ in range(16)
+        ]
+        heapq.heapify(events)
+        while events:
+            at, _, what, n, (sent, code) = heapq.heappop(events)
+            clock.now = at
+            if what in ("ready", "retry"):
+                if what == "ready":
+                    if not todo[n]:
+                        continue  # this thread idles until the next stage
+                    todo[n] -= 1
+                _delay, send_at = pacers[n].reserve(HOST)
+                heapq.heappush(events, (send_at, next(order), "send", n, (0.0, 0)))
+            elif what == "send":
+                while window and at - window[0] >= 1.0:
+                    window.popleft()
+                code = 200 if len(window) < limit else 429
+                if code == 200:
+                    window.append(at)
+                answer = at + 0.003 * (1 + 2 * rnd.random())
+                heapq.heappush(events, (answer, next(order), "answer", n, (at, code)))
+            else:
+                pacers[n].observe(HOST, sent, code, None if code == 200 else 1.0)
+                if code == 200:
+                    then = at + 0.002 * (1 + 2 * rnd.random())
+                    heapq.heappush(events, (then, next(order), "ready", n, (0.0, 0)))
+                else:
+                    rejected += 1
+                    heapq.heappush(events, (at + 1.0, next(order), "retry", n, (0.0, 0)))
+        clock.now += 0.15
+    return clock.now - 0.15 - start, rejected
+
+
+def test_two_processes_drain_stage_after_stage_near_the_limit() -> None:
+    """Stages of a drain one after another (the shape of PFT: each stage starts with a
+    burst after a pause) use the shared limit to within a tenth of the bound (requests
+    / limit), with 429s for fewer than one request in 250. A rate cut to 0.9 of what was
+    accepted, and probed upward while a stage's tail sent far less than it, took 1.15x
+    the bound with twice the 429s."""
+    stages = [3000, 2000, 2500, 1000, 1000] * 3
+    bound = sum(stages) / 300
+    runs = [drain_stages(stages, seed) for seed in (1, 2, 3)]
+    assert sum(seconds for seconds, _ in runs) / len(runs) <= 1.10 * bound, runs
+    assert all(rejected <= sum(stages) / 250 for _, rejected in runs), runs
