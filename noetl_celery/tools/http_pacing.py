@@ -36,11 +36,14 @@ never drops, repeats or fails one. Pure code with an injected clock (unit-tested
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+log = logging.getLogger("noetl_celery.http")
 
 # a 429 sets the rate to this share of what the server accepted in the last second
 # (processes sharing a limit see its 429s together, so their sum drops to this share of
@@ -140,19 +143,30 @@ class HttpPacer:
 
     def reserve(self, key: str) -> tuple[float, float]:
         """Book this request's send time: (seconds to wait first, the send time)."""
+        forgotten = None
         with self._lock:
             now = self._clock()
             pace = self._host(key)
             if pace.rate != pace.ceiling and now - pace.last_cut > FORGET_SECONDS:
-                pace.rate = pace.ceiling
+                forgotten, pace.rate = pace.rate, pace.ceiling
             if pace.rate is None and pace.paused_until <= now:
-                return 0.0, now  # not paced: the common case
-            start = max(now, pace.next_send, pace.paused_until)
-            start = min(start, now + self._max_wait)
-            if pace.rate is not None:
-                pace.next_send = max(pace.next_send, start) + 1.0 / pace.rate
-                self._maybe_raise(pace, now, waited=start > now)
-            return start - now, start
+                start = now  # not paced: the common case
+            else:
+                start = max(now, pace.next_send, pace.paused_until)
+                start = min(start, now + self._max_wait)
+                if pace.rate is not None:
+                    pace.next_send = max(pace.next_send, start) + 1.0 / pace.rate
+                    self._maybe_raise(pace, now, waited=start > now)
+        if forgotten is not None:
+            log.info(
+                "%s: no 429 for %gs; its requests from this worker are %s",
+                key,
+                FORGET_SECONDS,
+                "no longer paced"
+                if pace.ceiling is None
+                else f"paced at the declared {pace.ceiling:g}/s again (NOETL_HTTP_RATE_LIMITS)",
+            )
+        return start - now, start
 
     def _maybe_raise(self, pace: HostPace, now: float, waited: bool) -> None:
         pace.waited = pace.waited or waited
@@ -183,33 +197,61 @@ class HttpPacer:
         if not key or not self.enabled:
             return
         with self._lock:
-            now = self._clock()
-            pace = self._host(key)
-            accepted = pace.accepted
-            while accepted and accepted[0] <= now - 2 * WINDOW_SECONDS:
-                accepted.popleft()
-            if status != 429:
-                accepted.append(sent_at)
-                return
-            in_window = sum(1 for t in accepted if sent_at - WINDOW_SECONDS < t <= sent_at)
-            if in_window < MIN_SIGNAL:
-                return
-            if retry_after and (pace.rate is None or retry_after > WINDOW_SECONDS):
-                # the burst that tripped an unpaced host's window fills it for as long
-                # as the server says; a longer wait is a quota, not a per-second limit:
-                # honour the server's Retry-After for the whole host
-                pace.paused_until = max(pace.paused_until, now + retry_after)
-            if sent_at < pace.last_cut + WINDOW_SECONDS:
-                # sent while the server's window still held the overshoot the last cut
-                # answered: at most one cut per window
-                return
-            rate = max(MIN_RATE, CUT_FACTOR * in_window)
-            if pace.rate is not None:
-                rate = min(rate, pace.rate)  # a cut never raises the rate
-            pace.rate = rate
-            pace.last_cut = now
-            pace.cuts += 1
-            pace.next_send = max(pace.next_send, now)
+            said = self._observe(key, sent_at, status, retry_after)
+        if said is not None:
+            log.log(*said)
+
+    def _observe(
+        self, key: str, sent_at: float, status: int, retry_after: float | None
+    ) -> tuple[int, str] | None:
+        """observe() under the lock; what to log about it, if anything (level, line)."""
+        now = self._clock()
+        pace = self._host(key)
+        accepted = pace.accepted
+        while accepted and accepted[0] <= now - 2 * WINDOW_SECONDS:
+            accepted.popleft()
+        if status != 429:
+            accepted.append(sent_at)
+            return None
+        in_window = sum(1 for t in accepted if sent_at - WINDOW_SECONDS < t <= sent_at)
+        if in_window < MIN_SIGNAL:
+            return None
+        paused = None
+        if retry_after and (pace.rate is None or retry_after > WINDOW_SECONDS):
+            # the burst that tripped an unpaced host's window fills it for as long
+            # as the server says; a longer wait is a quota, not a per-second limit:
+            # honour the server's Retry-After for the whole host
+            if now + retry_after > pace.paused_until:
+                paused = retry_after
+            pace.paused_until = max(pace.paused_until, now + retry_after)
+        if sent_at < pace.last_cut + WINDOW_SECONDS:
+            # sent while the server's window still held the overshoot the last cut
+            # answered: at most one cut per window
+            if paused is None:
+                return None
+            return logging.INFO, (
+                f"{key} answered 429 with Retry-After {paused:g}s: its requests from this "
+                "worker wait for it"
+            )
+        rate = max(MIN_RATE, CUT_FACTOR * in_window)
+        was = pace.rate
+        if was is not None:
+            rate = min(rate, was)  # a cut never raises the rate
+        pace.rate = rate
+        pace.last_cut = now
+        pace.cuts += 1
+        pace.next_send = max(pace.next_send, now)
+        pause = f", after a pause of {paused:g}s (Retry-After)" if paused else ""
+        if was is None:  # an operator's first sign that an API holds a drain back
+            return logging.INFO, (
+                f"{key} answered 429 with {in_window} requests from this worker "
+                f"accepted in the last second: its requests are paced at {rate:.0f}/s "
+                f"from now{pause}, probed upward while no 429 comes"
+            )
+        return (
+            logging.DEBUG,
+            f"{key} answered 429: pacing cut from {was:.0f} to {rate:.0f}/s{pause}",
+        )
 
     def rate(self, key: str) -> float | None:
         """The host's current rate (None: not paced)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import logging
 import random
 import threading
 
@@ -389,3 +390,41 @@ def test_two_processes_drain_stage_after_stage_near_the_limit() -> None:
     runs = [drain_stages(stages, seed) for seed in (1, 2, 3)]
     assert sum(seconds for seconds, _ in runs) / len(runs) <= 1.10 * bound, runs
     assert all(rejected <= sum(stages) / 250 for _, rejected in runs), runs
+
+
+def test_the_operator_reads_when_and_how_an_api_is_paced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first 429 that paces a host, a long Retry-After and the end of pacing are
+    INFO lines naming the host and the rate; the cuts of a paced host (every few
+    seconds at the limit) are DEBUG only."""
+    caplog.set_level(logging.DEBUG, logger="noetl_celery.http")
+    clock = Clock()
+    p = pacer(clock)
+    accepted_burst(p, clock, 100, spread=0.5)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)
+    clock.now += 2.0
+    accepted_burst(p, clock, 60, spread=0.9)
+    p.observe(HOST, p.wait(HOST), 429, 1.0)  # a paced host's cut
+    p.observe(HOST, p.wait(HOST), 429, 20.0)  # a quota: wait 20 s
+    clock.now += FORGET_SECONDS + 0.1
+    p.wait(HOST)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (
+            logging.INFO,
+            f"{HOST} answered 429 with 100 requests from this worker accepted in the last "
+            "second: its requests are paced at 95/s from now, after a pause of 1s "
+            "(Retry-After), probed upward while no 429 comes",
+        ),
+        (logging.DEBUG, f"{HOST} answered 429: pacing cut from 95 to 57/s"),
+        (
+            logging.INFO,
+            f"{HOST} answered 429 with Retry-After 20s: its requests from this worker wait for it",
+        ),
+        (
+            logging.INFO,
+            f"{HOST}: no 429 for {FORGET_SECONDS:g}s; its requests from this "
+            "worker are no longer paced",
+        ),
+    ]
