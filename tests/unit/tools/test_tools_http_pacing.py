@@ -126,15 +126,22 @@ def test_few_requests_and_a_429_do_not_pace() -> None:
     assert p.wait(HOST) == clock.now and clock.slept == []
 
 
-def cut_then_busy(seconds: float) -> tuple[float, float]:
-    """(the rate a 429 after a burst cut to, the rate after `seconds` of requests sent
-    as fast as the pacer lets them go, all answered 200)."""
-    clock = Clock()
+def paced_after_a_burst(clock: Clock) -> tuple[HttpPacer, float]:
+    """A pacer whose host a 429 paced after 100 requests were accepted in half a
+    second, and the rate that 429 cut it to."""
     p = pacer(clock)
     accepted_burst(p, clock, 100, spread=0.5)
     p.observe(HOST, p.wait(HOST), 429, 1.0)
     cut = p.rate(HOST)
     assert cut is not None
+    return p, cut
+
+
+def cut_then_busy(seconds: float) -> tuple[float, float]:
+    """(the rate a 429 after a burst cut to, the rate after `seconds` of requests sent
+    as fast as the pacer lets them go, all answered 200)."""
+    clock = Clock()
+    p, cut = paced_after_a_burst(clock)
     end = clock.now + seconds
     while clock.now < end:
         p.observe(HOST, p.wait(HOST), 200, None)
@@ -157,10 +164,7 @@ def test_probing_speeds_up_when_no_429_comes() -> None:
 
 def test_no_probing_while_demand_is_below_the_rate() -> None:
     clock = Clock()
-    p = pacer(clock)
-    accepted_burst(p, clock, 100, spread=0.5)
-    p.observe(HOST, p.wait(HOST), 429, 1.0)
-    cut = p.rate(HOST)
+    p, cut = paced_after_a_burst(clock)
     for _ in range(50):  # 10 requests a second, far below the rate
         clock.now += 0.1
         p.observe(HOST, p.wait(HOST), 200, None)
@@ -313,11 +317,7 @@ def test_bursts_below_the_rate_do_not_raise_it() -> None:
     sends far less than its rate (the tail of a drain): the rate is not probed upward,
     or the next stage's burst would go out into 429s at a rate nothing tested."""
     clock = Clock()
-    p = pacer(clock)
-    accepted_burst(p, clock, 100, spread=0.5)
-    p.observe(HOST, p.wait(HOST), 429, 1.0)
-    cut = p.rate(HOST)
-    assert cut is not None
+    p, cut = paced_after_a_burst(clock)
     for _ in range(40):  # 20 s of 5 requests at once every half second: 10 a second
         for _ in range(5):
             p.observe(HOST, p.wait(HOST), 200, None)
