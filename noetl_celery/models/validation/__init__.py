@@ -55,6 +55,7 @@ class ValidationReport:
 
     playbook: Playbook | None
     problems: list[Problem]
+    text: str | None = None  # what was validated (None: it could not be read)
 
     @property
     def errors(self) -> list[Problem]:
@@ -114,7 +115,7 @@ def validate_text(
     check_names(collector, credentials)
     _check_storable(collector)
     problems = collector.sorted_problems()
-    report = ValidationReport(None, problems)
+    report = ValidationReport(None, problems, text)
     if report.ok:
         report.playbook = playbook
     return report

@@ -45,3 +45,16 @@ def test_an_invalid_report_refuses_the_start_and_registers_nothing(tmp_path: Pat
         assert engine.catalog.listing() == []
     finally:
         engine.close()
+
+
+def test_a_report_of_another_text_is_refused(tmp_path: Path) -> None:
+    """The catalog must show what runs: a report made for other text starts nothing."""
+    engine = embedded_engine(f"sqlite:///{tmp_path / 'noetl.sqlite3'}", tmp_path)
+    other = HELLO.replace("Hello World", "Goodbye")
+    try:
+        with pytest.raises(ValueError, match="report of another text"):
+            engine.start_text(HELLO, validated=validate_text(other))
+        assert engine.store.list_executions() == []
+        assert engine.catalog.listing() == []
+    finally:
+        engine.close()
