@@ -293,7 +293,7 @@ class Engine(EngineReads):
         file)` when the caller has it already (`run` prints its warnings first), so the
         text is not parsed again; an invalid one raises `PlaybookInvalid` as `text` would."""
         self.check_payload(payload)  # before the playbook is registered: nothing written
-        if validated is not None and validated.text != text:
+        if validated is not None and validated.ok and validated.text != text:
             # registering `text` with another text's playbook would run what the catalog
             # does not show
             raise ValueError("start_text: `validated` is the report of another text")
