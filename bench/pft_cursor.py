@@ -130,15 +130,17 @@ def main() -> int:
     )
     parser.add_argument(
         "--pacing",
-        choices=("on", "off"),
+        choices=("on", "process", "off"),
         default="on",
-        help="NOETL_HTTP_PACING of the workers: the http tool's per-host pacer",
+        help="NOETL_HTTP_PACING of the workers: the http tool's per-host pacer (on: one "
+        "schedule for the workers, in the engine database; process: one per worker)",
     )
     parser.add_argument(
         "--declare",
         type=float,
         default=0.0,
-        help="NOETL_HTTP_RATE_LIMITS of each worker for the test API (requests/s per worker)",
+        help="NOETL_HTTP_RATE_LIMITS of the workers for the test API (requests/s: the "
+        "workers' together with --pacing on, each worker's with --pacing process)",
     )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))

@@ -170,11 +170,14 @@ class Settings:
     batch_budget_seconds: float = 0.5
     # default HTTP timeout when a tool gives none
     http_timeout_seconds: float = 60.0
-    # requests per second per `host:port`, per worker process, for the http tool's pacer
-    # (tools.http_pacing): the starting rate and a ceiling. Hosts not listed are paced
-    # only once they answer 429
+    # requests per second per `host:port` for the http tool's pacer (tools.http_pacing):
+    # the starting rate and a ceiling, for the fleet's worker processes together on a
+    # Postgres engine database, per process otherwise. Hosts not listed are paced only
+    # once they answer 429
     http_rate_limits: tuple[tuple[str, float], ...] = ()
-    # "off": the http tool sends every request at once (no pacing, declared or learned)
+    # "on": the worker processes of a Postgres engine database book a paced host's
+    # requests from one schedule (store.pacing); "process": each process paces its own
+    # requests; "off": the http tool sends every request at once
     http_pacing: str = "on"
     # rows kept from one postgres statement; beyond it the result says `truncated`
     postgres_max_rows: int = 100_000
@@ -335,7 +338,9 @@ class Settings:
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds
             ),
             http_rate_limits=parse_rate_limits(env.get("NOETL_HTTP_RATE_LIMITS", "")),
-            http_pacing=_choice(env, "NOETL_HTTP_PACING", base.http_pacing, ("on", "off")),
+            http_pacing=_choice(
+                env, "NOETL_HTTP_PACING", base.http_pacing, ("on", "process", "off")
+            ),
             postgres_max_rows=_int(env, "NOETL_POSTGRES_MAX_ROWS", base.postgres_max_rows, 1),
             max_pipeline_jumps=_int(env, "NOETL_MAX_PIPELINE_JUMPS", base.max_pipeline_jumps, 1),
             max_retry_delay_seconds=_float(

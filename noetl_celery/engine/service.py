@@ -20,6 +20,7 @@ from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
+from noetl_celery.engine.pacing import FleetPaceLedger
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.rerun import plan_rerun
@@ -83,7 +84,10 @@ class Engine(EngineReads):
             max_overflow=settings.db_max_overflow,
         )
         self.store = Store(self.database)
-        self.services = ToolServices(settings)  # reads the credentials file when needed
+        # reads the credentials file when needed; paces a rate-limited API with the other
+        # worker processes when they share a Postgres engine database (tools.http_pacing)
+        ledger = FleetPaceLedger(self.store.pacing) if self.store.pacing.available else None
+        self.services = ToolServices(settings, pace_ledger=ledger)
         self.playbooks = PlaybookCache(self.store)
         self._dispatcher = _LateDispatcher()
         limits = Limits(

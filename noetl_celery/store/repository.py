@@ -34,6 +34,7 @@ from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
+from noetl_celery.store.pacing import PacingManager
 from noetl_celery.store.parking import ParkingManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
@@ -85,6 +86,7 @@ class Store:
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
         self.termination = TerminationManager(database, self.result_cache)
         self.parking = ParkingManager(database)
+        self.pacing = PacingManager(database)  # the http tool's schedule of the fleet
         # the operators' reads: each opens its own read transaction
         self.overview = OverviewManager(database)
         self.history = HistoryManager(database)

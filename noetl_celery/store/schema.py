@@ -21,6 +21,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -35,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 
 metadata = MetaData()
 
@@ -308,6 +309,30 @@ leases = Table(
     Column("name", String(128), primary_key=True),
     Column("owner", String(256), nullable=False),
     Column("expires_at", DateTime, nullable=False),
+)
+
+# The http tool's pacing schedule of the fleet (store.pacing, tools.http_pacing): a row per
+# host that answered 429 (or has a declared rate), booked by every worker process. Times
+# are the database clock's epoch seconds, so workers on several machines agree on them.
+http_pace = Table(
+    "http_pace",
+    metadata,
+    Column("host", String(300), primary_key=True),
+    Column("rate", Float, nullable=True),  # requests per second; NULL: not paced
+    Column("ceiling", Float, nullable=True),  # declared (NOETL_HTTP_RATE_LIMITS)
+    Column("tat", Float, nullable=False, server_default="0"),  # the next free send slot
+    Column("paused_until", Float, nullable=False, server_default="0"),  # Retry-After
+    Column("last_cut", Float, nullable=False, server_default="0"),
+    Column("last_raise", Float, nullable=False, server_default="0"),
+    Column("slack_at", Float, nullable=False, server_default="0"),  # a slot went unused
+    # the overshoot a cut answers: when, the requests counted, the rate before it
+    Column("epoch_at", Float, nullable=False, server_default="0"),
+    Column("epoch_count", Float, nullable=False, server_default="0"),
+    Column("rate_before", Float, nullable=True),
+    # slots booked in the current second and the one before (the fleet's send rate)
+    Column("bucket_at", Float, nullable=False, server_default="0"),
+    Column("bucket_n", Integer, nullable=False, server_default="0"),
+    Column("prev_n", Integer, nullable=False, server_default="0"),
 )
 
 # Engine-wide counters (store.counters): what the reaper did, for `/metrics`.

@@ -1,4 +1,5 @@
-"""A client-side request pacer per host, shared by the threads of one worker process.
+"""A client-side request pacer per host: shared by the threads of a worker process, and by
+the worker processes of a fleet when the engine database is Postgres (a `PaceLedger`).
 
 An API that allows N requests per second answers the excess with 429 and `Retry-After`;
 every 429 costs its command a retry wait (a worker slot sleeping, or a parked command).
@@ -24,8 +25,21 @@ briefly *before* being sent:
   (the burst that tripped the window fills it that long: what is sent meanwhile is
   refused) or when the wait is longer than a second (a quota, not a per-second window):
   its other requests wait instead of being sent into certain 429s.
+- Pacing applies to the routes of a host that answered 429 (`route_key`: the path with
+  its ids left out), all of them sharing the host's rate: an API that limits one family
+  of paths (`/patient/...`) and not another (`/mds/...`) does not hold the other back.
+  A route that shares the limit without having answered 429 yet soon does, and joins.
 - `NOETL_HTTP_RATE_LIMITS` declares rates per host (`host:port=300`): the starting rate and
-  a ceiling the probing never passes. A declared rate is per worker process.
+  a ceiling the probing never passes, for every route of the host.
+
+With a `PaceLedger` (worker processes on a Postgres engine database) the rate and the
+send slots of a paced host live in one row that every process books its requests from
+(`store.pacing`): processes that pace their own share of one server window each learn
+a share from the same 429s, and one process's unused share cannot go to another that
+has requests waiting. The ledger applies the same rules to the fleet's requests (its
+SQL says how); this module still decides, per process, which requests are paced and
+which 429s are a signal, and a host that never answered 429 costs no database call.
+A declared rate is then the fleet's; without a ledger it is per process.
 
 No request waits in the pacer longer than `max_wait` (the same threshold at which a
 retry parks its command instead of sleeping); after that it is sent, and a 429 it gets
@@ -37,10 +51,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 log = logging.getLogger("noetl_celery.http")
@@ -80,6 +96,65 @@ def host_key(url: str) -> str:
     return f"{host}:{port}" if host else ""
 
 
+# a path segment that names one record rather than a kind of resource: digits, a UUID,
+# a long hex or base64-ish token, or anything with a digit and a separator (MDS-12-3)
+_ID_SEGMENT = re.compile(
+    r"""^(?:\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
+        |[0-9a-f]{16,}|[A-Za-z0-9_-]{24,}|.*\d.*[-_.:].*|.*[-_.:].*\d.*)$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def route_key(url: str) -> str:
+    """The route of a URL: its path with the segments that name one record replaced by
+    `*` (`/api/v1/patient/*/assessments`), without the query. The pacer paces the routes
+    of a host that answered 429, not every request to the host."""
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return ""
+    return "/".join("*" if _ID_SEGMENT.match(part) else part for part in path.split("/"))
+
+
+class Ticket(NamedTuple):
+    """One request's pass through the pacer: `wait` gives it, `observe` takes it back."""
+
+    host: str
+    route: str
+    sent_at: float  # the process's clock
+    booked: bool = False  # its send slot came from the ledger (counted there)
+
+
+class Booking(NamedTuple):
+    wait: float  # seconds until the request's slot
+    rate: float  # the host's rate after the booking (requests per second, the fleet's)
+
+
+class PaceLedger(Protocol):
+    """The pacing schedule of a fleet: a rate and a sequence of send slots per host, in a
+    store every worker process reaches (store.pacing). A method that cannot reach it
+    raises; the pacer then sends without pacing (it only ever delays requests)."""
+
+    def book(self, host: str) -> Booking | None:
+        """Book the next send slot of `host`; None when the host is not paced (any
+        more: no 429 for FORGET_SECONDS)."""
+
+    def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
+        """A 429 of a request sent `sent_age` seconds ago, reported by a process that had
+        `unbooked` requests accepted in the second before it without a slot from the
+        ledger: the host's rate after it (CUT_FACTOR of the fleet's accepted requests,
+        once per overshoot)."""
+
+    def declare(self, host: str, rate: float) -> None:
+        """`host` is paced at `rate` at most (NOETL_HTTP_RATE_LIMITS), from now on."""
+
+
+class Accepted(NamedTuple):
+    sent_at: float
+    route: str
+    booked: bool  # its slot came from the ledger
+
+
 @dataclass
 class HostPace:
     """The pacing state of one host (guarded by its pacer's lock)."""
@@ -91,17 +166,23 @@ class HostPace:
     last_cut: float = float("-inf")  # when the rate was last cut (by a 429)
     last_raise: float = float("-inf")
     waited: bool = False  # a request waited since the last raise: pacing binds
-    accepted: collections.deque[float] = field(default_factory=collections.deque)
+    # the accepted requests of the last two seconds: the signal a 429 is read against
+    accepted: collections.deque[Accepted] = field(default_factory=collections.deque)
+    routes: set[str] = field(default_factory=set)  # the routes that answered 429
     cuts: int = 0  # how many times a 429 cut the rate
+    declared: bool = False  # the ledger knows the declared rate
+
+    def paces(self, route: str) -> bool:
+        return self.ceiling is not None or route in self.routes
 
 
-def _recent(accepted: collections.deque[float], now: float) -> int:
-    """How many of `accepted` (send times, oldest first) were sent in the last window."""
+def _recent(pace: HostPace, now: float) -> int:
+    """How many of the paced routes' accepted requests were sent in the last window."""
     count = 0
-    for sent in reversed(accepted):
+    for sent, route, _booked in reversed(pace.accepted):
         if sent <= now - WINDOW_SECONDS:
             break
-        count += 1
+        count += pace.paces(route)
     return count
 
 
@@ -114,8 +195,17 @@ def _raise_fraction(quiet: float) -> float:
     return float(min(MAX_RAISE_FRACTION, RAISE_FRACTION * 2.0 ** min(doublings, 16.0)))
 
 
+def _forgotten_line(key: str, ceiling: float | None, whose: str) -> str:
+    return f"{key}: no 429 for {FORGET_SECONDS:g}s; its requests from {whose} are " + (
+        "no longer paced"
+        if ceiling is None
+        else f"paced at the declared {ceiling:g}/s again (NOETL_HTTP_RATE_LIMITS)"
+    )
+
+
 class HttpPacer:
-    """Per-host pacing for the requests of one process (thread-safe)."""
+    """Per-host pacing for the requests of one process (thread-safe); with a `ledger`,
+    the schedule of a paced host is the fleet's."""
 
     def __init__(
         self,
@@ -125,6 +215,7 @@ class HttpPacer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         enabled: bool = True,
+        ledger: PaceLedger | None = None,
     ) -> None:
         self.enabled = enabled
         self._declared = dict(declared or {})
@@ -133,6 +224,13 @@ class HttpPacer:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._hosts: dict[str, HostPace] = {}
+        self._ledger = ledger
+        self._ledger_failed = float("-inf")  # when the ledger last raised (logged once a minute)
+
+    @property
+    def shared(self) -> bool:
+        """The schedule of a paced host is the fleet's (a ledger), not this process's."""
+        return self._ledger is not None
 
     def _host(self, key: str) -> HostPace:
         pace = self._hosts.get(key)
@@ -141,15 +239,18 @@ class HttpPacer:
             pace = self._hosts[key] = HostPace(rate=declared, ceiling=declared)
         return pace
 
-    def reserve(self, key: str) -> tuple[float, float]:
-        """Book this request's send time: (seconds to wait first, the send time)."""
+    def reserve(self, key: str, route: str = "") -> tuple[float, Ticket]:
+        """Book this request's send time: (seconds to wait first, its ticket)."""
+        if self._ledger is not None:
+            return self._reserve_shared(self._ledger, key, route)
         forgotten = None
         with self._lock:
             now = self._clock()
             pace = self._host(key)
             if pace.rate != pace.ceiling and now - pace.last_cut > FORGET_SECONDS:
                 forgotten, pace.rate = pace.rate, pace.ceiling
-            if pace.rate is None and pace.paused_until <= now:
+                pace.routes.clear()
+            if not pace.paces(route) or (pace.rate is None and pace.paused_until <= now):
                 start = now  # not paced: the common case
             else:
                 start = max(now, pace.next_send, pace.paused_until)
@@ -158,15 +259,49 @@ class HttpPacer:
                     pace.next_send = max(pace.next_send, start) + 1.0 / pace.rate
                     self._maybe_raise(pace, now, waited=start > now)
         if forgotten is not None:
-            log.info(
-                "%s: no 429 for %gs; its requests from this worker are %s",
-                key,
-                FORGET_SECONDS,
-                "no longer paced"
-                if pace.ceiling is None
-                else f"paced at the declared {pace.ceiling:g}/s again (NOETL_HTTP_RATE_LIMITS)",
-            )
-        return start - now, start
+            log.info(_forgotten_line(key, pace.ceiling, "this worker"))
+        return start - now, Ticket(key, route, start)
+
+    def _reserve_shared(self, ledger: PaceLedger, key: str, route: str) -> tuple[float, Ticket]:
+        with self._lock:
+            now = self._clock()
+            pace = self._host(key)
+            if pace.rate is None or not pace.paces(route):
+                return 0.0, Ticket(key, route, now)  # not paced: no database call
+            declare = pace.ceiling if not pace.declared else None
+        try:
+            if declare is not None:
+                ledger.declare(key, declare)  # twice, by two threads at once: harmless
+                pace.declared = True
+            booking = ledger.book(key)
+        except Exception as exc:  # any failure: pacing never fails a request
+            self._ledger_unreachable(key, exc)
+            return 0.0, Ticket(key, route, self._clock())
+        if booking is None:  # forgotten by the fleet: no 429 for FORGET_SECONDS
+            with self._lock:
+                was, pace.rate = pace.rate, pace.ceiling
+                pace.routes.clear()
+            if was is not None and pace.ceiling is None:
+                log.info(_forgotten_line(key, None, "the workers"))
+            return 0.0, Ticket(key, route, self._clock())
+        wait = max(0.0, min(booking.wait, self._max_wait))
+        with self._lock:
+            pace.rate = booking.rate
+        now = self._clock()
+        return wait, Ticket(key, route, now + wait, booked=True)
+
+    def _ledger_unreachable(self, key: str, exc: Exception) -> None:
+        now = self._clock()
+        with self._lock:
+            if now - self._ledger_failed < 60.0:
+                return
+            self._ledger_failed = now
+        log.warning(
+            "%s: the shared pacing schedule could not be reached (%s): its requests go "
+            "out unpaced until it can",
+            key,
+            exc,
+        )
 
     def _maybe_raise(self, pace: HostPace, now: float, waited: bool) -> None:
         pace.waited = pace.waited or waited
@@ -176,46 +311,62 @@ class HttpPacer:
             pace.waited
             and pace.rate is not None
             and now - pace.last_cut >= WINDOW_SECONDS
-            and _recent(pace.accepted, now) >= BUSY_SHARE * pace.rate
+            and _recent(pace, now) >= BUSY_SHARE * pace.rate
         ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
             pace.rate = min(raised, pace.ceiling) if pace.ceiling else raised
         pace.last_raise = now
         pace.waited = False
 
-    def wait(self, key: str) -> float:
-        """Wait for this request's turn; returns the send time to pass to `observe`."""
+    def wait(self, key: str, route: str = "") -> Ticket:
+        """Wait for this request's turn; returns the ticket to pass to `observe`."""
         if not key or not self.enabled:
-            return self._clock()
-        delay, start = self.reserve(key)
+            return Ticket(key, route, self._clock())
+        delay, ticket = self.reserve(key, route)
         if delay > 0:
             self._sleep(delay)
-        return start
+        return ticket
 
-    def observe(self, key: str, sent_at: float, status: int, retry_after: float | None) -> None:
-        """Learn from the answer to a request sent at `sent_at` (from `wait`)."""
-        if not key or not self.enabled:
+    def observe(self, ticket: Ticket, status: int, retry_after: float | None) -> None:
+        """Learn from the answer to the request of `ticket` (from `wait`)."""
+        if not ticket.host or not self.enabled:
             return
         with self._lock:
-            said = self._observe(key, sent_at, status, retry_after)
+            said = self._observe(ticket, status, retry_after)
+        if isinstance(said, _Report):
+            said = self._report(said)
         if said is not None:
             log.log(*said)
 
     def _observe(
-        self, key: str, sent_at: float, status: int, retry_after: float | None
-    ) -> tuple[int, str] | None:
-        """observe() under the lock; what to log about it, if anything (level, line)."""
+        self, ticket: Ticket, status: int, retry_after: float | None
+    ) -> tuple[int, str] | _Report | None:
+        """observe() under the lock; what to log about it, if anything (level, line), or
+        the 429 to report to the ledger (outside the lock: a database call)."""
+        key, route, sent_at = ticket.host, ticket.route, ticket.sent_at
         now = self._clock()
         pace = self._host(key)
         accepted = pace.accepted
-        while accepted and accepted[0] <= now - 2 * WINDOW_SECONDS:
+        while accepted and accepted[0].sent_at <= now - 2 * WINDOW_SECONDS:
             accepted.popleft()
         if status != 429:
-            accepted.append(sent_at)
+            accepted.append(Accepted(sent_at, route, ticket.booked))
             return None
-        in_window = sum(1 for t in accepted if sent_at - WINDOW_SECONDS < t <= sent_at)
-        if in_window < MIN_SIGNAL:
+        window = [a for a in accepted if sent_at - WINDOW_SECONDS < a.sent_at <= sent_at]
+        if len(window) < MIN_SIGNAL:
             return None
+        pace.routes.add(route)  # this route shares the host's limit
+        if pace.rate is not None:
+            # what counted against the limit: the routes that share it (every route's,
+            # while the host was not paced: which ones share it is not known yet)
+            window = [a for a in window if pace.paces(a.route)]
+        in_window = len(window)
+        if self._ledger is not None:
+            if sent_at < pace.last_cut + WINDOW_SECONDS:
+                return None  # this process reported this overshoot already
+            pace.last_cut = now
+            unbooked = sum(not a.booked for a in window)
+            return _Report(key, pace.rate, unbooked, now - sent_at, retry_after, in_window)
         paused = None
         if retry_after and (pace.rate is None or retry_after > WINDOW_SECONDS):
             # the burst that tripped an unpaced host's window fills it for as long
@@ -242,19 +393,59 @@ class HttpPacer:
         pace.cuts += 1
         pace.next_send = max(pace.next_send, now)
         pause = f", after a pause of {paused:g}s (Retry-After)" if paused else ""
-        if was is None:  # an operator's first sign that an API holds a drain back
-            return logging.INFO, (
-                f"{key} answered 429 with {in_window} requests from this worker "
-                f"accepted in the last second: its requests are paced at {rate:.0f}/s "
-                f"from now{pause}, probed upward while no 429 comes"
+        return _cut_line(key, was, rate, in_window, pause, shared=False)
+
+    def _report(self, report: _Report) -> tuple[int, str] | None:
+        """Report a 429 to the ledger (outside the lock); what to log about it."""
+        assert self._ledger is not None
+        try:
+            rate = self._ledger.cut(
+                report.host,
+                unbooked=report.unbooked,
+                sent_age=report.sent_age,
+                retry_after=report.retry_after,
             )
-        return (
-            logging.DEBUG,
-            f"{key} answered 429: pacing cut from {was:.0f} to {rate:.0f}/s{pause}",
-        )
+        except Exception as exc:  # any failure: pacing never fails a request
+            self._ledger_unreachable(report.host, exc)
+            return None
+        with self._lock:
+            pace = self._host(report.host)
+            was, pace.rate = pace.rate, rate
+            pace.cuts += 1
+        # the ledger pauses the host for the Retry-After of the 429 that paced it, and
+        # for a longer one (a quota) whenever it comes
+        paused = report.retry_after and (was is None or report.retry_after > WINDOW_SECONDS)
+        pause = f", after a pause of {report.retry_after:g}s (Retry-After)" if paused else ""
+        return _cut_line(report.host, was, rate, report.in_window, pause, shared=True)
 
     def rate(self, key: str) -> float | None:
-        """The host's current rate (None: not paced)."""
+        """The host's current rate (None: not paced); with a ledger, the fleet's rate
+        this process last booked with."""
         with self._lock:
             pace = self._hosts.get(key)
             return pace.rate if pace is not None else self._declared.get(key)
+
+
+class _Report(NamedTuple):
+    host: str
+    rate: float | None  # this process's view before the 429
+    unbooked: int
+    sent_age: float
+    retry_after: float | None
+    in_window: int
+
+
+def _cut_line(
+    key: str, was: float | None, rate: float, in_window: int, pause: str, shared: bool
+) -> tuple[int, str]:
+    if was is None:  # an operator's first sign that an API holds a drain back
+        whose = "the workers' requests to it are" if shared else "its requests are"
+        return logging.INFO, (
+            f"{key} answered 429 with {in_window} requests from this worker "
+            f"accepted in the last second: {whose} paced at {rate:.0f}/s from "
+            f"now{pause}, probed upward while no 429 comes"
+        )
+    return (
+        logging.DEBUG,
+        f"{key} answered 429: pacing cut from {was:.0f} to {rate:.0f}/s{pause}",
+    )

@@ -14,7 +14,7 @@ import httpx
 
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools.base import ToolCall, ToolOutcome
-from noetl_celery.tools.http_pacing import host_key
+from noetl_celery.tools.http_pacing import host_key, route_key
 from noetl_celery.tools.http_request import (
     RequestConfigError,
     RequestSpec,
@@ -42,8 +42,7 @@ class HttpTool:
         client = call.services.http_client(verify)
         # wait this host's turn (tools.http_pacing): not at all unless it answered 429
         pacer = call.services.http_pacer
-        host = host_key(spec.url)
-        sent_at = pacer.wait(host)
+        ticket = pacer.wait(host_key(spec.url), route_key(spec.url))
         try:
             response = client.request(
                 spec.method,
@@ -62,7 +61,7 @@ class HttpTool:
             return ToolOutcome.failure("config_error", redact(f"http request rejected: {exc}"))
         outcome = _outcome(response, redact)
         retry_after = outcome.error.retry_after if outcome.error is not None else None
-        pacer.observe(host, sent_at, response.status_code, retry_after)
+        pacer.observe(ticket, response.status_code, retry_after)
         return outcome
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from noetl_celery.errors import NoetlError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
-from noetl_celery.tools.http_pacing import HttpPacer
+from noetl_celery.tools.http_pacing import HttpPacer, PaceLedger
 from noetl_celery.tools.keychain import Keychain
 from noetl_celery.tools.redaction import Redactor, with_command_masks
 
@@ -49,8 +49,12 @@ class ToolServices:
         credentials: CredentialStore | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        pace_ledger: PaceLedger | None = None,
     ) -> None:
         self.settings = settings
+        # the pacing schedule of the worker processes (tools.http_pacing); None: this
+        # process paces on its own
+        self._pace_ledger = pace_ledger
         self._lock = threading.Lock()
         # Credentials are read when a command first needs them and re-read when the file
         # changes, so a worker picks up a rotated password without a restart and a worker
@@ -111,12 +115,14 @@ class ToolServices:
         return HttpPacer(
             dict(self.settings.http_rate_limits),
             max_wait=self.settings.park_after_seconds,
-            enabled=self.settings.http_pacing == "on",
+            enabled=self.settings.http_pacing != "off",
+            ledger=self._pace_ledger if self.settings.http_pacing == "on" else None,
         )
 
     @property
     def http_pacer(self) -> HttpPacer:
-        """The per-host request pacer of this process, shared by its threads."""
+        """The per-host request pacer of this process, shared by its threads (and its
+        schedule by the fleet's processes, with a ledger)."""
         if self._pid != os.getpid():
             with self._lock:
                 self._check_fork()

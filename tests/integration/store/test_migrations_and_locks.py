@@ -109,7 +109,7 @@ def test_loops_rows_written_before_0011_read_as_never_deferred(empty_url: str) -
     with database.engine.begin() as conn:
         conn.execute(insert(loops).values(**row))  # the columns 0010 has
     database.prepare(SchemaMode.MIGRATE)
-    assert database.current_revision() == SCHEMA_REVISION == "0011"
+    assert database.current_revision() == SCHEMA_REVISION >= "0011"
     with database.engine.connect() as conn:
         kept = conn.execute(select(loops)).one()._asdict()
         counters = queries.loop_counters(conn, "1", "each", 2)

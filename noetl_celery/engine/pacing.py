@@ -1,0 +1,39 @@
+"""The http tool's `PaceLedger` on the engine database (tools.http_pacing, store.pacing):
+the rules' constants go to the SQL from the one module that defines them."""
+
+from __future__ import annotations
+
+from noetl_celery.store.pacing import PaceRules, PacingManager
+from noetl_celery.tools import http_pacing as rules
+from noetl_celery.tools.http_pacing import Booking
+
+RULES = PaceRules(
+    window=rules.WINDOW_SECONDS,
+    forget=rules.FORGET_SECONDS,
+    raise_fraction=rules.RAISE_FRACTION,
+    max_raise=rules.MAX_RAISE_FRACTION,
+    accelerate=rules.ACCELERATE_AFTER,
+    cut_factor=rules.CUT_FACTOR,
+    min_rate=rules.MIN_RATE,
+)
+
+
+class FleetPaceLedger:
+    """tools.http_pacing.PaceLedger over `store.pacing` (Postgres)."""
+
+    def __init__(self, pacing: PacingManager) -> None:
+        self._pacing = pacing
+
+    def book(self, host: str) -> Booking | None:
+        booked = self._pacing.book(host, RULES)
+        if booked is None or booked[0] is None:
+            return None
+        return Booking(wait=booked[1], rate=booked[0])
+
+    def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
+        return self._pacing.cut(
+            host, RULES, unbooked=unbooked, sent_age=sent_age, retry_after=retry_after
+        )
+
+    def declare(self, host: str, rate: float) -> None:
+        self._pacing.declare(host, rate)

@@ -1,0 +1,55 @@
+"""`store.pacing`: the http tool's pacing schedule shared by the worker processes of a
+fleet (tools.http_pacing's `PaceLedger`); the SQL is `store.queries.pacing`."""
+
+from __future__ import annotations
+
+from noetl_celery.store.database import Database
+from noetl_celery.store.queries import pacing as sql
+from noetl_celery.store.queries.pacing import PaceRules
+
+__all__ = ["PaceRules", "PacingManager"]
+
+
+class PacingManager:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def available(self) -> bool:
+        """Only Postgres serves several processes (an SQLite engine is one process)."""
+        return not self.db.is_sqlite
+
+    def book(
+        self, host: str, rules: PaceRules, now: float | None = None
+    ) -> tuple[float | None, float] | None:
+        """Book `host`'s next send slot: (its rate, seconds to the slot); None when the
+        host is not paced. One statement, autocommitted: the row is locked only while
+        it runs."""
+        with self.db.single_write() as conn:
+            return sql.book(conn, host, rules, now)
+
+    def cut(
+        self,
+        host: str,
+        rules: PaceRules,
+        *,
+        unbooked: int,
+        sent_age: float,
+        retry_after: float | None,
+        now: float | None = None,
+    ) -> float:
+        """Report a 429 of `host`; its rate after it."""
+        with self.db.write() as conn:
+            return sql.cut(
+                conn,
+                host,
+                rules,
+                unbooked=unbooked,
+                sent_age=sent_age,
+                retry_after=retry_after,
+                now=now,
+            )
+
+    def declare(self, host: str, rate: float) -> None:
+        with self.db.write() as conn:
+            sql.declare(conn, host, rate)
