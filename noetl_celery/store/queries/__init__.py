@@ -12,7 +12,8 @@ inbox, decisions, children, operator, schedules, termination, reaper) are re-exp
 here, so callers keep `from noetl_celery.store import queries` and `queries.claim(...)`.
 The operators' read models (overview, history, catalog_reads, compat, reruns, owners,
 metrics) are used as modules by their read managers (`store.overview`, ...): their names
-(`listing`, `versions`, `failed_items`) only make sense with the module's.
+(`listing`, `versions`, `failed_items`) only make sense with the module's. So is
+`pacing`, the http tool's schedule (`store.pacing`: `pacing.book`, `pacing.cut`).
 """
 
 from __future__ import annotations

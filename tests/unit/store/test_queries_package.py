@@ -10,8 +10,18 @@ import pkgutil
 
 from noetl_celery.store import queries
 
-# used as modules by their read managers, not re-exported (see the package docstring)
-READ_MODELS = {"overview", "history", "catalog_reads", "compat", "reruns", "owners", "metrics"}
+# used as modules by their managers, not re-exported (see the package docstring): the
+# operators' read models, and the http tool's pacing schedule
+READ_MODELS = {
+    "overview",
+    "history",
+    "catalog_reads",
+    "compat",
+    "reruns",
+    "owners",
+    "metrics",
+    "pacing",
+}
 
 
 def _areas() -> list[str]:
