@@ -24,11 +24,11 @@ class FleetPaceLedger:
     def __init__(self, pacing: PacingManager) -> None:
         self._pacing = pacing
 
-    def book(self, host: str) -> Booking | None:
-        booked = self._pacing.book(host, RULES)
+    def book(self, host: str, count: int = 1) -> Booking | None:
+        booked = self._pacing.book(host, RULES, count=count)
         if booked is None or booked[0] is None:
             return None
-        return Booking(wait=booked[1], rate=booked[0])
+        return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=count)
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         return self._pacing.cut(

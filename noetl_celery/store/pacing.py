@@ -20,13 +20,13 @@ class PacingManager:
         return not self.db.is_sqlite
 
     def book(
-        self, host: str, rules: PaceRules, now: float | None = None
-    ) -> tuple[float | None, float] | None:
-        """Book `host`'s next send slot: (its rate, seconds to the slot); None when the
-        host is not paced. One statement, autocommitted: the row is locked only while
-        it runs."""
+        self, host: str, rules: PaceRules, now: float | None = None, count: int = 1
+    ) -> tuple[float | None, float, float] | None:
+        """Book `host`'s next `count` send slots: (its rate, seconds to the first slot,
+        seconds between two); None when the host is not paced. One statement,
+        autocommitted: the row is locked only while it runs."""
         with self.db.single_write() as conn:
-            return sql.book(conn, host, rules, now)
+            return sql.book(conn, host, rules, now, count)
 
     def cut(
         self,

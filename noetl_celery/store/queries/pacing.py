@@ -40,8 +40,8 @@ _BOOKED = """CASE WHEN t.now - old.bucket_at < :window
              THEN old.bucket_n * (2 - (t.now - old.bucket_at) / :window)
              ELSE 0 END"""
 
-# One request's slot: the next free one (after a Retry-After pause), one interval of the
-# rate after the last. A learned rate is forgotten FORGET_SECONDS after the last cut (a
+# `:count` send slots, one interval of the rate apart, from the next free one (after a
+# Retry-After pause). A learned rate is forgotten FORGET_SECONDS after the last cut (a
 # declared one comes back); it is raised once a second while the schedule binds (no slot
 # went unused for a whole second, this one included: demand, not the rate, is short
 # otherwise) and no 429 came for a second: RAISE_FRACTION, doubling each second after
@@ -62,15 +62,17 @@ UPDATE http_pace AS p SET
         coalesce(old.ceiling, 'Infinity'::double precision))
     ELSE old.rate END,
   last_raise = CASE WHEN t.now - old.last_raise >= :window THEN t.now ELSE old.last_raise END,
-  tat = greatest(old.tat, t.now, old.paused_until) + 1.0 / old.rate,
+  tat = greatest(old.tat, t.now, old.paused_until) + :count / old.rate,
   slack_at = CASE WHEN old.tat < t.now THEN t.now ELSE old.slack_at END,
-  bucket_n = CASE WHEN t.now - old.bucket_at < :window THEN old.bucket_n + 1 ELSE 1 END,
+  bucket_n = CASE WHEN t.now - old.bucket_at < :window THEN old.bucket_n + :count
+                  ELSE :count END,
   prev_n = CASE WHEN t.now - old.bucket_at < :window THEN old.prev_n
                 WHEN t.now - old.bucket_at < 2 * :window THEN old.bucket_n ELSE 0 END,
   bucket_at = CASE WHEN t.now - old.bucket_at < :window THEN old.bucket_at ELSE t.now END
 FROM t, old
 WHERE p.host = old.host
-RETURNING p.rate, greatest(old.tat, t.now, old.paused_until) - t.now AS wait
+RETURNING p.rate, greatest(old.tat, t.now, old.paused_until) - t.now AS wait,
+          1.0 / old.rate AS spacing
 """
 )
 
@@ -140,13 +142,14 @@ def _params(rules: PaceRules, **values: Any) -> dict[str, Any]:
 
 
 def book(
-    conn: Connection, host: str, rules: PaceRules, now: float | None
-) -> tuple[float | None, float] | None:
-    """(the host's rate after the booking, seconds to its slot); None: not paced."""
-    row = conn.execute(BOOK, _params(rules, host=host, now=now)).first()
+    conn: Connection, host: str, rules: PaceRules, now: float | None, count: int = 1
+) -> tuple[float | None, float, float] | None:
+    """(the host's rate after the booking, seconds to the first slot, seconds between
+    two slots); None: not paced."""
+    row = conn.execute(BOOK, _params(rules, host=host, now=now, count=count)).first()
     if row is None:
         return None
-    return (None if row[0] is None else float(row[0])), max(0.0, float(row[1]))
+    return (None if row[0] is None else float(row[0])), max(0.0, float(row[1])), float(row[2])
 
 
 def cut(

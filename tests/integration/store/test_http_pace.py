@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from noetl_celery.engine.pacing import RULES
 from noetl_celery.engine.service import Engine
@@ -42,9 +43,11 @@ class ClockedLedger:
     def __init__(self, pacing: PacingManager, clock: Callable[[], float]) -> None:
         self.pacing, self.clock = pacing, clock
 
-    def book(self, host: str) -> Booking | None:
-        booked = self.pacing.book(host, RULES, now=self.clock())
-        return None if booked is None or booked[0] is None else Booking(booked[1], booked[0])
+    def book(self, host: str, count: int = 1) -> Booking | None:
+        booked = self.pacing.book(host, RULES, now=self.clock(), count=count)
+        if booked is None or booked[0] is None:
+            return None
+        return Booking(booked[1], booked[0], booked[2], count)
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         return self.pacing.cut(
@@ -99,6 +102,17 @@ def test_one_cut_per_overshoot_then_a_later_429_cuts_the_fleet_rate(
     assert cut(pacing, T0 + 3.2, 500) == pytest.approx(first)
 
 
+def test_a_block_of_slots_is_booked_in_one_statement(pacing: PacingManager) -> None:
+    rate = cut(pacing, T0, 100)
+    booked = pacing.book(HOST, RULES, now=T0 + 2, count=6)
+    assert booked is not None and booked[:2] == (rate, 0.0)
+    assert booked[2] == pytest.approx(1 / rate)
+    # the next booking starts after the six slots
+    booked = pacing.book(HOST, RULES, now=T0 + 2)
+    # (epoch seconds in double precision: a slot is exact to a microsecond)
+    assert booked is not None and booked[1] == pytest.approx(6 / rate, abs=1e-6)
+
+
 def test_the_rate_is_raised_while_the_schedule_binds_and_only_then(
     pacing: PacingManager,
 ) -> None:
@@ -118,8 +132,8 @@ def test_the_rate_is_raised_while_the_schedule_binds_and_only_then(
 
 
 def test_a_learned_rate_is_forgotten_and_a_declared_one_holds(pacing: PacingManager) -> None:
-    cut(pacing, T0, 100)
-    assert pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 1) == (None, 0.0)
+    rate = cut(pacing, T0, 100)
+    assert pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 1) == (None, 0.0, 1 / rate)
     assert pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 2) is None
     pacing.declare(HOST, 50.0)
     for i in range(5):
@@ -127,11 +141,14 @@ def test_a_learned_rate_is_forgotten_and_a_declared_one_holds(pacing: PacingMana
         assert booked is not None and booked[0] == 50.0 and booked[1] == pytest.approx(i / 50)
     # a 429 cuts a declared rate; it comes back to the declared one, never above it
     assert cut(pacing, T0 + 101, 30) == pytest.approx(CUT_FACTOR * (5 + 30), rel=0.05)
-    assert pacing.book(HOST, RULES, now=T0 + 101 + FORGET_SECONDS + 1) == (50.0, 0.0)
+    booked = pacing.book(HOST, RULES, now=T0 + 101 + FORGET_SECONDS + 1)
+    assert booked is not None and booked[:2] == (50.0, 0.0)
 
 
 def fleet(pacing: PacingManager) -> Callable[[Clock], list[HttpPacer]]:
     def make(clock: Clock) -> list[HttpPacer]:
+        with pacing.db.write() as conn:  # each drain's clock starts afresh
+            conn.execute(text("DELETE FROM http_pace"))
         ledger = ClockedLedger(pacing, lambda: T0 + clock.now)
         return [HttpPacer(clock=clock, sleep=clock.sleep, ledger=ledger) for _ in range(2)]
 
@@ -152,9 +169,9 @@ def test_two_processes_share_one_schedule_and_an_unlimited_route_is_not_paced(
 ) -> None:
     """Two processes whose lanes split each stage 70/30 (the frames of a cursor go to
     whichever process is free) drain PFT-shaped stages through the shared schedule
-    within 12% of the limited stages' bound (the pauses between stages and the MDS
-    stages included: 1.09-1.10x for seeds 1-3), with fewer 429s than one request in
-    250; the MDS stages (a route the server does not limit) run unpaced. Pacing per
+    within 12% of the limited stages' bound on average (the pauses between stages and
+    the MDS stages included: 1.08-1.12x for seeds 1-3), with fewer 429s than one request
+    in 250; the MDS stages (a route the server does not limit) run unpaced. Pacing per
     process took 1.19-1.24x with twice the 429s: the busier process cannot use the
     other's unused share (at an even split both take 1.09x)."""
     kwargs = dict(
@@ -162,11 +179,18 @@ def test_two_processes_share_one_schedule_and_an_unlimited_route_is_not_paced(
         limited=lambda r: "/mds/" not in r,
         share=0.7,
     )
-    shared = drain_stages(STAGES, 1, pacers=fleet(pacing), **kwargs)  # type: ignore[arg-type]
-    apart = drain_stages(STAGES, 1, **kwargs)  # type: ignore[arg-type]
+    runs = [
+        (
+            drain_stages(STAGES, seed, pacers=fleet(pacing), **kwargs),  # type: ignore[arg-type]
+            drain_stages(STAGES, seed, **kwargs),  # type: ignore[arg-type]
+        )
+        for seed in (1, 2)
+    ]
     bound = limited_seconds(STAGES)  # the MDS stages' requests are not limited
-    assert shared[0] <= 1.12 * bound, shared
-    assert shared[1] <= sum(STAGES) / 250, shared
+    shared = (sum(s[0] for s, _ in runs) / 2, max(s[1] for s, _ in runs))
+    apart = (sum(a[0] for _, a in runs) / 2, max(a[1] for _, a in runs))
+    assert shared[0] <= 1.12 * bound, runs
+    assert shared[1] <= sum(STAGES) / 250, runs
     assert shared[0] < 0.95 * apart[0], (shared, apart)
 
 

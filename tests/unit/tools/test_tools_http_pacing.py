@@ -497,11 +497,11 @@ class RecordingLedger:
         self.rate: float | None = 100.0
         self.fail = False
 
-    def book(self, host: str) -> Booking | None:
-        self.calls.append(("book", host))
+    def book(self, host: str, count: int = 1) -> Booking | None:
+        self.calls.append(("book", host, str(count)))
         if self.fail:
             raise ConnectionError("engine database unreachable")
-        return None if self.rate is None else Booking(0.25, self.rate)
+        return None if self.rate is None else Booking(0.25, self.rate, 0.01, count)
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         self.calls.append(("cut", host, str(unbooked)))
@@ -529,7 +529,7 @@ def test_with_a_ledger_only_a_paced_host_costs_a_call() -> None:
         p.observe(ticket, 429, 1.0)
     assert ledger.calls == [("cut", HOST, "100")]
     ticket = p.wait(HOST)
-    assert ticket.booked and clock.slept == [0.25] and ledger.calls[-1] == ("book", HOST)
+    assert ticket.booked and clock.slept == [0.25] and ledger.calls[-1][:2] == ("book", HOST)
     assert p.reserve(HOST, "/other")[0] == 0.0 and len(ledger.calls) == 2
     ledger.rate = None
     p.wait(HOST)
