@@ -149,6 +149,8 @@ class ToolServices:
             if client is None:
                 import httpx  # lazy: ~90 ms import
 
+                from noetl_celery.tools.http_cookies import no_cookies
+
                 client = httpx.Client(
                     verify=verify,
                     follow_redirects=False,
@@ -156,6 +158,9 @@ class ToolServices:
                     # every connection kept alive: a thread-pool worker's 32 threads
                     # calling one API must not close and reopen sockets per request
                     limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
+                    # a shared client must not keep the cookies responses set: they
+                    # would ride along on every later request of every execution
+                    cookies=no_cookies(),
                 )
                 self._http[verify] = client
             return client

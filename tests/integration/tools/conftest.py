@@ -210,6 +210,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", "text/plain", {"Location": "/json"})
         elif path == "/empty":
             self._send(204, b"", "text/plain")
+        elif path == "/login":  # an API's session cookie
+            self._json(200, {"ok": True}, {"Set-Cookie": "session=of-execution-a; Path=/"})
         else:
             return False
         return True

@@ -221,3 +221,14 @@ def test_secret_in_query_is_masked_in_result_url(run_http: RunTool, http_base: s
     assert out.ok, out.error
     assert out.data["data"]["query"] == {"api_key": "Api-Token-Secret-77"}  # sent as asked
     assert "Api-Token-Secret-77" not in out.data["url"] and "api_key=***" in out.data["url"]
+
+
+def test_a_cookie_never_rides_along_on_another_request(run_http: RunTool, http_base: str) -> None:
+    """The worker's threads share one HTTP client: a session cookie that one execution's
+    response set must not be sent with any later request (another execution's, another
+    playbook's). A playbook that needs a cookie sends it as a header."""
+    assert run_http({"url": f"{http_base}/login"}).ok
+    echoed = run_http({"url": f"{http_base}/echo"}).data["data"]["headers"]
+    assert "cookie" not in echoed, echoed
+    sent = run_http({"url": f"{http_base}/echo", "headers": {"Cookie": "session=mine"}})
+    assert sent.data["data"]["headers"]["cookie"] == "session=mine"
