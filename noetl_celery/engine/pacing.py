@@ -3,6 +3,8 @@ the rules' constants go to the SQL from the one module that defines them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from noetl_celery.store.pacing import PaceRules, PacingManager
 from noetl_celery.tools import http_pacing as rules
 from noetl_celery.tools.http_pacing import Booking
@@ -18,21 +20,35 @@ RULES = PaceRules(
 )
 
 
-class FleetPaceLedger:
-    """tools.http_pacing.PaceLedger over `store.pacing` (Postgres)."""
+def _database_clock() -> float | None:
+    return None  # the statements read the database's clock
 
-    def __init__(self, pacing: PacingManager) -> None:
+
+class FleetPaceLedger:
+    """tools.http_pacing.PaceLedger over `store.pacing` (Postgres). `now` gives the
+    statements their clock (epoch seconds; None: the database's, as workers on several
+    machines must agree on it): tests replay a drain on a fake one."""
+
+    def __init__(
+        self, pacing: PacingManager, now: Callable[[], float | None] = _database_clock
+    ) -> None:
         self._pacing = pacing
+        self._now = now
 
     def book(self, host: str, count: int = 1) -> Booking | None:
-        booked = self._pacing.book(host, RULES, count=count)
+        booked = self._pacing.book(host, RULES, now=self._now(), count=count)
         if booked is None or booked[0] is None:
             return None
         return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=count)
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         return self._pacing.cut(
-            host, RULES, unbooked=unbooked, sent_age=sent_age, retry_after=retry_after
+            host,
+            RULES,
+            unbooked=unbooked,
+            sent_age=sent_age,
+            retry_after=retry_after,
+            now=self._now(),
         )
 
     def declare(self, host: str, rate: float) -> None:

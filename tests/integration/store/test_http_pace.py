@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from noetl_celery.engine.pacing import RULES
+from noetl_celery.engine.pacing import RULES, FleetPaceLedger
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import Database, SchemaMode
@@ -19,7 +19,6 @@ from noetl_celery.tools.http_pacing import (
     CUT_FACTOR,
     FORGET_SECONDS,
     RAISE_FRACTION,
-    Booking,
     HttpPacer,
 )
 from tests.unit.tools.test_tools_http_pacing import Clock, drain_stages
@@ -35,32 +34,6 @@ def pacing(pg_url: str) -> Iterator[PacingManager]:
         yield PacingManager(database)
     finally:
         database.dispose()
-
-
-class ClockedLedger:
-    """FleetPaceLedger on a test clock (the database's clock otherwise)."""
-
-    def __init__(self, pacing: PacingManager, clock: Callable[[], float]) -> None:
-        self.pacing, self.clock = pacing, clock
-
-    def book(self, host: str, count: int = 1) -> Booking | None:
-        booked = self.pacing.book(host, RULES, now=self.clock(), count=count)
-        if booked is None or booked[0] is None:
-            return None
-        return Booking(booked[1], booked[0], booked[2], count)
-
-    def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
-        return self.pacing.cut(
-            host,
-            RULES,
-            unbooked=unbooked,
-            sent_age=sent_age,
-            retry_after=retry_after,
-            now=self.clock(),
-        )
-
-    def declare(self, host: str, rate: float) -> None:
-        self.pacing.declare(host, rate)
 
 
 def cut(
@@ -149,7 +122,7 @@ def fleet(pacing: PacingManager) -> Callable[[Clock], list[HttpPacer]]:
     def make(clock: Clock) -> list[HttpPacer]:
         with pacing.db.write() as conn:  # each drain's clock starts afresh
             conn.execute(text("DELETE FROM http_pace"))
-        ledger = ClockedLedger(pacing, lambda: T0 + clock.now)
+        ledger = FleetPaceLedger(pacing, now=lambda: T0 + clock.now)
         return [HttpPacer(clock=clock, sleep=clock.sleep, ledger=ledger) for _ in range(2)]
 
     return make
