@@ -396,7 +396,7 @@ class HttpPacer:
                 return None  # this process reported this overshoot already
             pace.last_cut = now
             unbooked = sum(not a.booked for a in window)
-            return _Report(key, pace.rate, unbooked, now - sent_at, retry_after, in_window)
+            return _Report(key, unbooked, now - sent_at, retry_after, in_window)
         paused = None
         if retry_after and (pace.rate is None or retry_after > WINDOW_SECONDS):
             # the burst that tripped an unpaced host's window fills it for as long
@@ -458,7 +458,6 @@ class HttpPacer:
 
 class _Report(NamedTuple):
     host: str
-    rate: float | None  # this process's view before the 429
     unbooked: int
     sent_age: float
     retry_after: float | None
