@@ -20,7 +20,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
-from noetl_celery.store.orchestration import OrchestrationTx, claim_in
+from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
@@ -127,15 +127,6 @@ class CompletionTx:
                 exc_info=True,
                 extra={"execution_id": self.command.execution_id},
             )
-
-    def claim(self, command_id: str, worker: str, lease_seconds: int) -> ClaimedCommand | None:
-        """Claim a command of the same execution in this transaction (the conditional
-        claim a delivery makes): one the pass just issued, to run in this process next
-        (worker.execute's local continuation). It commits with the close, or not at all."""
-        cmd = self.command
-        return claim_in(
-            self.conn, command_id, cmd.execution_id, cmd.catalog_id, worker, lease_seconds
-        )
 
     def lock(self, *, wait: bool = False) -> OrchestrationTx | None:
         """Try the execution's lock in this transaction (None: another pass holds it);

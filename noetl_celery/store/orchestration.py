@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -25,12 +25,13 @@ from noetl_celery.orchestrator.decisions import (
     LoopPlan,
     Terminal,
 )
-from noetl_celery.orchestrator.ids import parse_claim
+from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.rows import ClaimedCommand, ExecutionRow
 from noetl_celery.store.schema import utcnow
+from noetl_celery.store.statements import COMMAND_COLUMNS
 
 
 def claim_in(
@@ -46,12 +47,31 @@ def claim_in(
     return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
 
+def claimed_command(row: Any, catalog_id: int) -> ClaimedCommand:
+    """A row of COMMAND_COLUMNS (and its command_id) as the command a claim returns."""
+    fields = {c.name: row._mapping[c.name] for c in COMMAND_COLUMNS}
+    return ClaimedCommand(command_id=row.command_id, catalog_id=catalog_id, **fields)
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Asked of a pass by the process that closed a command (worker.execute's local
+    continuation): claim for it, in the pass's own writes, the command `pick` chooses
+    among the ones the pass issues (None: none), to run next in that process."""
+
+    pick: Callable[[list[str]], str | None]
+    worker: str
+    lease_seconds: int
+
+
 class OrchestrationTx:
     def __init__(self, conn: Connection, execution: ExecutionRow, results: ResultCache) -> None:
         self.conn = conn
         self.execution = execution
         self.execution_id = execution.execution_id
         self._results = results
+        self.follow: Follow | None = None  # set before the pass, when asked
+        self.followed: ClaimedCommand | None = None  # what the pass claimed for it
 
     # ---- Facts (read-only history) ----------------------------------------------------------
     def result(self, step: str, epoch: int) -> Any:
@@ -108,6 +128,9 @@ class OrchestrationTx:
         now = utcnow()
         self._write_results(decision, now)
         self._write_contexts(decision, now)
+        whole = self._whole_plans(decision)
+        if whole is not None:
+            return self._issue_and_save(decision, whole, handled, now)
         issued, done = self._write_plans(decision, now)
         publish = self._write_commands(decision, now) + issued
         publish += self._issue_ranges(decision, now, done)
@@ -119,7 +142,89 @@ class OrchestrationTx:
         else:
             self.mark_handled(handled)
             publish += self._end(decision, decision.terminal, now)
+        if self.follow is not None and decision.terminal is None:
+            # (a terminal pass may resume a parent's command: never this process's to run)
+            self._claim_follow(publish)
         return publish
+
+    def _whole_plans(self, decision: Decision) -> list[tuple[LoopPlan, IssueRange]] | None:
+        """On Postgres, for a pass that does not end the execution and issues nothing
+        but new commands and loop plans issued whole (a cursor lane's pass, a small
+        loop's start): those plans, each with the issue that issues it. None: write the
+        decision statement by statement."""
+        if decision.terminal is not None or self.conn.dialect.name != "postgresql":
+            return None
+        whole: list[tuple[LoopPlan, IssueRange]] = []
+        positions = set()
+        for plan in decision.plans:
+            position = issued_whole(plan, decision.issues)
+            if position is None or position in positions:
+                return None
+            positions.add(position)
+            whole.append((plan, decision.issues[position]))
+        return whole if len(positions) == len(decision.issues) else None
+
+    def _issue_and_save(
+        self,
+        decision: Decision,
+        whole: list[tuple[LoopPlan, IssueRange]],
+        handled: Sequence[int],
+        now: dt.datetime,
+    ) -> list[str]:
+        """apply() with the commands, the inbox marks and the state in one statement
+        (the follow claimed in it), after the engine events and loop mirrors if any."""
+        self._write_events(decision, now)
+        self._write_loops(decision, now)
+        plan_ids = [
+            [
+                iteration_command_id(self.execution_id, plan.step, plan.epoch, i)
+                for i in range(plan.start, plan.start + len(plan.items))
+            ]
+            for plan, _ in whole
+        ]
+        due = [c.command_id for c in decision.commands if c.delay_seconds <= 0]
+        due += [cid for ids in plan_ids for cid in ids]
+        follow = None
+        pick = self.follow.pick(due) if self.follow is not None and due else None
+        if self.follow is not None and pick is not None:
+            lease = now + dt.timedelta(seconds=self.follow.lease_seconds)
+            follow = (pick, self.follow.worker, lease)
+        inserted, claimed = queries.issue_and_save(
+            self.conn,
+            self.execution_id,
+            decision.commands,
+            [(plan, issue.ctx_version) for plan, issue in whole],
+            decision.state.to_json(),
+            handled,
+            now,
+            follow,
+        )
+        if claimed is not None:
+            self.followed = claimed_command(claimed, self.execution.catalog_id)
+        delayed = {c.command_id for c in decision.commands if c.delay_seconds > 0}
+        publish = [cid for cid in inserted if cid not in delayed]
+        for (_, issue), ids in zip(whole, plan_ids, strict=True):
+            if not set(ids) <= set(inserted):
+                # rows of it were there already (planned by an earlier pass): issue those
+                # (never one inserted issued here: the UPDATE takes planned rows only)
+                publish += queries.issue_range(self.conn, self.execution_id, issue, now)
+        return publish
+
+    def _claim_follow(self, publish: list[str]) -> None:
+        """The follow asked for, claimed among the commands this pass issued (the
+        statement-by-statement path: a claim of its own)."""
+        assert self.follow is not None
+        pick = self.follow.pick(publish) if publish else None
+        if pick is None:
+            return
+        self.followed = claim_in(
+            self.conn,
+            pick,
+            self.execution_id,
+            self.execution.catalog_id,
+            self.follow.worker,
+            self.follow.lease_seconds,
+        )
 
     def _write_results(self, decision: Decision, now: dt.datetime) -> None:
         if decision.results:

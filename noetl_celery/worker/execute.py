@@ -21,6 +21,7 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 
 from noetl_celery import logcapture
 from noetl_celery.constants import CMD_RUNNING, RUNNING
@@ -38,7 +39,7 @@ from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
-from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.orchestration import Follow, OrchestrationTx
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
 from noetl_celery.tools.redaction import command_masks, mask_command_value
@@ -375,14 +376,13 @@ class CommandExecutor:
         commits with the close, so a retried transaction claims it again or not at all."""
         with self.store.completion(command) as completion:
             wait = chain and may_follow(command)
-            closed, publish, ran_pass = self._close_and_fold(
-                completion, command, outcome, fold, wait
+            request = None
+            if chain:
+                pick = partial(next_here, command)
+                request = Follow(pick, worker_identity(), self.lease_seconds)
+            closed, publish, ran_pass, follow = self._close_and_fold(
+                completion, command, outcome, fold, wait, request
             )
-            follow = None
-            if chain and publish:
-                next_id = next_here(command, publish)
-                if next_id is not None:
-                    follow = completion.claim(next_id, worker_identity(), self.lease_seconds)
             completion.add_logs(LogSink.command_rows(capture, command))
             return closed, publish, ran_pass, follow
 
@@ -393,35 +393,40 @@ class CommandExecutor:
         outcome: Outcome,
         fold: bool = True,
         wait: bool = False,
-    ) -> tuple[bool, list[str] | None, bool]:
-        """`wait`: wait for the execution's lock if another pass holds it (a cursor
-        lane continuing locally: its next command comes out of this pass, and the
-        holder's re-check does not fold our completion, publishing that command, while
-        we wait for a pass of our own)."""
+        follow: Follow | None = None,
+    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
+        """(closed, what to publish, a pass ran, the command it claimed for `follow`).
+        `wait`: wait for the execution's lock if another pass holds it (a cursor lane
+        continuing locally: its next command comes out of this pass, and the holder's
+        re-check does not fold our completion, publishing that command, while we wait
+        for a pass of our own). `follow`: the pass claims the command this process runs
+        next in its own writes (local continuation), committed with the close or not
+        at all."""
         tx: OrchestrationTx | None
         if wait and fold:  # a pass follows: the lock is taken by the closing statement
             closed, tx = completion.close_and_lock(outcome)
         else:
             closed, tx = completion.close(outcome), None
         if not closed.closed:
-            return False, None, False
+            return False, None, False, None
         if not fold:
-            return True, [], False
+            return True, [], False, None
         if tx is None:
             if self.deferrable(command, closed):
-                return True, None, False  # enough of the window still runs: folded later
+                return True, None, False, None  # enough of the window still runs: folded later
             tx = completion.lock(wait=wait)
             if tx is None:
-                return True, [], False
+                return True, [], False, None
         # a lock taken by the close always passes: a holder that skipped its pass would
         # leave those who found the lock taken waiting for a re-check it never makes
+        tx.follow = follow
         try:
             passed = self.orchestrator.run_pass(tx)
         except Exception as exc:
             if transient(exc):
                 raise  # the database is away: nothing can be recorded now
             raise _PassCrashed from exc
-        return True, None if passed.deferred else passed.publish, True
+        return True, None if passed.deferred else passed.publish, True, tx.followed
 
     def not_storable(
         self, command: ClaimedCommand, outcome: Outcome, exc: ResultNotStorable

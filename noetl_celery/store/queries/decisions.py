@@ -7,9 +7,16 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text, update
+from sqlalchemy import Connection, bindparam, text, update
 
-from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_PLANNED, KIND_ITERATION, KIND_STEP
+from noetl_celery.constants import (
+    CMD_DELAYED,
+    CMD_ISSUED,
+    CMD_PLANNED,
+    CMD_RUNNING,
+    KIND_ITERATION,
+    KIND_STEP,
+)
 from noetl_celery.orchestrator.decisions import (
     EngineEvent,
     IssueRange,
@@ -24,7 +31,7 @@ from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore, upsert
 from noetl_celery.store.queries._common import SYNC_COMMIT
 from noetl_celery.store.queries.inbox import mark_handled
-from noetl_celery.store.schema import commands, contexts, events, executions, loops, results
+from noetl_celery.store.schema import Json, commands, contexts, events, executions, loops, results
 from noetl_celery.store.statements import ISSUE_RANGE, SAVE_STATE, SAVE_STATE_HANDLED
 
 # rows per multi-row INSERT when planning a large loop: the rows of one chunk (and their
@@ -156,26 +163,111 @@ def insert_commands(
     """Insert commands; the ids this statement inserted (a command already there is
     left as it is)."""
     stmt = insert_ignore(conn, commands).returning(commands.c.command_id)
-    rows = [
-        {
-            "command_id": c.command_id,
-            "execution_id": execution_id,
-            "step": c.step,
-            "kind": c.kind or KIND_STEP,
-            "epoch": c.epoch,
-            "iteration": c.iteration,
-            "attempt": c.attempt,
-            # a delayed command is parked with its due time; the reaper's sweep issues
-            # and publishes it then (no worker sleeps through a backoff)
-            "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
-            "ctx_version": c.ctx_version,
-            "item": c.item,
-            "meta": c.meta,
-            "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
-        }
-        for c in new
-    ]
+    rows = [_command_row(execution_id, c, now) for c in new]
     return [r[0] for r in conn.execute(stmt, rows).all()]
+
+
+def _command_row(execution_id: str, c: NewCommand, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "command_id": c.command_id,
+        "execution_id": execution_id,
+        "step": c.step,
+        "kind": c.kind or KIND_STEP,
+        "epoch": c.epoch,
+        "iteration": c.iteration,
+        "attempt": c.attempt,
+        # a delayed command is parked with its due time; the reaper's sweep issues
+        # and publishes it then (no worker sleeps through a backoff)
+        "status": CMD_DELAYED if c.delay_seconds > 0 else CMD_ISSUED,
+        "ctx_version": c.ctx_version,
+        "item": c.item,
+        "meta": c.meta,
+        "issued_at": now + dt.timedelta(seconds=c.delay_seconds),
+    }
+
+
+# Postgres: a pass's new commands (a loop plan issued whole among them), its inbox marks
+# and its state in one statement, one of the commands inserted claimed (`b_follow`: the
+# command the closing process runs next, worker.execute's local continuation). These
+# were three round trips made while holding the execution's lock, which every other pass
+# of the execution waits for: half of a per-frame cursor lane's time in the lock. The
+# rows come as one JSON document; the recordset reads a JSON null item as NULL, stored
+# as JSON null as the Json column stores None.
+_ISSUE_AND_SAVE_PG = text(
+    """
+    WITH handled AS (
+        DELETE FROM inbox WHERE event_id = ANY(CAST(:b_handled AS bigint[]))
+    ), saved AS (
+        UPDATE executions SET state = :b_state, passes = passes + 1, updated_at = :b_now
+        WHERE execution_id = :b_eid
+    ), given AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:b_rows AS jsonb))
+            AS g(command_id varchar, step varchar, kind varchar, epoch integer,
+                 iteration integer, attempt integer, status varchar, ctx_version integer,
+                 item jsonb, meta jsonb, issued_at timestamp)
+    ), claimed AS (
+        SELECT g.*, g.command_id = CAST(:b_follow AS varchar) AS here FROM given g
+    )
+    INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration, attempt,
+                          status, ctx_version, item, meta, issued_at, worker, started_at,
+                          lease_until)
+    SELECT c.command_id, :b_eid, c.step, c.kind, c.epoch, c.iteration, c.attempt,
+           CASE WHEN c.here THEN CAST(:b_running AS varchar) ELSE c.status END,
+           c.ctx_version, COALESCE(c.item, 'null'), COALESCE(c.meta, 'null'), c.issued_at,
+           CASE WHEN c.here THEN CAST(:b_worker AS varchar) END,
+           CASE WHEN c.here THEN CAST(:b_now AS timestamp) END,
+           CASE WHEN c.here THEN CAST(:b_lease AS timestamp) END
+    FROM claimed c
+    ON CONFLICT DO NOTHING
+    RETURNING command_id, worker IS NOT NULL AS here, execution_id, step, kind, epoch,
+              iteration, attempt, ctx_version,
+              CASE WHEN worker IS NOT NULL THEN item END AS item,
+              CASE WHEN worker IS NOT NULL THEN meta END AS meta, resume
+    """
+).bindparams(bindparam("b_state", type_=Json))
+
+
+def issue_and_save(
+    conn: Connection,
+    execution_id: str,
+    new: Sequence[NewCommand],
+    plans: Sequence[tuple[LoopPlan, int]],
+    state: dict[str, Any],
+    handled: Sequence[int],
+    now: dt.datetime,
+    follow: tuple[str, str, dt.datetime] | None = None,
+) -> tuple[list[str], Any]:
+    """Postgres only, one statement: insert `new` and the loop plans issued whole
+    (`plans`: each with the context version it is issued at), mark `handled` and save
+    `state`. `follow` (command id, worker, lease end): insert that command claimed by the
+    worker instead of issued. The ids inserted, in the given order (commands first, then
+    each plan's in iteration order; a command already there is left as it is), and the
+    follow's COMMAND_COLUMNS as a claim returns them (None: not inserted)."""
+    rows = [_command_row(execution_id, c, now) for c in new]
+    for plan, ctx_version in plans:
+        for row in _plan_rows(execution_id, plan, plan.items, plan.start):
+            row.update(status=CMD_ISSUED, ctx_version=ctx_version, issued_at=now)
+            rows.append(row)
+    follow_id, worker, lease_until = follow or (None, None, None)
+    returned = conn.execute(
+        _ISSUE_AND_SAVE_PG,
+        {
+            "b_eid": execution_id,
+            "b_handled": list(handled),
+            "b_state": state,
+            "b_now": now,
+            # one JSON document, not an array per column: psycopg dumps arrays item by
+            # item in Python (most of this statement's time), JSON in one call
+            "b_rows": json_dumps([{**r, "issued_at": r["issued_at"].isoformat()} for r in rows]),
+            "b_follow": follow_id,
+            "b_running": CMD_RUNNING,
+            "b_worker": worker,
+            "b_lease": lease_until,
+        },
+    ).all()
+    inserted = {r.command_id for r in returned}
+    claimed = next((r for r in returned if r.here), None)
+    return [r["command_id"] for r in rows if r["command_id"] in inserted], claimed
 
 
 def issue_range(

@@ -25,6 +25,7 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.state import ExecutionState
 from noetl_celery.store.completion import Closed
 from noetl_celery.store.database import Database, SchemaMode
+from noetl_celery.store.orchestration import Follow
 from noetl_celery.store.queries import decisions
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import LoopCounters
@@ -230,6 +231,59 @@ def test_a_plan_issued_whole_is_inserted_issued_and_published_once(store: Store)
     )
     assert sorted(again) == [f"{eid}:each:2:{i}" for i in range(3)]
     assert store.claim(f"{eid}:each:2:0", "w", 60) is not None  # the planned row, issued
+
+
+def test_a_pass_claims_the_follow_it_was_asked_for_and_publishes_the_rest(store: Store) -> None:
+    """A pass asked for a follow (worker.execute's local continuation) claims the command
+    `pick` chooses among those it issues, in its own writes: running, leased to the
+    worker, not claimable again, the rest issued and published; a delayed command is
+    never offered. Asked again (a redone pass), it inserts nothing and claims nothing."""
+    eid = new_execution(store)
+    plan = LoopPlan("each", 1, [{"i": 0}, None], 3, {"iterator": "x"}, start=4)
+    claim = NewCommand(f"{eid}:each:1:c", "each", "claim", 1, 3, item={"lane": 0})
+    later = NewCommand(f"{eid}:each:1:d", "each", "claim", 1, 3, delay_seconds=60)
+    whole = decision(
+        eid, commands=[claim, later], plans=[plan], issues=[IssueRange("each", 1, 4, 6, 5)]
+    )
+    offered: list[list[str]] = []
+
+    def pick(ids: list[str]) -> str:
+        offered.append(ids)
+        return f"{eid}:each:1:5"
+
+    with store.orchestration(eid, wait=True) as tx:
+        assert tx is not None
+        tx.follow = Follow(pick, "w1", 60)
+        publish = tx.apply(whole, [])
+        followed = tx.followed
+    assert offered == [[claim.command_id, f"{eid}:each:1:4", f"{eid}:each:1:5"]]
+    assert publish == [claim.command_id, f"{eid}:each:1:4", f"{eid}:each:1:5"]
+    assert followed is not None
+    assert (followed.command_id, followed.kind, followed.iteration) == (
+        f"{eid}:each:1:5",
+        "iteration",
+        5,
+    )
+    assert (followed.item, followed.ctx_version, followed.meta) == (None, 5, {"iterator": "x"})
+    assert store.claim(followed.command_id, "w2", 60) is None  # claimed already
+    assert store.claim(f"{eid}:each:1:4", "w2", 60) is not None  # issued
+    assert store.claim(later.command_id, "w2", 60) is None  # delayed: the sweep issues it
+    with store.db.engine.connect() as conn:
+        row = conn.execute(
+            select(
+                commands.c.status,
+                commands.c.worker,
+                commands.c.lease_until,
+                commands.c.item.is_(None).label("sql_null"),
+            ).where(commands.c.command_id == followed.command_id)
+        ).one()
+    assert (row.status, row.worker) == ("running", "w1") and row.lease_until is not None
+    assert row.sql_null is False  # a None item is stored as JSON null, as every path does
+    with store.orchestration(eid, wait=True) as tx:  # the same pass again
+        assert tx is not None
+        tx.follow = Follow(pick, "w1", 60)
+        assert tx.apply(whole, []) == []
+        assert tx.followed is None
 
 
 def mirror(in_flight: int, issued: int, succeeded: int, *, done: bool = False) -> LoopMirror:
