@@ -102,19 +102,25 @@ def _shape(text: str) -> str:
     return _SEMICOLONS if several else _ONE
 
 
+# what _split_masked masks: quoted strings and identifiers, and runs of digits (a number,
+# or part of a name: neither can hold a cut). What two renders of one SQL template
+# differ in is mostly these, so their masked texts are one and sqlparse lexes it once.
+_MASKED = re.compile(_QUOTED.pattern + r"|\d+")
+
+
 def _split_masked(text: str) -> list[str]:
     """sqlparse's statements of `text` (no comment, dollar quote or backslash before a
-    quote: _shape), each quoted string and identifier shown to it as `'q'` / `"q"`: it cuts the
-    same places (only `;` outside quotes, and its own BEGIN ... END rules, can) without
-    lexing the values. The cuts are mapped back onto `text`."""
-    from sqlparse.engine import FilterStack
-
+    quote: _shape), each quoted string and identifier shown to it as `'q'` / `"q"` and
+    each run of digits as `0`: it cuts the same places (only `;` outside quotes, and its
+    own BEGIN ... END rules, can) without lexing the values. The cuts are mapped back
+    onto `text`."""
     pieces: list[str] = []
     ends: list[int] = []  # where each mask ends in the masked text
     growth: list[int] = []  # how much shorter the masked text is up to there
     at = position = grown = 0
-    for match in _QUOTED.finditer(text):
-        mask = "'q'" if match.group().startswith("'") else '"q"'
+    for match in _MASKED.finditer(text):
+        first = match.group()[0]
+        mask = "'q'" if first == "'" else '"q"' if first == '"' else "0"
         gap = text[at : match.start()]
         pieces += [gap, mask]
         position += len(gap) + len(mask)
@@ -129,13 +135,30 @@ def _split_masked(text: str) -> list[str]:
         return cut + (growth[index] if index >= 0 else 0)
 
     out, start = [], 0
-    # what sqlparse.split runs (it keeps only the stripped text, we need the lengths);
-    # sqlparse has no type hints
-    for statement in FilterStack().run("".join(pieces)):  # type: ignore[no-untyped-call]
-        stop = start + len(str(statement))
+    masked = "".join(pieces)
+    stops = _stops_cached(masked) if len(masked) <= _CACHE_MAX_CHARS else _stops(masked)
+    for stop in stops:
         out.append(text[original(start) : original(stop)].strip())
         start = stop
     return out
+
+
+@lru_cache(maxsize=256)
+def _stops_cached(masked: str) -> tuple[int, ...]:
+    return _stops(masked)
+
+
+def _stops(masked: str) -> tuple[int, ...]:
+    """Where sqlparse ends each statement of `masked` (what sqlparse.split runs: it keeps
+    only the stripped text, we need the lengths)."""
+    from sqlparse.engine import FilterStack
+
+    stops, stop = [], 0
+    # sqlparse has no type hints
+    for statement in FilterStack().run(masked):  # type: ignore[no-untyped-call]
+        stop += len(str(statement))
+        stops.append(stop)
+    return tuple(stops)
 
 
 def split_statements(sql: str) -> tuple[str, ...]:

@@ -115,6 +115,10 @@ FRAGMENTS = [
     "BEGIN",
     "END",
     "CREATE FUNCTION f() RETURNS int AS 'select 1;' LANGUAGE sql",
+    "42",  # numbers and digits in names: masked as `0` for sqlparse
+    "t2",
+    "3.5e10",
+    "BEGIN1",
 ]
 
 
@@ -150,6 +154,35 @@ def test_a_statement_carrying_json_is_not_lexed(monkeypatch: pytest.MonkeyPatch)
     )
     assert split_statements(sql) == (sql,)
     assert split_statements('SELECT "a;b" FROM t;;') == ('SELECT "a;b" FROM t;;',)
+
+
+def test_renders_of_one_template_are_lexed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two statements rendered per row (an upsert, then the queue row marked done):
+    rows differ in their numbers and quoted values only, so sqlparse lexes the text
+    they have in common once, and each render is still cut where sqlparse cuts it."""
+    from sqlparse.engine import FilterStack
+
+    template = (
+        "INSERT INTO d (id, payload) VALUES ({id}, '{payload}'::jsonb) ON CONFLICT (id) "
+        "DO UPDATE SET payload = EXCLUDED.payload; UPDATE q SET status = 'done' "
+        "WHERE item_id = '{id}' AND shard = {id}1;"
+    )
+    renders = [
+        template.format(id=row, payload=json.dumps({"row": row, "note": f"a; b {row}"}))
+        for row in range(300, 320)
+    ]
+    expected = [_sqlparse_split(sql) for sql in renders]
+    assert all(len(statements) == 2 for statements in expected)
+    lexed: list[str] = []
+    run = FilterStack.run
+
+    def counted(self: FilterStack, sql: str, *args: object) -> object:
+        lexed.append(sql)
+        return run(self, sql, *args)
+
+    monkeypatch.setattr(FilterStack, "run", counted)
+    assert [split_statements(sql) for sql in renders] == expected
+    assert len(lexed) <= 1  # once, or never: an earlier test may have lexed it first
 
 
 @pytest.mark.parametrize(
