@@ -90,11 +90,11 @@ class CompletionTx:
             raise _not_storable(exc) from exc
         if found is None:
             return Closed(closed=False), None
-        row, execution = found
+        row, execution, inbox = found
         closed = _closed_of(row, int(row.waiting) + 1)
         if not closed.closed:
             return closed, None
-        return closed, OrchestrationTx(self.conn, execution, self._results)
+        return closed, OrchestrationTx(self.conn, execution, self._results, inbox)
 
     def _close(self, outcome: Outcome) -> Closed:
         cmd, now = self.command, utcnow()

@@ -65,11 +65,20 @@ class Follow:
 
 
 class OrchestrationTx:
-    def __init__(self, conn: Connection, execution: ExecutionRow, results: ResultCache) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        execution: ExecutionRow,
+        results: ResultCache,
+        inbox: list[Completion] | None = None,
+    ) -> None:
+        """`inbox`: the inbox as the statement that took the lock read it (every entry,
+        in order), for the pass's first read."""
         self.conn = conn
         self.execution = execution
         self.execution_id = execution.execution_id
         self._results = results
+        self._inbox = inbox
         self.follow: Follow | None = None  # set before the pass, when asked
         self.followed: ClaimedCommand | None = None  # what the pass claimed for it
 
@@ -82,6 +91,9 @@ class OrchestrationTx:
 
     # ---- inbox ------------------------------------------------------------------------------
     def inbox(self, limit: int) -> list[Completion]:
+        read, self._inbox = self._inbox, None
+        if read is not None:
+            return read[:limit]
         return queries.inbox_completions(self.conn, self.execution_id, limit)
 
     def first_claims(self, completions: list[Completion]) -> list[Completion]:

@@ -17,8 +17,10 @@ from noetl_celery.constants import (
     EV_COMMAND_FAILED,
 )
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.decisions import Completion
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.queries.inbox import completion_of
 from noetl_celery.store.rows import ClaimedCommand, ExecutionRow, LoopCounters
 from noetl_celery.store.schema import Json, commands, events, inbox, loops
 from noetl_celery.store.statements import CLAIM, CLOSE_COMMAND, EXECUTION_COLUMNS, WAITING_EPOCH
@@ -113,7 +115,7 @@ _CLOSE_ONE = """
         SELECT execution_id, :b_type, step, command_id, epoch, iteration, :b_payload, :b_now
         FROM closed
         ON CONFLICT DO NOTHING
-        RETURNING event_id, execution_id, step, epoch, iteration
+        RETURNING event_id, execution_id, step, command_id, epoch, iteration, payload
     ), queued AS (
         INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
         SELECT event_id, execution_id, step, epoch, iteration FROM inserted
@@ -140,9 +142,31 @@ _CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status")).bindparams(
 # waiting for it): a pass that follows for certain saves the lock's round trip. The
 # execution's columns are those of the row as locked (the latest, should the statement
 # have waited for another pass), typed as the lock's own statement types them.
+#
+# It also reads the inbox the pass folds (saving that round trip too), its own
+# completion added from the insert (which the statement's reads cannot see). That read
+# is the statement's snapshot, taken before the lock: valid only if no pass committed in
+# between. Every pass that folds completions counts itself (a pass of an ended
+# execution only consumes them: folding one twice there changes nothing), so the
+# snapshot's count is compared with the locked row's (the latest, read again after a
+# wait); when they differ the inbox is not read at all (an InitPlan runs when first
+# used) and the pass reads it itself.
 _CLOSE_LOCK_PG = (
     text(
-        _CLOSE_ONE.format(columns=", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS))
+        _CLOSE_ONE.format(
+            columns=", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS)
+            + """,
+        (SELECT count(*) FROM inserted) AS own_event,
+        CASE WHEN x.passes = (SELECT s.passes FROM executions s WHERE s.execution_id = :b_eid)
+        THEN (SELECT coalesce(json_agg(w ORDER BY w.event_id), '[]')
+           FROM ((SELECT e.event_id, e.command_id, e.step, e.epoch, e.iteration, e.payload
+                    FROM inbox i JOIN events e ON e.event_id = i.event_id
+                   WHERE i.execution_id = :b_eid
+                   ORDER BY i.event_id LIMIT :b_limit)
+                 UNION ALL
+                 SELECT event_id, command_id, step, epoch, iteration, payload
+                   FROM inserted) w) END AS inbox_rows"""
+        )
         + "    FOR UPDATE OF x\n"
     )
     .bindparams(bindparam("b_payload", type_=Json))
@@ -153,8 +177,13 @@ _CLOSE_LOCK_PG = (
         column("loop_window"),
         column("loop_in_flight"),
         *EXECUTION_COLUMNS,
+        column("own_event"),
+        column("inbox_rows"),
     )
 )
+# completions the locking close reads for its pass at most (a pass that would fold more
+# reads them itself)
+PREFETCH_LIMIT = 1000
 
 
 def close_and_read(
@@ -228,15 +257,21 @@ _CLOSE_MANY_PG = text(
 
 def close_lock_and_read(
     conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
-) -> tuple[Any, ExecutionRow] | None:
+) -> tuple[Any, ExecutionRow, list[Completion] | None] | None:
     """close_and_read, also locking the execution (waiting for a pass that holds it):
-    (closed, waiting, the loop counters; the execution as locked), waiting counting the
-    epoch's inbox before this completion. None: no such execution."""
-    row = conn.execute(_CLOSE_LOCK_PG, _close_params(command, outcome, now)).first()
+    (closed, waiting, the loop counters; the execution as locked; the inbox as the pass
+    reads it, this completion included, or None when it must read it itself), waiting
+    counting the epoch's inbox before this completion. None: no such execution."""
+    params = {**_close_params(command, outcome, now), "b_limit": PREFETCH_LIMIT}
+    row = conn.execute(_CLOSE_LOCK_PG, params).first()
     if row is None:  # no such execution: nothing closed either
         return None
     execution = ExecutionRow(**{c.name: row._mapping[c.name] for c in EXECUTION_COLUMNS})
-    return row, execution
+    inbox = None
+    rows = row.inbox_rows  # None: a pass committed since the statement's snapshot
+    if row.closed and row.own_event and rows is not None and len(rows) <= PREFETCH_LIMIT:
+        inbox = [completion_of(r) for r in rows]  # (more: the pass reads them)
+    return row, execution, inbox
 
 
 def close_many_and_read(

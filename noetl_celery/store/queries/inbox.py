@@ -3,7 +3,7 @@ or cursor epoch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, select, text
@@ -29,17 +29,19 @@ def has_unhandled(conn: Connection, execution_id: str) -> bool:
 
 def inbox_completions(conn: Connection, execution_id: str, limit: int) -> list[Completion]:
     rows = conn.execute(INBOX, {"b_eid": execution_id, "b_limit": limit})
-    return [
-        Completion(
-            event_id=row.event_id,
-            command_id=row.command_id or "",
-            step=row.step or "",
-            epoch=row.epoch or 0,
-            iteration=row.iteration,
-            outcome=Outcome.from_json(row.payload or {}),
-        )
-        for row in rows
-    ]
+    return [completion_of(row._mapping) for row in rows]
+
+
+def completion_of(row: Mapping[Any, Any]) -> Completion:
+    """An inbox entry (INBOX's columns) as the pass folds it."""
+    return Completion(
+        event_id=row["event_id"],
+        command_id=row["command_id"] or "",
+        step=row["step"] or "",
+        epoch=row["epoch"] or 0,
+        iteration=row["iteration"],
+        outcome=Outcome.from_json(row["payload"] or {}),
+    )
 
 
 def waiting(conn: Connection, execution_id: str) -> list[tuple[str, int, int, bool]]:
