@@ -78,6 +78,7 @@ from noetl_celery.store.queries.executions import (
 )
 from noetl_celery.store.queries.inbox import (
     backlog,
+    completion_of,
     first_claimed_keys,
     has_unhandled,
     inbox_completions,
@@ -170,6 +171,7 @@ __all__ = [
     "close_many_and_read",
     "command_counts",
     "command_status",
+    "completion_of",
     "context",
     "cursor_unfinished_reports",
     "delete_schedule",
