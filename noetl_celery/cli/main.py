@@ -22,11 +22,15 @@ from typing import Any
 import click
 
 from noetl_celery import __version__
+from noetl_celery.cli import quick_exit
 from noetl_celery.cli.common import EXIT_INVALID, setup_logging
 from noetl_celery.errors import NoetlError
 
 # commands whose logging Celery configures (levels from its own options)
 CELERY_COMMANDS = frozenset({"worker", "beat", "flower"})
+# commands that run until stopped: they end through their own shutdown and the
+# interpreter's, never `quick_exit` (its 40 ms are for the commands a user waits on)
+SERVICES = frozenset({*CELERY_COMMANDS, "serve", "example-api"})
 
 
 # name -> "module:attribute" of every command (`--help` lists them sorted)
@@ -69,6 +73,8 @@ class LazyGroup(click.Group):
         module, _, attribute = target.partition(":")
         command = getattr(importlib.import_module(module), attribute)
         _started()
+        global _short
+        _short = cmd_name not in SERVICES
         if not isinstance(command, click.Command):  # a wrong table entry, not user input
             raise TypeError(f"{target} is not a click command")
         self.commands[cmd_name] = command
@@ -96,6 +102,9 @@ def cli(ctx: click.Context, verbose: int) -> None:
 
 # True from `main` until the command's module is imported: the collector is off meanwhile
 _starting = False
+# True once the command looked up is a short one (not in SERVICES): `entry` ends the
+# process without the interpreter's teardown
+_short = False
 
 
 def _started() -> None:
@@ -131,5 +140,20 @@ def main() -> None:
         _started()
 
 
+def entry() -> None:
+    """The console script and `python -m noetl_celery.cli.main`: `main`, then a short
+    command's process ends without the interpreter's teardown (cli.quick_exit), its
+    output flushed and its `atexit` handlers run. Anything but an exit (a crash, ^C)
+    takes the ordinary path, traceback and all."""
+    try:
+        main()
+        code: quick_exit.ExitCode = 0
+    except SystemExit as exc:
+        code = exc.code
+    if not _short:
+        sys.exit(code)
+    quick_exit.end_now(code)
+
+
 if __name__ == "__main__":
-    main()
+    entry()
