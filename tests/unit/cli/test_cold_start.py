@@ -5,10 +5,9 @@ module-level import that drags one back in fails here whatever the machine's spe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.fresh_python import python_c
 
 ROOT = Path(__file__).resolve().parents[3]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
@@ -51,24 +50,6 @@ for _ in range(2):
         codes.append(exc.code)
 print(json.dumps({"codes": codes, "loaded": [m for m in unused if m in sys.modules]}))
 """
-
-
-def python_c(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """`python -c script args` in a fresh interpreter, no NOETL_ settings but a home of
-    its own under `tmp_path`; it must exit 0."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    env.update(NOETL_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def test_an_embedded_run_of_hello_world_imports_only_what_it_uses(tmp_path: Path) -> None:

@@ -4,14 +4,13 @@ and loses nothing by it: its output, its exit status, its `atexit` handlers."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from noetl_celery.cli.quick_exit import exit_status
+from tests.support.fresh_python import python_c
 
 ROOT = Path(__file__).resolve().parents[3]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
@@ -25,7 +24,7 @@ HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
         (2, 2, ""),
         (130, 130, ""),
         ("Error: no such file", 1, "Error: no such file\n"),
-            ],
+    ],
 )
 def test_the_status_is_the_one_sys_exit_gives(
     code: str | int | None, status: int, printed: str, capsys: pytest.CaptureFixture[str]
@@ -59,18 +58,8 @@ entry()
 
 
 def run_entry(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    env.update(NOETL_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
     marker = tmp_path / "marker"
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(marker), *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    done = python_c(SCRIPT, [str(marker), *args], tmp_path, must_succeed=False)
     return done, marker
 
 
