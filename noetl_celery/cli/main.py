@@ -29,7 +29,7 @@ from noetl_celery.errors import NoetlError
 # commands whose logging Celery configures (levels from its own options)
 CELERY_COMMANDS = frozenset({"worker", "beat", "flower"})
 # commands that run until stopped: they end through their own shutdown and the
-# interpreter's, never `quick_exit` (its 40 ms are for the commands a user waits on)
+# interpreter's, never `quick_exit` (its saving is for the commands a user waits on)
 SERVICES = frozenset({*CELERY_COMMANDS, "serve", "example-api"})
 
 
