@@ -73,8 +73,6 @@ class LazyGroup(click.Group):
         module, _, attribute = target.partition(":")
         command = getattr(importlib.import_module(module), attribute)
         _started()
-        global _short
-        _short = cmd_name not in SERVICES
         if not isinstance(command, click.Command):  # a wrong table entry, not user input
             raise TypeError(f"{target} is not a click command")
         self.commands[cmd_name] = command
@@ -98,11 +96,13 @@ def cli(ctx: click.Context, verbose: int) -> None:
     embedded SQLite database (~/.noetl-celery/noetl.sqlite3).
     """
     setup_logging(verbose, capture=ctx.invoked_subcommand not in CELERY_COMMANDS)
+    global _short
+    _short = ctx.invoked_subcommand not in SERVICES
 
 
 # True from `main` until the command's module is imported: the collector is off meanwhile
 _starting = False
-# True once the command looked up is a short one (not in SERVICES): `entry` ends the
+# True once the command invoked is a short one (not in SERVICES): `entry` ends the
 # process without the interpreter's teardown
 _short = False
 

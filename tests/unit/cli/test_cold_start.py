@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.fresh_python import python_c
+from tests.support.fresh_python import ROOT, python_c
 
-ROOT = Path(__file__).resolve().parents[3]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
 
 # what hello_world never needs: the broker side, Flower and the web server, migrations

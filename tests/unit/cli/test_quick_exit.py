@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from noetl_celery.cli.quick_exit import exit_status
-from tests.support.fresh_python import python_c
+from tests.support.fresh_python import ROOT, python_c
 
-ROOT = Path(__file__).resolve().parents[3]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
 
 
