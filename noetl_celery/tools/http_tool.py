@@ -1,4 +1,5 @@
-"""`kind: http`: one HTTP request through the worker's shared httpx client."""
+"""`kind: http`: one HTTP request through the worker's shared httpx client (straight to
+its transport unless it follows redirects: tools.http_direct)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 import httpx
 
 from noetl_celery.models.outcome import ErrorKind
+from noetl_celery.tools import http_direct
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.http_pacing import host_key, route_key
 from noetl_celery.tools.http_request import (
@@ -40,26 +42,41 @@ class HttpTool:
         # 0 in the settings means "no timeout", as for httpx
         timeout = call.timeout or call.services.settings.http_timeout_seconds or None
         client = call.services.http_client(verify)
+        # no redirects to follow: straight to the client's transport (tools.http_direct)
+        direct = None if follow else call.services.http_direct(verify)
         # wait this host's turn (tools.http_pacing): not at all unless it answered 429
         pacer = call.services.http_pacer
         ticket = pacer.wait(host_key(spec.url), route_key(spec.url))
         try:
-            response = client.request(
-                spec.method,
-                spec.url,
-                params=spec.params or None,
-                headers=spec.headers,
-                timeout=timeout,
-                follow_redirects=follow,
-                **_body_arguments(spec),
-            )
+            if direct is not None:
+                response, elapsed = http_direct.send(
+                    direct,
+                    client.headers,
+                    spec.method,
+                    spec.url,
+                    params=spec.params or None,
+                    headers=spec.headers,
+                    timeout=timeout,
+                    body=_body_arguments(spec),
+                )
+            else:
+                response = client.request(
+                    spec.method,
+                    spec.url,
+                    params=spec.params or None,
+                    headers=spec.headers,
+                    timeout=timeout,
+                    follow_redirects=follow,
+                    **_body_arguments(spec),
+                )
+                elapsed = response.elapsed.total_seconds()
         except httpx.HTTPError as exc:
             return _transport_failure(exc, spec, timeout, redact)
         except httpx.InvalidURL as exc:  # not an HTTPError: raised while building the request
             return ToolOutcome.failure("config_error", redact(f"invalid URL {spec.url!r}: {exc}"))
         except (TypeError, ValueError) as exc:  # e.g. a header value httpx cannot encode
             return ToolOutcome.failure("config_error", redact(f"http request rejected: {exc}"))
-        outcome = _outcome(response, redact)
+        outcome = _outcome(response, elapsed, redact)
         retry_after = outcome.error.retry_after if outcome.error is not None else None
         pacer.observe(ticket, response.status_code, retry_after)
         return outcome
@@ -123,7 +140,7 @@ def status_kind(code: int) -> ErrorKind:
     return "client_error"  # other 4xx, and 1xx/3xx that were not followed
 
 
-def _outcome(response: httpx.Response, redact: Callable[[str], str]) -> ToolOutcome:
+def _outcome(response: httpx.Response, elapsed: float, redact: Callable[[str], str]) -> ToolOutcome:
     code = response.status_code
     headers = dict(response.headers)
     result = {
@@ -131,7 +148,7 @@ def _outcome(response: httpx.Response, redact: Callable[[str], str]) -> ToolOutc
         "headers": headers,
         # a token in the query string must not end up in stored results
         "url": redact(str(response.url)),
-        "elapsed": response.elapsed.total_seconds(),
+        "elapsed": elapsed,
         "data": _parse_body(response),
     }
     http_view = {"status": code, "headers": headers}

@@ -68,6 +68,9 @@ class ToolServices:
         self._redactor = Redactor.from_store(self._credentials)
         self._pid = os.getpid()
         self._http: dict[bool, httpx.Client] = {}
+        # each client's own transport, to send on directly (tools.http_direct); None
+        # when the environment names a proxy
+        self._direct: dict[bool, httpx.BaseTransport | None] = {}
         self._pools: dict[str, ConnectionPool[Any]] = {}
         self._pacer = self._new_pacer()
         # resolved keychain entries live here, in this process only (tools.keychain)
@@ -135,6 +138,7 @@ class ToolServices:
         if os.getpid() != self._pid:
             self._pid = os.getpid()
             self._http = {}
+            self._direct = {}
             self._pools = {}
             self._pacer = self._new_pacer()
 
@@ -150,20 +154,38 @@ class ToolServices:
                 import httpx  # lazy: ~90 ms import
 
                 from noetl_celery.tools.http_cookies import no_cookies
+                from noetl_celery.tools.http_direct import environment_proxies
 
+                # every connection kept alive: a thread-pool worker's 32 threads
+                # calling one API must not close and reopen sockets per request
+                limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+                # the transport the client would build itself, built here so requests
+                # can be sent on it directly; with a proxy in the environment the
+                # client builds its own, one per proxied scheme
+                transport = (
+                    None
+                    if environment_proxies()
+                    else httpx.HTTPTransport(verify=verify, limits=limits)
+                )
                 client = httpx.Client(
                     verify=verify,
                     follow_redirects=False,
                     timeout=self.settings.http_timeout_seconds,
-                    # every connection kept alive: a thread-pool worker's 32 threads
-                    # calling one API must not close and reopen sockets per request
-                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
+                    limits=limits,
                     # a shared client must not keep the cookies responses set: they
                     # would ride along on every later request of every execution
                     cookies=no_cookies(),
+                    transport=transport,
                 )
-                self._http[verify] = client
+                self._http[verify], self._direct[verify] = client, transport
             return client
+
+    def http_direct(self, verify: bool = True) -> httpx.BaseTransport | None:
+        """The shared client's transport, for a request that needs none of the client's
+        own steps (tools.http_direct says which); None when the environment names a
+        proxy: every request then goes through the client, which picks the proxy."""
+        self.http_client(verify)
+        return self._direct.get(verify)
 
     def pg_pool(self, conninfo: str) -> ConnectionPool[Any]:
         """The pool for `conninfo`, created on first use (autocommit connections)."""
@@ -200,7 +222,7 @@ class ToolServices:
         """Close every client and pool. Later calls create new ones."""
         with self._lock:
             clients, pools = list(self._http.values()), list(self._pools.values())
-            self._http, self._pools = {}, {}
+            self._http, self._direct, self._pools = {}, {}, {}
         for client in clients:
             try:
                 client.close()
