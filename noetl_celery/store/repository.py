@@ -271,6 +271,13 @@ class Store:
         with self.db.single_write() as conn:
             return set(queries.renew_leases(conn, command_ids, until))
 
+    def running_of(self, command_ids: Sequence[str]) -> set[str]:
+        """Those of `command_ids` still running, in one statement."""
+        if not command_ids:
+            return set()
+        with self.db.read() as conn:
+            return set(queries.running_of(conn, command_ids))
+
     def release_claims(self, command_ids: Sequence[str], worker: str) -> list[str]:
         """Hand claimed, unstarted commands back (`issued` again) while still `worker`'s;
         the ids released, to be published again."""

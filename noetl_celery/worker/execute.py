@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from noetl_celery import logcapture
-from noetl_celery.constants import CMD_RUNNING, RUNNING
+from noetl_celery.constants import RUNNING
 from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.logsink import LogSink
@@ -53,9 +53,6 @@ from noetl_celery.worker.runner import StepRunner
 from noetl_celery.worker.subplaybook import Suspended
 
 log = logging.getLogger("noetl_celery.worker")
-
-# how often a running pipeline looks at its command row between tasks (cancellation)
-STOP_POLL_SECONDS = 0.2
 
 
 def worker_identity() -> str:
@@ -96,7 +93,9 @@ class CommandExecutor:
         self.orchestrator = orchestrator
         self.lease_seconds = lease_seconds
         self.heartbeats = Heartbeats(
-            lambda ids: store.renew_leases(ids, lease_seconds), lease_seconds
+            lambda ids: store.renew_leases(ids, lease_seconds),
+            lease_seconds,
+            poll=store.running_of,
         )
         self.logs = logs
         # parked commands are issued by this process when due (the sweep if it is gone)
@@ -224,9 +223,10 @@ class CommandExecutor:
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
-        taken over (its row is no longer `running`: looked up at most every
-        `STOP_POLL_SECONDS`, or at once when a lease renewal found it gone) or when the
-        step's `spec.timeout` passed (the reaper fails a command stuck inside one task)."""
+        taken over (its row is no longer `running`: the heartbeat thread looks that up
+        for every watched command of this process at once, every `heartbeat.POLL_SECONDS`,
+        and a lease renewal that found it gone says so too) or when the step's
+        `spec.timeout` passed (the reaper fails a command stuck inside one task)."""
         timeout = step_timeout(playbook.step(command.step))
         deadline = None
         if timeout is not None:
@@ -235,18 +235,12 @@ class CommandExecutor:
             resumed = command.resume is not None and "parked" in command.resume
             left = self.store.set_deadline(command.command_id, timeout, keep=resumed)
             deadline = time.monotonic() + left
-        checked = time.monotonic()
 
         def check() -> tuple[ErrorKind, str] | None:
-            nonlocal checked
-            now = time.monotonic()
-            if deadline is not None and now > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 return "timeout", f"step '{command.step}' timed out after {timeout:g}s"
-            gone = self.heartbeats.lost(command.command_id)
-            if not gone and now - checked >= STOP_POLL_SECONDS:
-                checked = now
-                gone = self.store.command_status(command.command_id) != CMD_RUNNING
-            if gone:
+            self.heartbeats.watch(command.command_id)  # from its first task on
+            if self.heartbeats.lost(command.command_id):
                 return "cancelled", "the command was cancelled or taken over; stopped"
             return None
 

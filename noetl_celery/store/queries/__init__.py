@@ -24,7 +24,12 @@ from noetl_celery.store.queries._common import (
     UNFINISHED,
     WAITING_FOR_CHILD,
 )
-from noetl_celery.store.queries.batches import claim_batch, release_claims, renew_leases
+from noetl_celery.store.queries.batches import (
+    claim_batch,
+    release_claims,
+    renew_leases,
+    running_of,
+)
 from noetl_celery.store.queries.catalog import (
     catalog_content,
     catalog_entry,
@@ -229,6 +234,7 @@ __all__ = [
     "resolve_catalog",
     "result",
     "running_children",
+    "running_of",
     "running_since",
     "save_state",
     "schedule",

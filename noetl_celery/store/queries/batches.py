@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, select, update
 
 from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
 from noetl_celery.store.schema import commands
@@ -40,6 +40,17 @@ def renew_leases(conn: Connection, command_ids: Sequence[str], until: dt.datetim
         .where(commands.c.command_id.in_(list(command_ids)), commands.c.status == CMD_RUNNING)
         .values(lease_until=until)
         .returning(commands.c.command_id)
+    ).all()
+    return [str(r[0]) for r in rows]
+
+
+def running_of(conn: Connection, command_ids: Sequence[str]) -> list[str]:
+    """Those of `command_ids` still `running` (the heartbeat's status poll: a command
+    cancelled or finished meanwhile is not among them)."""
+    rows = conn.execute(
+        select(commands.c.command_id).where(
+            commands.c.command_id.in_(list(command_ids)), commands.c.status == CMD_RUNNING
+        )
     ).all()
     return [str(r[0]) for r in rows]
 

@@ -142,3 +142,38 @@ def test_heartbeats_keep_a_long_command_leased(store_url: str, tmp_path: Path) -
         engine.close()
     assert summary["status"] == "COMPLETED", summary["error"]
     assert counts.expired == 0 and counts.completed == 1  # one attempt, never re-issued
+
+
+def test_a_cancel_stops_a_running_pipeline_within_a_poll(engine: Engine, tmp_path: Path) -> None:
+    """A pipeline that would tick forever stops at the task boundary after its worker's
+    heartbeat thread found the command cancelled (worker.heartbeat's status poll)."""
+    ticks = tmp_path / "ticks"
+    eid = engine.start_text(
+        HEAD
+        + f"""workflow:
+  - step: forever
+    tool:
+      - name: tick
+        kind: python
+        code: |
+          import time
+          with open({str(ticks)!r}, "a") as f:
+              f.write("t")
+          time.sleep(0.05)
+          result = {{}}
+        spec:
+          policy:
+            rules:
+              - else: {{then: {{do: jump, to: tick}}}}
+"""
+    )
+    deadline = time.monotonic() + 10
+    while not ticks.exists() or len(ticks.read_text()) < 10:  # past a whole poll period
+        assert time.monotonic() < deadline, "the pipeline never ran"
+        time.sleep(0.05)
+    assert engine.cancel(eid, "test")
+    time.sleep(1.0)  # a poll period (0.2 s) and a tick, with room for a slow machine
+    after_stop = len(ticks.read_text())
+    time.sleep(1.0)
+    assert len(ticks.read_text()) == after_stop, "the pipeline still ticks after a cancel"
+    assert engine.summary(eid)["status"] == "CANCELLED"
