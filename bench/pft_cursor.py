@@ -114,6 +114,12 @@ def machine_busy() -> tuple[float, float]:
     return sum(values) - idle, sum(values)
 
 
+def _declared_for(pacing: str) -> str:
+    """Whose rate a declared NOETL_HTTP_RATE_LIMITS is (tools.http_pacing): the worker
+    processes' together when they share one schedule, each process's otherwise."""
+    return "for the workers together" if pacing == "on" else "per worker"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate-limit", type=int, default=300)
@@ -220,7 +226,7 @@ def main() -> int:
     settings = (
         f"workers {args.workers} x --pool {args.pool} -c {args.concurrency}, "
         f"NOETL_BATCH_SIZE {args.batch_size}, NOETL_HTTP_PACING {args.pacing}"
-        + (f", {args.declare:g}/s declared per worker" if args.declare else "")
+        + (f", {args.declare:g}/s declared {_declared_for(args.pacing)}" if args.declare else "")
     )
     print(
         f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f} "
