@@ -5,7 +5,9 @@ client never needs for a request that follows no redirects: its URL is parsed tw
 (`build_request`, then the query merged in), its cookie jar is walked for every
 response although the jar keeps nothing (tools.http_cookies), and the auth, redirect
 and event-hook wrappers run empty. In an API-bound flow that was about 7 % of a worker's
-CPU (py-spy on bench.pft_cursor: `build_request` 4.2 %, `extract_cookies` 2.1 %).
+CPU (py-spy on bench.pft_cursor: `build_request` 4.2 %, `extract_cookies` 2.1 %). One
+http tool call against the compat kit's test API: 923 -> 744 µs of CPU on this path
+(thread CPU time, 2,000 calls, the two paths alternated five times in one process).
 
 `send` builds the request as the client builds it — the client's default headers under
 the request's own, the timeout as the request's `timeout` extension — and hands it to

@@ -8,7 +8,9 @@ server received must be the same, header for header.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from noetl_celery.settings import Settings
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.services import ToolServices
-from tests.integration.tools.conftest import run_with
+from tests.integration.tools.conftest import run_with, serving
 
 REQUESTS: list[dict[str, Any]] = [
     {"params": {"a": 1, "flag": True, "many": [1, 2], "skip": None, "text": "a b&c/é"}},
@@ -97,6 +99,38 @@ def test_a_proxy_in_the_environment_sends_every_request_through_the_client(
         out = run_with(svc, "http", {"url": f"{http_base}/json"})  # http: not proxied
         assert out.ok, out.error
         assert isinstance(out.data["elapsed"], float)
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    """A forward proxy that answers for every host: it says which URL it was asked for."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({"proxied": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_proxy_in_the_environment_carries_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    with serving(_Proxy) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.setenv("http_proxy", proxy)
+        with ToolServices(Settings(home=tmp_path, http_timeout_seconds=10.0)) as svc:
+            out = run_with(svc, "http", {"url": "http://api.example.invalid/v1/x?page=2"})
+    assert out.ok, out.error
+    assert out.data["data"] == {"proxied": "http://api.example.invalid/v1/x?page=2"}
 
 
 def test_no_proxy_alone_keeps_the_direct_path(
