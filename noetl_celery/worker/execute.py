@@ -235,11 +235,15 @@ class CommandExecutor:
             resumed = command.resume is not None and "parked" in command.resume
             left = self.store.set_deadline(command.command_id, timeout, keep=resumed)
             deadline = time.monotonic() + left
+        watched = False
 
         def check() -> tuple[ErrorKind, str] | None:
+            nonlocal watched
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", f"step '{command.step}' timed out after {timeout:g}s"
-            self.heartbeats.watch(command.command_id)  # from its first task on
+            if not watched:  # from its first task on
+                self.heartbeats.watch(command.command_id)
+                watched = True
             if self.heartbeats.lost(command.command_id):
                 return "cancelled", "the command was cancelled or taken over; stopped"
             return None
