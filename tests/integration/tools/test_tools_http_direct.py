@@ -87,11 +87,19 @@ def test_the_outcome_is_the_same_on_both_paths(
         assert direct.detail == via_client.detail, path
 
 
+def _clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy from the machine running the tests: each test names its own."""
+    for scheme in ("http", "https", "all", "no"):
+        monkeypatch.delenv(f"{scheme}_proxy", raising=False)
+        monkeypatch.delenv(f"{scheme.upper()}_PROXY", raising=False)
+
+
 def test_a_proxy_in_the_environment_sends_every_request_through_the_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, http_base: str
 ) -> None:
     """With a proxy named, only the client knows which requests it routes (per scheme,
     minus NO_PROXY): the services hand out no transport to send on directly."""
+    _clear_proxies(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with ToolServices(Settings(home=tmp_path, http_timeout_seconds=10.0)) as svc:
@@ -121,9 +129,7 @@ class _Proxy(BaseHTTPRequestHandler):
 def test_a_proxy_in_the_environment_carries_the_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("all_proxy", raising=False)
+    _clear_proxies(monkeypatch)
     with serving(_Proxy) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy)
         monkeypatch.setenv("http_proxy", proxy)
@@ -136,9 +142,7 @@ def test_a_proxy_in_the_environment_carries_the_request(
 def test_no_proxy_alone_keeps_the_direct_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("all_proxy", raising=False)
+    _clear_proxies(monkeypatch)
     monkeypatch.setenv("NO_PROXY", "internal.example")
     with ToolServices(Settings(home=tmp_path)) as svc:
         assert svc.http_direct() is not None
