@@ -14,7 +14,9 @@ NOETL_BENCH_DB_SUFFIX, so benches run side by side do not truncate each other's.
 
 Besides the ratio it prints the settings the workers ran with, the CPU seconds the worker
 processes used per answered request, and how busy the machine's CPUs were meanwhile (a
-ratio measured on a saturated machine says more about the machine than the engine).
+ratio measured on a saturated machine says more about the machine than the engine). The
+workers' CPU per request divided by the test API's is the figure to compare between runs
+on a machine whose speed drifts: the test API's work per request never changes.
 """
 
 from __future__ import annotations
@@ -242,6 +244,12 @@ def main() -> int:
         f"cores at {args.rate_limit}/s"
     )
     print(f"machine CPUs {100 * busy:.0f}% busy during the run ({os.cpu_count()} cores)")
+    # the test API does the same work per request in every run: its CPU per request says
+    # how fast the machine is right now, so this ratio compares runs across machine drift
+    print(
+        f"worker CPU per request / test API CPU per request: "
+        f"{worker_cpu / max(api_cpu, 1e-9):.1f} (lower: less engine work per request)"
+    )
     scale = args.facilities * args.patients / 10_000
     with psycopg.connect(DATA_DSN) as conn:
         for table, full in EXPECTED.items():
