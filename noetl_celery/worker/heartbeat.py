@@ -32,6 +32,9 @@ Poll = Callable[[Sequence[str]], Collection[str]]
 
 # how often the status of watched commands is looked up (a cancel is seen this soon)
 POLL_SECONDS = 0.2
+# while polls keep failing (the database away), one log line per this many seconds: a
+# line per 0.2 s tick would bury the log
+POLL_FAILURE_LOG_SECONDS = 60.0
 
 
 class Heartbeats:
@@ -51,6 +54,7 @@ class Heartbeats:
         self._lost: set[str] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()  # a command to watch: poll on the short cadence
+        self._poll_failed_at: float | None = None  # when a failing poll was last logged
         self._thread: threading.Thread | None = None
         self._pid = 0
 
@@ -115,9 +119,24 @@ class Heartbeats:
             return
         try:
             running = self._poll(ids)
-        except Exception:  # the database is away: the pipelines go on; next tick
-            log.warning("status poll of %d commands failed", len(ids), exc_info=True)
+        except Exception as exc:  # the database is away: the pipelines go on; next tick
+            now = time.monotonic()
+            last = self._poll_failed_at
+            if last is None or now - last >= POLL_FAILURE_LOG_SECONDS:
+                self._poll_failed_at = now
+                log.warning(
+                    "status poll of %d commands failed (%s); a cancel reaches their "
+                    "pipelines once it works again (retried every %g s, logged once a "
+                    "minute)",
+                    len(ids),
+                    exc,
+                    self._poll_seconds,
+                    exc_info=last is None,
+                )
             return
+        if self._poll_failed_at is not None:
+            self._poll_failed_at = None
+            log.info("status poll works again")
         with self._lock:
             self._lost.update(c for c in ids if c not in running and c in self._watched)
 
