@@ -7,7 +7,8 @@ response although the jar keeps nothing (tools.http_cookies), and the auth, redi
 and event-hook wrappers run empty. In an API-bound flow that was about 7 % of a worker's
 CPU (py-spy on bench.pft_cursor: `build_request` 4.2 %, `extract_cookies` 2.1 %). One
 http tool call against the compat kit's test API: 923 -> 744 µs of CPU on this path
-(thread CPU time, 2,000 calls, the two paths alternated five times in one process).
+(thread CPU time, 2,000 calls, the two paths alternated five times in one process:
+`python -m bench.http_tool`).
 
 `send` builds the request as the client builds it — the client's default headers under
 the request's own, the timeout as the request's `timeout` extension — and hands it to
