@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 _FRAME = re.compile(r"(.*?) \((.*?):\d+\)$")
@@ -59,33 +59,40 @@ def inclusive(samples: Iterable[tuple[list[str], int]]) -> tuple[Counter[str], i
     return shares, total
 
 
-def children(samples: Iterable[tuple[list[str], int]], target: str) -> tuple[Counter[str], int]:
-    """Below the first frame matching `target`: samples per direct callee (`<self>` for
-    the frame's own time), and the total of all samples."""
-    below: Counter[str] = Counter()
+def _around(
+    samples: Iterable[tuple[list[str], int]], target: str, key: Callable[[list[str], int], str]
+) -> tuple[Counter[str], int]:
+    """Samples per `key(frames, i)`, i the first frame matching `target`; the total."""
+    counts: Counter[str] = Counter()
     total = 0
     for frames, count in samples:
         total += count
         for i, frame in enumerate(frames):
             if target in frame:
-                below[frames[i + 1] if i + 1 < len(frames) else "<self>"] += count
+                counts[key(frames, i)] += count
                 break
-    return below, total
+    return counts, total
+
+
+def _callee(frames: list[str], i: int) -> str:
+    return frames[i + 1] if i + 1 < len(frames) else "<self>"
+
+
+def _our_caller(frames: list[str], i: int) -> str:
+    ours = [f for f in frames[:i] if "noetl_celery/" in f]
+    return ours[-1] if ours else "<none>"
+
+
+def children(samples: Iterable[tuple[list[str], int]], target: str) -> tuple[Counter[str], int]:
+    """Below the first frame matching `target`: samples per direct callee (`<self>` for
+    the frame's own time), and the total of all samples."""
+    return _around(samples, target, _callee)
 
 
 def callers(samples: Iterable[tuple[list[str], int]], target: str) -> tuple[Counter[str], int]:
     """Above the first frame matching `target`: samples per nearest frame of our own
     package (`<none>` when no frame of ours calls it), and the total."""
-    above: Counter[str] = Counter()
-    total = 0
-    for frames, count in samples:
-        total += count
-        for i, frame in enumerate(frames):
-            if target in frame:
-                ours = [f for f in frames[:i] if "noetl_celery/" in f]
-                above[ours[-1] if ours else "<none>"] += count
-                break
-    return above, total
+    return _around(samples, target, _our_caller)
 
 
 def _print(counts: Counter[str], total: int, limit: int) -> None:
