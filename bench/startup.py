@@ -14,12 +14,15 @@ child) are printed beside the wall time: on a loaded machine they move less.
 
 A second baseline is the floor the run's libraries set: importing SQLAlchemy (with its
 SQLite dialect), pydantic, jinja2, PyYAML and click and nothing else, the collector off
-as `noetl-celery` has it during its imports. No embedded run can start faster than that.
+as `noetl-celery` has it during its imports, and defining one pydantic model (pydantic
+loads its model machinery on the first model, as the DSL's models make it do). No
+embedded run can start faster than that.
 
 Where the time goes: each of those libraries imported alone, and every module the `run`
 command imports (libraries and the engine's own, nothing run); the last lines split the
 median run into the libraries' floor, the engine's own modules (its imports less the
-floor) and the run itself (the run less its imports).
+floor: the engine's code, and the few standard modules it alone imports) and the run
+itself (the run less its imports).
 """
 
 from __future__ import annotations
@@ -38,20 +41,23 @@ ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
 TARGET_SECONDS = 0.3
 # the libraries an embedded run cannot do without, imported as the CLI imports them
+NO_GC = "import gc; gc.disable()\n"
+ONE_MODEL = "class Model(pydantic.BaseModel):\n    x: int\n"
 FLOOR = (
-    "import gc; gc.disable(); "
-    "import sqlalchemy, sqlalchemy.dialects.sqlite, pydantic, jinja2, yaml, click"
+    NO_GC
+    + "import sqlalchemy, sqlalchemy.dialects.sqlite, pydantic, jinja2, yaml, click\n"
+    + ONE_MODEL
 )
 # each library of the floor alone (the shares overlap a little: they share stdlib modules)
 LIBRARIES = {
-    "sqlalchemy + sqlite dialect": "sqlalchemy, sqlalchemy.dialects.sqlite",
-    "pydantic": "pydantic",
-    "jinja2": "jinja2",
-    "yaml": "yaml",
-    "click": "click",
+    "sqlalchemy + sqlite dialect": "import sqlalchemy, sqlalchemy.dialects.sqlite\n",
+    "pydantic, one model": "import pydantic\n" + ONE_MODEL,
+    "jinja2": "import jinja2\n",
+    "yaml": "import yaml\n",
+    "click": "import click\n",
 }
 # what `noetl-celery run` imports before it runs anything (cli.main loads cli.run lazily)
-RUN_IMPORTS = "import gc; gc.disable(); import noetl_celery.cli.main, noetl_celery.cli.run"
+RUN_IMPORTS = NO_GC + "import noetl_celery.cli.main, noetl_celery.cli.run\n"
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -85,10 +91,7 @@ def main() -> None:
     cli = [sys.executable, "-m", "noetl_celery.cli.main", "run", str(HELLO), "--json"]
     bare_cmd = [sys.executable, "-c", "pass"]
     floor_cmd = [sys.executable, "-c", FLOOR]
-    imports = {
-        name: [sys.executable, "-c", f"import gc; gc.disable(); import {modules}"]
-        for name, modules in LIBRARIES.items()
-    }
+    imports = {name: [sys.executable, "-c", NO_GC + code] for name, code in LIBRARIES.items()}
     imports["library imports alone (floor)"] = floor_cmd
     imports["the run command's imports"] = [sys.executable, "-c", RUN_IMPORTS]
     bare: list[tuple[float, float]] = []
@@ -119,12 +122,12 @@ def main() -> None:
     base = statistics.median(w for w, _ in bare)
     mode = "no bytecode cache" if args.no_bytecode else "bytecode cached"
     print(f"{args.runs} runs each, {mode}")
-    print(f"{'what':32} {'median s':>9} {'min s':>7} {'x baseline':>11} {'cpu s':>7}")
+    print(f"{'what':36} {'median s':>9} {'min s':>7} {'x baseline':>11} {'cpu s':>7}")
     for name, values in rows.items():
         walls = [w for w, _ in values]
         med = statistics.median(walls)
         cpu = statistics.median(c for _, c in values)
-        print(f"{name:32} {med:9.3f} {min(walls):7.3f} {med / base:11.1f} {cpu:7.3f}")
+        print(f"{name:36} {med:9.3f} {min(walls):7.3f} {med / base:11.1f} {cpu:7.3f}")
     result = statistics.median(w for w, _ in existing)
     floor = statistics.median(w for w, _ in imported["library imports alone (floor)"])
     own = statistics.median(w for w, _ in imported["the run command's imports"])
