@@ -107,6 +107,9 @@ def main() -> None:
     parser.add_argument("args", nargs="+", help="[FRAME] FILE...")
     parser.add_argument("--limit", type=int, default=60)
     ns = parser.parse_args()
+    missing = [f for f in ns.args[ns.mode != "top" :] if not Path(f).is_file()]
+    if missing:
+        parser.error(f"no such py-spy raw file: {', '.join(missing)}")
     if ns.mode == "top":
         counts, total = inclusive(stacks(Path(f) for f in ns.args))
     else:

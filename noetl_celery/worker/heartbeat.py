@@ -126,11 +126,11 @@ class Heartbeats:
                 self._poll_failed_at = now
                 log.warning(
                     "status poll of %d commands failed (%s); a cancel reaches their "
-                    "pipelines once it works again (retried every %g s, logged once a "
-                    "minute)",
+                    "pipelines once it works again (retried every %g s, logged every %g s)",
                     len(ids),
                     exc,
                     self._poll_seconds,
+                    POLL_FAILURE_LOG_SECONDS,
                     exc_info=last is None,
                 )
             return

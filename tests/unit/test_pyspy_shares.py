@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from bench.pyspy import callers, children, inclusive, stacks
@@ -36,3 +38,16 @@ def test_shares_children_and_callers(tmp_path: Path) -> None:
     assert above == {"claim (noetl_celery/store/queries/commands.py)": 3}
     leaf, _ = children(stacks([raw]), "poll (")
     assert leaf == {"<self>": 1}
+
+
+def test_a_missing_file_is_named_with_exit_code_2(tmp_path: Path) -> None:
+    missing = tmp_path / "w1.raw"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.pyspy", "children", "X", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 2
+    assert f"no such py-spy raw file: {missing}" in done.stderr
+    assert "Traceback" not in done.stderr
