@@ -71,8 +71,11 @@ NoetlError there), or must be the type the library it is raised into expects.
         │   └── UndefinedNameError (templating.environment) Jinja's undefined-name protocol
         ├── jinja2.SecurityError
         │   └── TemplateTooBig    (templating.environment) past the sandbox's bounds
-        └── click.ClickException
-            └── InvalidInput      (cli.common) click prints it as one line, exit 2
+        ├── click.ClickException
+        │   └── InvalidInput      (cli.common) click prints it as one line, exit 2
+        └── starlette.exceptions.HTTPException
+            └── BodyTooLarge      (web.guard) a request body streamed past the limit: the
+                                  app answers 413
 """
 
 from __future__ import annotations

@@ -128,6 +128,11 @@ def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str,
     return raw
 
 
+def _names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list (empty entries dropped)."""
+    return tuple(part.strip() for part in env.get(name, "").split(",") if part.strip())
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. Defaults give the embedded mode (SQLite, in-process)."""
@@ -243,8 +248,12 @@ class Settings:
     # in. Without both, serve binds loopback only.
     api_token: str = field(default="", repr=False)
     api_basic_auth: str = field(default="", repr=False)
-    # origins allowed by CORS (comma-separated in NOETL_API_CORS_ORIGINS; empty: none)
+    # origins allowed by CORS (comma-separated in NOETL_API_CORS_ORIGINS; empty: none);
+    # they may also send state-changing requests (web.guard)
     api_cors_origins: tuple[str, ...] = ()
+    # names `serve` answers to besides loopback ones (NOETL_API_ALLOWED_HOSTS, comma-
+    # separated, `*.example.com` for subdomains): any other Host is refused (web.guard)
+    api_allowed_hosts: tuple[str, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -373,7 +382,6 @@ class Settings:
             progress_seconds=_float(env, "NOETL_PROGRESS_SECONDS", base.progress_seconds),
             api_token=env.get("NOETL_API_TOKEN", "").strip(),
             api_basic_auth=env.get("NOETL_API_BASIC_AUTH", "").strip(),
-            api_cors_origins=tuple(
-                o.strip() for o in env.get("NOETL_API_CORS_ORIGINS", "").split(",") if o.strip()
-            ),
+            api_cors_origins=_names(env, "NOETL_API_CORS_ORIGINS"),
+            api_allowed_hosts=_names(env, "NOETL_API_ALLOWED_HOSTS"),
         )

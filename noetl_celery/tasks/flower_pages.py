@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import tornado.httputil
 import tornado.template
 import tornado.web
 from flower import urls
@@ -40,6 +41,7 @@ from tornado.web import url
 
 from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_EXECUTE_COMMANDS
 from noetl_celery.engine.service import Engine
+from noetl_celery.web.guard import FORM, SECURITY_HEADERS, media_type
 from noetl_celery.web.pages import render
 from noetl_celery.web.pages.actions import same_origin
 from noetl_celery.web.pages.presenters import execution_id_of
@@ -93,6 +95,31 @@ PATCHES: dict[str, Callable[[str], str]] = {
     "task.html": lambda t: insert_after(t, TASK_ANCHOR, TASK_ROW),
     "base.html": lambda t: insert_before(t, BASE_ANCHOR, BASE_SCRIPT),
 }
+
+
+# Flower's own pages run inline scripts, so only framing is refused on them; the pages
+# added here carry no inline script and get the same content policy as on `serve`
+FRAMING_POLICY = "frame-ancestors 'none'"
+
+
+class NoFraming(tornado.web.OutputTransform):
+    """Every answer of Flower (its pages, API and static files, and ours) says that no
+    other site may frame it, and the rest of `serve`'s security headers it does not set
+    itself: a click inside a cross-origin frame cannot press a button of ours."""
+
+    def transform_first_chunk(
+        self,
+        status_code: int,
+        headers: tornado.httputil.HTTPHeaders,
+        chunk: bytes,
+        finishing: bool,
+    ) -> tuple[int, tornado.httputil.HTTPHeaders, bytes]:
+        for name, value in SECURITY_HEADERS:
+            if name.decode() not in headers:
+                headers[name.decode()] = value.decode()
+        if "Content-Security-Policy" not in headers:
+            headers["Content-Security-Policy"] = FRAMING_POLICY
+        return status_code, headers, chunk
 
 
 class FlowerTemplates(tornado.template.Loader):
@@ -173,6 +200,10 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
         if not same_origin(headers, self.request.host):
             await self._run(site.forbidden)
             return
+        kind = media_type(headers.get("content-type", ""))
+        if self.request.body and kind != FORM:
+            await self._run(lambda: site.refused(415, f"send Content-Type {FORM}, not {kind}"))
+            return
         form = {k: self.get_body_argument(k, "", strip=True) for k in self.request.body_arguments}
         if self.view == "cancel":
             await self._run(lambda: site.cancel(parts[0]))
@@ -251,6 +282,12 @@ def install_pages(
             break
     routes_list[at:at] = routes(engine)
     app_settings["template_loader"] = FlowerTemplates(app_settings["template_path"])
+    # Flower builds its Application with these settings: `transforms` replaces Tornado's
+    # default list, which holds only gzip (when `compress_response` is set)
+    transforms: list[Any] = [NoFraming]
+    if app_settings.get("compress_response") or app_settings.get("gzip"):
+        transforms.append(tornado.web.GZipContentEncoding)
+    app_settings["transforms"] = transforms
     ui_methods = dict(app_settings.get("ui_methods") or {})
     ui_methods["noetl_execution_id"] = _execution_id
     app_settings["ui_methods"] = ui_methods

@@ -14,10 +14,9 @@ from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.models.schedule import check_cron
 from noetl_celery.web.deps import EngineDep
+from noetl_celery.web.guard import YAML_TYPES, media_type
 
 router = APIRouter()
-
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/plain")
 
 
 # ---- catalog ---------------------------------------------------------------------------------
@@ -44,10 +43,11 @@ class RegisterRequest(BaseModel):
 
 def _content_of(body: bytes, content_type: str) -> str:
     """The YAML text of a register request: `{"content": ...}` as JSON, or the raw body
-    as YAML / plain text. A 422 for anything else."""
+    as YAML (the guard, web.guard, let in no other content type). A 422 for a body
+    that is neither."""
     if len(body) > 2 * MAX_PLAYBOOK_BYTES:  # the validator names the exact limit below it
         raise HTTPException(413, f"the request is larger than {2 * MAX_PLAYBOOK_BYTES} bytes")
-    kind = content_type.split(";")[0].strip().lower()
+    kind = media_type(content_type)
     try:
         if kind == "application/json":
             return RegisterRequest.model_validate(json.loads(body)).content

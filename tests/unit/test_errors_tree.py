@@ -34,6 +34,7 @@ DELIBERATE = {
     "UndefinedNameError",
     "TemplateTooBig",
     "InvalidInput",
+    "BodyTooLarge",
 }
 
 _ROOT = re.compile(r"^    ([A-Za-z_][\w.]*)$")

@@ -47,3 +47,9 @@ def static_file(name: str) -> tuple[bytes, str] | None:
     if media is None:
         return None
     return (STATIC / name).read_bytes(), media
+
+
+def error_page(status: int, message: str) -> str:
+    """A whole page saying why a request was refused (web.guard, outside any route)."""
+    body = render("error.html", base="", status=status, message=message)
+    return layout("Error", body, base="", active="")

@@ -79,13 +79,11 @@ class Site:
         return Answer(status=status, title="Error", body=body, active=active)
 
     def forbidden(self) -> Answer:
-        body = render(
-            "error.html",
-            base=self.base,
-            status=403,
-            message="refused: the request did not come from this site's pages",
-        )
-        return Answer(status=403, title="Forbidden", body=body)
+        return self.refused(403, "refused: the request did not come from this site's pages")
+
+    def refused(self, status: int, message: str) -> Answer:
+        body = render("error.html", base=self.base, status=status, message=message)
+        return Answer(status=status, title="Refused", body=body)
 
     # ---- pages ------------------------------------------------------------------------------
     def executions(self, params: Mapping[str, str]) -> Answer:

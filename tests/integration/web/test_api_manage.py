@@ -68,9 +68,12 @@ def test_register_refuses_what_is_not_a_playbook(client: httpx.Client) -> None:
     body = invalid.json()
     assert any("apiVersion" in p for p in body["problems"]) and isinstance(body["detail"], str)
     yaml_broken = client.post(
-        f"{V1}/catalog", content="a: [", headers={"content-type": "text/plain"}
+        f"{V1}/catalog", content="a: [", headers={"content-type": "application/yaml"}
     )
     assert yaml_broken.status_code == 422 and yaml_broken.json()["problems"]
+    # text/plain is what a page of another site may post without asking: never read
+    plain = client.post(f"{V1}/catalog", content="a: 1", headers={"content-type": "text/plain"})
+    assert plain.status_code == 415 and "application/yaml" in plain.json()["detail"]
     assert client.post(f"{V1}/catalog", json={"text": "x"}).status_code == 422
     assert (
         client.post(

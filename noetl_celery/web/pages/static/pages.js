@@ -1,3 +1,22 @@
+// The pages run no inline script and carry no inline style (their content policy
+// refuses both): a form's confirmation is its data-confirm, a bar's width its data-width.
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (event) {
+    var ask = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (ask && !window.confirm(ask)) { event.preventDefault(); }
+  });
+})();
+
+function noetlBars(scope) {
+  "use strict";
+  scope.querySelectorAll("[data-width]").forEach(function (bar) {
+    var width = parseFloat(bar.getAttribute("data-width"));
+    bar.style.width = (isFinite(width) ? Math.max(0, Math.min(100, width)) : 0) + "%";
+  });
+}
+noetlBars(document);
+
 // Live parts of the pages: every few seconds fetch this page's fragment and swap each
 // element marked data-live for its new version (open <details> stay open). No reload:
 // what the page holds otherwise (forms, scroll position, window state) stays.
@@ -18,7 +37,11 @@
     doc.querySelectorAll("[data-live]").forEach(function (fresh) {
       var name = fresh.getAttribute("data-live");
       var current = document.querySelector('[data-live="' + name + '"]');
-      if (current) { current.replaceWith(document.importNode(fresh, true)); }
+      if (current) {
+        var node = document.importNode(fresh, true);
+        current.replaceWith(node);
+        noetlBars(node);
+      }
     });
     open.forEach(function (id) {
       var d = document.getElementById(id);
