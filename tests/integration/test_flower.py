@@ -253,3 +253,66 @@ def test_flower_needs_a_broker(embedded_env: dict[str, str]) -> None:
 
     proc = run_cli(["flower"], embedded_env)
     assert proc.returncode == 2 and "NOETL_BROKER_URL" in proc.stderr
+
+
+def test_flower_refuses_framing_and_cross_site_page_actions(
+    distributed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every answer of Flower (its own pages, API and files, and the pages added to it)
+    refuses framing; the added pages' buttons refuse another site and bodies that are
+    not their form."""
+    import httpx
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    auth = httpx.BasicAuth(*AUTH.split(":", 1))
+    with flower_process(distributed["env"], port, tmp_path / "flower.log") as proc:
+
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "flower.log").read_text()
+            try:
+                return httpx.get(f"{base}/healthcheck").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        poll(up, "flower answering")
+        for path in (
+            "/",
+            "/tasks",
+            "/workers",
+            "/executions",
+            "/schedules",
+            "/api/workers",
+            "/pages-static/pages.css",
+            "/healthcheck",
+            "/nothing-here",
+        ):
+            answer = httpx.get(base + path, auth=auth)
+            assert answer.headers.get("x-frame-options") == "DENY", path
+            assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], path
+        unauthorised = httpx.get(f"{base}/executions")
+        assert unauthorised.status_code == 401
+        assert unauthorised.headers.get("x-frame-options") == "DENY"
+
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        for headers in ({"Origin": "http://127.0.0.2:9"}, {"Sec-Fetch-Site": "cross-site"}):
+            refused = httpx.post(
+                f"{base}/executions/0/cancel", auth=auth, headers={**form, **headers}, content="a=b"
+            )
+            assert refused.status_code == 403, refused.text
+        own = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
+        plain = httpx.post(
+            f"{base}/schedules/1/trigger",
+            auth=auth,
+            headers={**own, "Content-Type": "text/plain"},
+            content="a=b",
+        )
+        assert plain.status_code == 415 and "application/x-www-form-urlencoded" in plain.text
+        # the contrast: the same button from Flower's own page reaches the engine
+        missing = httpx.post(
+            f"{base}/executions/no-such-id/cancel",
+            auth=auth,
+            headers={**own, **form},
+            content="a=b",
+        )
+        assert missing.status_code == 404, missing.text
