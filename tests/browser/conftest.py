@@ -44,9 +44,26 @@ def authorization(credentials: str) -> str:
     return "Basic " + base64.b64encode(credentials.encode()).decode()
 
 
-@pytest.fixture(scope="session")
-def chrome() -> Iterator[Any]:
-    """One headless Chromium for the session (pages are opened in turn)."""
+CHROME_ARGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-gpu",
+    "--window-size=1400,1000",
+    "--disable-extensions",
+    # the machine's network is closed: no background connections to fail
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+
+
+def chrome_driver(
+    extra_args: tuple[str, ...] = (), capabilities: dict[str, Any] | None = None
+) -> Any:
+    """A headless Chromium (Debian's, through chromium-driver) with the network domain on;
+    `extra_args` and `capabilities` for a test that needs more (host rules, logs)."""
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
         pytest.fail(
@@ -59,18 +76,20 @@ def chrome() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,1000",
-        "--disable-extensions",
-    ):
+    for arg in (*CHROME_ARGS, *extra_args):
         options.add_argument(arg)
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
     driver.execute_cdp_cmd("Network.enable", {})
+    return driver
+
+
+@pytest.fixture(scope="session")
+def chrome() -> Iterator[Any]:
+    """One headless Chromium for the session (pages are opened in turn)."""
+    driver = chrome_driver()
     try:
         yield driver
     finally:

@@ -29,10 +29,9 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.browser.conftest import (
-    CHROMEDRIVER,
-    CHROMIUM,
     FLOWER_AUTH,
     FlowerServer,
+    chrome_driver,
     use_credentials,
 )
 from tests.support.server import ServeProcess, serving
@@ -245,36 +244,13 @@ def log_size(server: ServeProcess) -> int:
 
 # ---- the browser ---------------------------------------------------------------------------------
 def evil_chrome() -> Any:
-    """Headless Chromium as the conftest builds it, plus: quiet background networking
-    (the network is closed), the two attack names mapped (a rebinding name to serve's
-    address, the attacker's name to its site), and a performance log (statuses)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    if missing:
-        pytest.fail(f"browser tests need {', '.join(missing)}", pytrace=False)
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,1000",
-        "--disable-extensions",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--host-resolver-rules=MAP {REBIND} 127.0.0.1, MAP {ATTACKER} 127.0.0.2",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(30)
-    driver.execute_cdp_cmd("Network.enable", {})
-    return driver
+    """Headless Chromium as the conftest builds it, plus the two attack names mapped (a
+    rebinding name to serve's address, the attacker's name to its site) and a performance
+    log (statuses)."""
+    return chrome_driver(
+        (f"--host-resolver-rules=MAP {REBIND} 127.0.0.1, MAP {ATTACKER} 127.0.0.2",),
+        {"goog:loggingPrefs": {"performance": "ALL"}},
+    )
 
 
 def responses(driver: Any) -> dict[str, int]:
