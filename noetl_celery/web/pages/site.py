@@ -29,7 +29,9 @@ from noetl_celery.errors import (
     InputInvalid,
     NoetlError,
     ScheduleNotFound,
+    StoreError,
 )
+from noetl_celery.web.inputs import BIGINT_MAX, digits
 from noetl_celery.web.pages import actions, data
 from noetl_celery.web.pages.render import render
 
@@ -55,7 +57,17 @@ def _status_of(exc: NoetlError) -> int:
         return 409
     if isinstance(exc, InputInvalid):
         return 422
+    if isinstance(exc, StoreError):  # the engine database is away: as the API says it
+        return 503
     return 400
+
+
+def error_answer(exc: NoetlError, base: str = "", active: str = "executions") -> Answer:
+    """The error page of `exc`: its status and its one line."""
+    status = _status_of(exc)
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    body = render("error.html", base=base, status=status, message=message)
+    return Answer(status=status, title="Error", body=body, active=active)
 
 
 class Site:
@@ -73,10 +85,7 @@ class Site:
         return Answer(title=title, body=body, fragment=fragment, active=active)
 
     def _error(self, exc: NoetlError, active: str = "executions") -> Answer:
-        status = _status_of(exc)
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        body = render("error.html", base=self.base, status=status, message=message)
-        return Answer(status=status, title="Error", body=body, active=active)
+        return error_answer(exc, self.base, active)
 
     def forbidden(self) -> Answer:
         body = render(
@@ -150,10 +159,11 @@ class Site:
         return self._redirect(f"/executions/{quote(new_id)}")
 
     def schedule(self, schedule_id: str, action: str) -> Answer:
-        if action not in actions.SCHEDULE_ACTIONS or not schedule_id.isdigit():
+        number = digits(schedule_id)
+        if action not in actions.SCHEDULE_ACTIONS or number is None or number > BIGINT_MAX:
             return self._error(ScheduleNotFound(f"no schedule action {action} of {schedule_id}"))
         try:
-            started = actions.schedule(self.engine, int(schedule_id), action)
+            started = actions.schedule(self.engine, number, action)
         except NoetlError as exc:
             return self._error(exc, "schedules")
         return self._redirect(f"/executions/{quote(started)}" if started else "/schedules")
