@@ -5,7 +5,6 @@ route, as a database that is away does."""
 
 from __future__ import annotations
 
-import os
 import re
 import types
 from collections.abc import Iterator
@@ -20,10 +19,9 @@ from noetl_celery.web.app import create_app
 from tests.support import services
 from tests.support.api import ok, wait_end
 from tests.support.bad_requests import Bad, cases
-from tests.support.server import ServeProcess, serving
+from tests.support.server import ServeProcess, embedded_env, serving
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = (
     "apiVersion: noetl.io/v2\nkind: Playbook\n"
     "metadata: {name: requests, path: tests/bad/requests}\n"
@@ -33,11 +31,7 @@ ERROR_LINE = re.compile(r'id="error-message">([^<]*)</p>')
 
 
 def serve_env(database: str, home: Path) -> dict[str, str]:
-    """`serve` on `database` with in-process workers (no broker), loopback, no auth."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(NOETL_DATABASE_URL=services.sqlalchemy_url(database), NOETL_HOME=str(home))
-    return env
+    return embedded_env(services.sqlalchemy_url(database), home)
 
 
 @pytest.fixture(scope="module")
