@@ -31,7 +31,7 @@ from noetl_celery.errors import (
     ScheduleNotFound,
     StoreError,
 )
-from noetl_celery.web.inputs import BIGINT_MAX, digits
+from noetl_celery.web.inputs import BIGINT_MAX, check_text, digits
 from noetl_celery.web.pages import actions, data
 from noetl_celery.web.pages.render import render
 
@@ -96,9 +96,28 @@ class Site:
         )
         return Answer(status=403, title="Forbidden", body=body)
 
+    def _refused(
+        self, params: Mapping[str, str], kind: str = "query parameter", **path: str
+    ) -> Answer | None:
+        """The error page for text Postgres cannot store (web.inputs), or None. serve's
+        routes check before they get here (web.inputs.CheckedRoute); Flower's do not."""
+        try:
+            for name, value in path.items():
+                check_text(value, f"path parameter '{name}'")
+            for name, value in params.items():
+                check_text(value, f"{kind} '{name}'")
+        except InputInvalid as exc:
+            return self._error(exc)
+        return None
+
     # ---- pages ------------------------------------------------------------------------------
     def executions(self, params: Mapping[str, str]) -> Answer:
-        ctx = data.executions(self.engine, params)
+        if (refused := self._refused(params)) is not None:
+            return refused
+        try:
+            ctx = data.executions(self.engine, params)
+        except NoetlError as exc:
+            return self._error(exc)
         query = {k: v for k, v in ctx["filters"].items() if v}
         ctx["query"] = query
         ctx["refresh_url"] = self._url("/executions", {**params, "fragment": "1"})
@@ -108,6 +127,8 @@ class Site:
         return self._page("executions.html", "Executions", params, "executions", **ctx)
 
     def execution(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(params, execution_id=execution_id)) is not None:
+            return refused
         try:
             ctx = data.execution(self.engine, execution_id, params)
         except NoetlError as exc:
@@ -125,6 +146,8 @@ class Site:
         )
 
     def events(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(params, execution_id=execution_id)) is not None:
+            return refused
         try:
             ctx = data.events(self.engine, execution_id, params)
         except NoetlError as exc:
@@ -140,11 +163,18 @@ class Site:
         return self._page("events.html", f"Events of {execution_id}", params, "executions", **ctx)
 
     def schedules(self, params: Mapping[str, str]) -> Answer:
-        ctx = data.schedules(self.engine)
+        if (refused := self._refused(params)) is not None:
+            return refused
+        try:
+            ctx = data.schedules(self.engine)
+        except NoetlError as exc:
+            return self._error(exc, "schedules")
         return self._page("schedules.html", "Schedules", params, "schedules", **ctx)
 
     # ---- actions (the caller has checked `actions.same_origin`) ---------------------------
     def cancel(self, execution_id: str) -> Answer:
+        if (refused := self._refused({}, execution_id=execution_id)) is not None:
+            return refused
         try:
             actions.cancel(self.engine, execution_id)
         except NoetlError as exc:
@@ -152,6 +182,8 @@ class Site:
         return self._redirect(f"/executions/{quote(execution_id)}")
 
     def rerun(self, execution_id: str, form: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(form, "form field", execution_id=execution_id)) is not None:
+            return refused
         try:
             new_id = actions.rerun(self.engine, execution_id, form)
         except NoetlError as exc:

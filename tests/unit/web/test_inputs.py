@@ -81,3 +81,23 @@ def test_load_json_takes_what_postgres_can_store() -> None:
     assert load_json(b'{"big": 123456789012345678901234567890}') == {
         "big": 123456789012345678901234567890
     }
+
+
+@pytest.mark.parametrize(
+    ("view", "where"),
+    [
+        (lambda site: site.executions({"path": "a\x00"}), "query parameter &#39;path&#39;"),
+        (lambda site: site.execution("1\x00", {}), "path parameter &#39;execution_id&#39;"),
+        (lambda site: site.events("1", {"after": "\x00"}), "query parameter &#39;after&#39;"),
+        (lambda site: site.schedules({"x": "\ud800"}), "query parameter &#39;x&#39;"),
+        (lambda site: site.cancel("\x00"), "path parameter &#39;execution_id&#39;"),
+        (lambda site: site.rerun("1", {"from_step": "\x00"}), "form field &#39;from_step&#39;"),
+    ],
+)
+def test_the_pages_refuse_text_postgres_cannot_store(view: Any, where: str) -> None:
+    """Flower serves the same `Site` without serve's route checks: refused before the
+    engine is asked (it is None here)."""
+    from noetl_celery.web.pages.site import Site
+
+    answer = view(Site(None))  # type: ignore[arg-type]
+    assert answer.status == 422 and where in answer.body
