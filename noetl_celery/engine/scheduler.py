@@ -11,7 +11,7 @@ from typing import Any
 from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import PassDriver
-from noetl_celery.errors import CatalogNotFound, ScheduleNotFound
+from noetl_celery.errors import CatalogNotFound, ConfigurationError, ScheduleNotFound
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
 from noetl_celery.store.repository import Store
@@ -125,7 +125,14 @@ class Schedules:
         started: list[str] = []
         now = utcnow()
         for schedule in self.store.schedules.due(now):
-            firing = due_firing(schedule.cron, schedule.timezone, schedule.next_fire_at, now)
+            try:
+                firing = due_firing(schedule.cron, schedule.timezone, schedule.next_fire_at, now)
+            except ConfigurationError as exc:
+                # stored before its cron was checked for a date (`0 0 31 2 *`): paused,
+                # once, so neither this tick nor the next ones stop at it
+                log.error("schedule %s paused: %s", schedule.schedule_id, exc)
+                self.store.schedules.set_enabled(schedule.schedule_id, False, None)
+                continue
             if firing is None:
                 continue
             try:

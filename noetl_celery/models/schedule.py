@@ -20,6 +20,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from noetl_celery.errors import ConfigurationError
 
 UTC = dt.UTC
+# a cron expression that matches no date in this many years never fires (`0 0 29 2 1`
+# fires: croniter takes day OR weekday, as cron does)
+MAX_YEARS_BETWEEN_FIRINGS = 50
 
 
 def zone(name: str) -> ZoneInfo:
@@ -46,6 +49,29 @@ def check_cron(expression: str, timezone: str = "UTC") -> None:
         croniter(expression)
     except (CroniterBadCronError, ValueError, KeyError) as exc:
         raise ConfigurationError(f"cron {expression!r} is not valid: {exc}") from None
+    # valid fields can still name no date at all (`0 0 31 2 *`: February 31st)
+    next_after(expression, timezone, dt.datetime.now(UTC).replace(tzinfo=None))
+
+
+def _never(expression: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"cron {expression!r} never fires: no date matches its day and month fields "
+        f"within {MAX_YEARS_BETWEEN_FIRINGS} years"
+    )
+
+
+def _step(expression: str, start: dt.datetime, forward: bool) -> dt.datetime:
+    """The cron time after (or before) `start`, or ConfigurationError when there is none
+    (croniter gives up after searching `MAX_YEARS_BETWEEN_FIRINGS` years)."""
+    from croniter import CroniterBadDateError, croniter
+
+    try:
+        it = croniter(expression, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRINGS)
+        value = it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)
+    except CroniterBadDateError:
+        raise _never(expression) from None
+    assert isinstance(value, dt.datetime)
+    return value
 
 
 def _aware(utc_naive: dt.datetime, tz: ZoneInfo) -> dt.datetime:
@@ -58,23 +84,15 @@ def _naive(aware: dt.datetime) -> dt.datetime:
 
 def next_after(expression: str, timezone: str, after: dt.datetime) -> dt.datetime:
     """The first firing strictly after `after` (naive UTC in and out)."""
-    from croniter import croniter
-
     tz = zone(timezone)
-    value = croniter(expression, _aware(after, tz)).get_next(dt.datetime)
-    assert isinstance(value, dt.datetime)
-    return _naive(value)
+    return _naive(_step(expression, _aware(after, tz), forward=True))
 
 
 def latest_at_or_before(expression: str, timezone: str, now: dt.datetime) -> dt.datetime:
     """The last firing time at or before `now` (naive UTC)."""
-    from croniter import croniter
-
     tz = zone(timezone)
     probe = _aware(now, tz) + dt.timedelta(microseconds=1)
-    value = croniter(expression, probe).get_prev(dt.datetime)
-    assert isinstance(value, dt.datetime)
-    return _naive(value)
+    return _naive(_step(expression, probe, forward=False))
 
 
 @dataclass(frozen=True)

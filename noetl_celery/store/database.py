@@ -65,6 +65,9 @@ _UPGRADE = "run `noetl-celery db upgrade`"
 # SQLSTATEs of a statement the server cancelled, its transaction rolled back: a statement
 # or lock timeout, a deadlock, a serialization failure. Doing the work again is safe.
 _CANCELLED = {"57014", "55P03", "40P01", "40001"}
+# SQLSTATEs of a statement naming a table or column the database does not have: the
+# engine tables were dropped, or are at another revision, after the engine opened them
+_SCHEMA_GONE = {"42P01", "42703"}  # undefined_table, undefined_column
 
 
 class SchemaMode(enum.Enum):
@@ -199,15 +202,23 @@ class Database:
         `idle_in_transaction_session_timeout`) or a statement the server cancelled
         (timeout, deadlock) become StoreInterrupted: the transaction is rolled back and
         callers may do it again. Any other operational error (out of disk or memory,
-        SQLite locked) becomes StoreUnavailable. Errors about the statement's values
-        (IntegrityError, DataError, ...) stay as they are: the store's own code handles
-        those (a lost registration race, an outcome the database refuses).
+        SQLite locked) becomes StoreUnavailable. A statement naming a table or column the
+        database lacks (the tables dropped, or migrated elsewhere, after they were
+        checked) becomes SchemaOutdated, the error opening such a database gives. Errors
+        about the statement's values (IntegrityError, DataError, ...) stay as they are:
+        the store's own code handles those (a lost registration race, an outcome the
+        database refuses).
         SQLAlchemy raises what this raises `from` the driver's error."""
         original = context.original_exception
         if context.connection is None:
             raise StoreError(unusable_message(self.shown, self.url, original))
         if context.is_disconnect:
             raise StoreInterrupted(interrupted_message(self.shown, self.url, original))
+        if getattr(original, "sqlstate", None) in _SCHEMA_GONE:
+            raise SchemaOutdated(
+                f"the engine database {self.shown} does not have the engine tables this "
+                f"noetl-celery needs ({_reason(original)}): {_UPGRADE}"
+            )
         if getattr(original, "sqlstate", None) in _CANCELLED:
             raise StoreInterrupted(
                 f"a statement on the engine database {self.shown} was cancelled: "
@@ -314,14 +325,13 @@ class Database:
         try:
             with self.read() as conn:
                 row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
-        except StoreUnavailable as exc:
-            # SQLite says "no such table" with an OperationalError (wrapped by _unusable)
+        except (StoreUnavailable, SchemaOutdated) as exc:
+            # SQLite says "no such table" with an OperationalError, Postgres names an
+            # undefined table (both wrapped by _unusable)
             if "alembic_version" in str(exc.__cause__):
                 return None
             raise
-        except ProgrammingError as exc:  # Postgres: undefined table
-            if "alembic_version" in str(exc):
-                return None
+        except ProgrammingError as exc:
             raise StoreError(
                 f"the engine database {self.shown} cannot be read: {_short(exc)}"
             ) from exc

@@ -15,8 +15,9 @@ from noetl_celery.errors import ConfigurationError
 from noetl_celery.models.schedule import check_cron
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.guard import YAML_TYPES, media_type
+from noetl_celery.web.inputs import INT_MAX, BigIdPath, CheckedRoute
 
-router = APIRouter()
+router = APIRouter(route_class=CheckedRoute)
 
 
 # ---- catalog ---------------------------------------------------------------------------------
@@ -29,7 +30,9 @@ def catalog_list(engine: EngineDep) -> list[dict[str, Any]]:
 def catalog_show(
     path: str,
     engine: EngineDep,
-    version: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
+    version: Annotated[
+        int | None, Query(ge=1, le=INT_MAX, description="Default: the latest")
+    ] = None,
 ) -> dict[str, Any]:
     """Its metadata, every version of the path, and its YAML `content`."""
     return engine.catalog.show(path, version)
@@ -134,22 +137,25 @@ def schedule_add(body: ScheduleRequest, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.delete("/schedules/{schedule_id}", summary="Remove a schedule")
-def schedule_remove(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+def schedule_remove(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
     """Runs it started are not touched."""
     engine.schedules.get(schedule_id)  # ScheduleNotFound: 404
     return {"schedule_id": schedule_id, "removed": engine.schedules.remove(schedule_id)}
 
 
 @router.post("/schedules/{schedule_id}/pause", summary="Stop firing a schedule")
-def schedule_pause(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+def schedule_pause(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
     row, changed = engine.schedules.pause(schedule_id)
     return {**row.to_json(), "changed": changed}
 
 
 @router.post("/schedules/{schedule_id}/resume", summary="Fire a paused schedule again")
-def schedule_resume(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+def schedule_resume(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
     """From its next cron time after now: firings missed while paused are not made up."""
-    row, changed = engine.schedules.resume(schedule_id)
+    try:
+        row, changed = engine.schedules.resume(schedule_id)
+    except ConfigurationError as exc:  # a cron stored before it was checked for a date
+        raise HTTPException(409, str(exc)) from None
     return {**row.to_json(), "changed": changed}
 
 
@@ -158,6 +164,6 @@ def schedule_resume(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
     status_code=status.HTTP_201_CREATED,
     summary="Start a run of a schedule now",
 )
-def schedule_trigger(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+def schedule_trigger(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
     """Paused or not, with its payload; its cadence is untouched."""
     return {"schedule_id": schedule_id, "execution_id": engine.schedules.trigger(schedule_id)}

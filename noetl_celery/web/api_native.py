@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from noetl_celery.constants import TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.web import api_manage
 from noetl_celery.web.deps import EngineDep
+from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, BigInt, CheckedRoute
 
-router = APIRouter(prefix="/api/v1", tags=["native"])
+router = APIRouter(prefix="/api/v1", tags=["native"], route_class=CheckedRoute)
 
 MAX_EXECUTIONS_PAGE = 500
 MAX_FAILED_ITEMS_PAGE = 500
@@ -46,7 +47,7 @@ def executions(
     trigger: Annotated[str | None, Query(description="manual, schedule, rerun, parent")] = None,
     parent: Annotated[str | None, Query(description="Children of this execution")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_EXECUTIONS_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: BigInt = 0,
 ) -> dict[str, Any]:
     """A page of executions with `total` matching; each line carries `items_done` (loop
     iterations finished, failed ones included) and `items_failed`."""
@@ -79,8 +80,10 @@ def failed_items(
     execution_id: str,
     engine: EngineDep,
     step: Annotated[str, Query(description="The loop step")],
-    epoch: Annotated[int | None, Query(ge=1, description="One epoch (default: all)")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    epoch: Annotated[
+        int | None, Query(ge=1, le=INT_MAX, description="One epoch (default: all)")
+    ] = None,
+    offset: BigInt = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_FAILED_ITEMS_PAGE)] = 50,
 ) -> dict[str, Any]:
     """A page of the step's failed iterations in iteration order (`value`: a preview
@@ -97,7 +100,7 @@ def events(
     ] = None,
     step: str | None = None,
     failed: Annotated[bool, Query(description="Failures only (as `events --failed`)")] = False,
-    since: Annotated[int, Query(ge=0, description="Events after this event id")] = 0,
+    since: Annotated[int, Query(ge=0, le=BIGINT_MAX, description="Events after this event id")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_PAGE)] = 200,
 ) -> dict[str, Any]:
     """Events oldest first after `since`; pass `next_since` back to continue (no gap, no
@@ -112,7 +115,9 @@ def logs(
     execution_id: str,
     engine: EngineDep,
     step: str | None = None,
-    since: Annotated[int, Query(ge=0, description="Log blocks after this log id")] = 0,
+    since: Annotated[
+        int, Query(ge=0, le=BIGINT_MAX, description="Log blocks after this log id")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_PAGE)] = 200,
 ) -> dict[str, Any]:
     """What the commands printed and logged (redacted), paged like `events`."""
@@ -126,7 +131,7 @@ class StartRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
-    version: int | None = Field(None, ge=1)
+    version: int | None = Field(None, ge=1, le=INT_MAX)
     playbook: str | None = None
     payload: dict[str, Any] | None = None
 

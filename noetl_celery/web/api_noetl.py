@@ -26,7 +26,6 @@ installs the playbook's `metadata.schedule` as `noetl-celery catalog register` d
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -34,29 +33,33 @@ from fastapi.responses import JSONResponse
 
 from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.engine import compat
-from noetl_celery.errors import ExecutionNotFound, NoetlError
+from noetl_celery.errors import ExecutionNotFound, InputInvalid, NoetlError
 from noetl_celery.store.rows import CatalogEntry
 from noetl_celery.web import noetl_shapes as shapes
 from noetl_celery.web.deps import EngineDep
+from noetl_celery.web.inputs import BIGINT_MAX, BigInt, CheckedRoute, check_int, load_json
 from noetl_celery.web.noetl_shapes import ShapeError
 from noetl_celery.web.problems import body_for
 
-router = APIRouter(prefix="/api", tags=["noetl"])
+router = APIRouter(prefix="/api", tags=["noetl"], route_class=CheckedRoute)
 
 # a base64 playbook is 4/3 of its size; JSON framing adds a little
 MAX_REGISTER_BODY = 2 * MAX_PLAYBOOK_BYTES
 MAX_BATCH_ITEMS = 1000
+MAX_PAGE_SIZE = 500
+# `(page - 1) * page_size` is an offset: it stays a BIGINT
+MAX_PAGE = BIGINT_MAX // MAX_PAGE_SIZE
+# a cutoff further back than this is before any execution (and past what datetime holds)
+MAX_CLEANUP_MINUTES = 100 * 366 * 24 * 60
 
 
 async def json_object(request: Request) -> dict[str, Any]:
-    """The request's JSON object (an empty body is `{}`)."""
+    """The request's JSON object (an empty body is `{}`), whatever its content type
+    says, checked as `inputs.load_json` checks every JSON body."""
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ShapeError("request body", f"not JSON: {exc}") from None
+    data = load_json(raw, "request body")
     if not isinstance(data, dict):
         raise ShapeError("request body", f"must be a JSON object, not {type(data).__name__}")
     return data
@@ -75,9 +78,11 @@ async def register_input(request: Request) -> tuple[str, Any]:
     is_json = "json" in request.headers.get("content-type", "").lower()
     if is_json or text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
+            data = load_json(text, "request body")
+        except InputInvalid:
+            if is_json:
+                raise
+            data = None  # YAML text that starts like a flow mapping
         if isinstance(data, dict) and "content" in data:
             content = data["content"]
             if not isinstance(content, str):
@@ -187,8 +192,9 @@ def execute(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
     }
 
 
-Page = Annotated[int, Query(ge=1)]
-PageSize = Annotated[int, Query(ge=1, le=500)]
+Page = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
+EventId = Annotated[int | None, Query(ge=0, le=BIGINT_MAX)]
 
 
 @router.get("/executions")
@@ -231,7 +237,7 @@ def execution(
     engine: EngineDep,
     page: Page = 1,
     page_size: PageSize = 100,
-    since_event_id: int | None = None,
+    since_event_id: EventId = None,
     event_type: str | None = None,
     include_events: bool = True,
 ) -> dict[str, Any]:
@@ -257,7 +263,7 @@ def execution_events(
     engine: EngineDep,
     page: Page = 1,
     page_size: PageSize = 100,
-    since_event_id: int | None = None,
+    since_event_id: EventId = None,
     event_type: str | None = None,
 ) -> dict[str, Any]:
     row = engine.store.execution(execution_id)
@@ -279,8 +285,9 @@ def execution_status(execution_id: str, engine: EngineDep) -> dict[str, Any]:
 def cleanup(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
     """Cancel top-level executions RUNNING for more than `older_than_minutes` (5)."""
     minutes = body.get("older_than_minutes", 5)
-    if not isinstance(minutes, int) or isinstance(minutes, bool) or minutes < 1:
+    if not isinstance(minutes, int) or isinstance(minutes, bool):
         raise ShapeError("older_than_minutes", "must be an integer of at least 1")
+    check_int(minutes, "older_than_minutes", high=MAX_CLEANUP_MINUTES)
     dry_run = bool(body.get("dry_run", False))
     ids = compat.cleanup(engine, minutes, dry_run=dry_run)
     verb = "Would cancel" if dry_run else "Cancelled"
@@ -321,7 +328,7 @@ def ehdb_executions(
     engine: EngineDep,
     status: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: BigInt = 0,
 ) -> dict[str, Any]:
     rows = compat.executions_page(engine, status=status, offset=offset, limit=limit)
     return {"executions": [shapes.ehdb_line(r.row, r.event_count) for r in rows]}
@@ -343,7 +350,7 @@ def ehdb_events(
     execution_id: str,
     engine: EngineDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0, le=BIGINT_MAX)] = None,
 ) -> dict[str, Any]:
     try:
         engine.store.execution(execution_id)

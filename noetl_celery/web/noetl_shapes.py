@@ -58,6 +58,7 @@ from noetl_celery.constants import (
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.yaml_safe import safe_load
 from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, digits
 
 KIND = "Playbook"
 
@@ -114,23 +115,39 @@ def parse_version(value: Any) -> int | None:
     """A catalog version from a request: an int, its digits, or "latest"/empty (None)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "latest")):
         return None
-    if isinstance(value, bool):
-        raise ShapeError("version", f"must be an integer or 'latest', not {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    raise ShapeError("version", f"must be an integer or 'latest', not {value!r}")
+    number = _integer(value)
+    if number is None:
+        raise ShapeError("version", f"must be an integer or 'latest', not {_shown(value)}")
+    return _within(number, "version", INT_MAX)
 
 
 def parse_catalog_id(value: Any) -> int | None:
     if value is None or value == "":
         return None
+    number = _integer(value)
+    if number is None:
+        raise ShapeError("catalog_id", f"must be a catalog id (digits), not {_shown(value)}")
+    return _within(number, "catalog_id", BIGINT_MAX)
+
+
+def _integer(value: Any) -> int | None:
+    """An int, or a string of ASCII digits, as an int; None for anything else."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    raise ShapeError("catalog_id", f"must be a catalog id (digits), not {value!r}")
+    return digits(value) if isinstance(value, str) else None
+
+
+def _within(number: int, field: str, high: int) -> int:
+    """`number` when it can be a row's id or version (1 to the column's maximum)."""
+    if not 1 <= number <= high:
+        raise ShapeError(field, f"must be from 1 to {high}, not {number}")
+    return number
+
+
+def _shown(value: Any) -> str:
+    """A request value in a message: its repr, shortened to one short line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def execute_workload(body: Mapping[str, Any]) -> dict[str, Any]:

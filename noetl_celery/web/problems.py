@@ -54,8 +54,9 @@ def body_for(exc: NoetlError) -> dict[str, Any]:
     return body
 
 
-# where invalid requests are answered with one line (NoETL's routes keep FastAPI's list)
-ONE_LINE_PREFIX = "/api/v1/"
+# where invalid requests are answered with one line: the native API and NoETL's routes
+# (NoETL's CLI prints the body as it is: one line reads better than FastAPI's list)
+ONE_LINE_PREFIX = "/api/"
 
 
 def validation_line(errors: Sequence[Any]) -> str:

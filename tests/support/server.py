@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
 from tests.support.private_services import free_port
 from tests.support.workers import WorkerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def embedded_env(database_url: str, home: Path) -> dict[str, str]:
+    """`serve` on `database_url` with in-process workers (no broker), loopback, no auth."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(NOETL_DATABASE_URL=database_url, NOETL_HOME=str(home))
+    return env
 
 
 class ServeProcess(WorkerProcess):
@@ -26,7 +38,6 @@ class ServeProcess(WorkerProcess):
         """`program` is the noetl-celery command (default: this interpreter's module;
         an installed console script for the install tests)."""
         import tempfile
-        from pathlib import Path
 
         self.name = "serve"
         self.env = dict(env)

@@ -11,12 +11,31 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from noetl_celery.errors import NoetlError
 from noetl_celery.web.deps import EngineDep
+from noetl_celery.web.inputs import CheckedRoute, Handler
 from noetl_celery.web.pages import render
 from noetl_celery.web.pages.actions import same_origin
-from noetl_celery.web.pages.site import Answer, Site
+from noetl_celery.web.pages.site import Answer, Site, error_answer
 
-router = APIRouter(tags=["pages"], include_in_schema=False)
+
+class PageRoute(CheckedRoute):
+    """A page: its request values checked as the API's are (web.inputs), and an engine
+    error (a refused value, the engine database away) answered as an error page."""
+
+    def get_route_handler(self) -> Handler:
+        handler = super().get_route_handler()
+
+        async def page(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except NoetlError as exc:
+                return _answer(error_answer(exc))
+
+        return page
+
+
+router = APIRouter(tags=["pages"], include_in_schema=False, route_class=PageRoute)
 # a form post is a few short fields: anything larger is not one of ours
 MAX_FORM_BYTES = 16 * 1024
 

@@ -29,7 +29,9 @@ from noetl_celery.errors import (
     InputInvalid,
     NoetlError,
     ScheduleNotFound,
+    StoreError,
 )
+from noetl_celery.web.inputs import BIGINT_MAX, check_text, digits
 from noetl_celery.web.pages import actions, data
 from noetl_celery.web.pages.render import render
 
@@ -55,7 +57,17 @@ def _status_of(exc: NoetlError) -> int:
         return 409
     if isinstance(exc, InputInvalid):
         return 422
+    if isinstance(exc, StoreError):  # the engine database is away: as the API says it
+        return 503
     return 400
+
+
+def error_answer(exc: NoetlError, base: str = "", active: str = "executions") -> Answer:
+    """The error page of `exc`: its status and its one line."""
+    status = _status_of(exc)
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    body = render("error.html", base=base, status=status, message=message)
+    return Answer(status=status, title="Error", body=body, active=active)
 
 
 class Site:
@@ -73,10 +85,7 @@ class Site:
         return Answer(title=title, body=body, fragment=fragment, active=active)
 
     def _error(self, exc: NoetlError, active: str = "executions") -> Answer:
-        status = _status_of(exc)
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        body = render("error.html", base=self.base, status=status, message=message)
-        return Answer(status=status, title="Error", body=body, active=active)
+        return error_answer(exc, self.base, active)
 
     def forbidden(self) -> Answer:
         return self.refused(403, "refused: the request did not come from this site's pages")
@@ -85,9 +94,28 @@ class Site:
         body = render("error.html", base=self.base, status=status, message=message)
         return Answer(status=status, title="Refused", body=body)
 
+    def _refused(
+        self, params: Mapping[str, str], kind: str = "query parameter", **path: str
+    ) -> Answer | None:
+        """The error page for text Postgres cannot store (web.inputs), or None. serve's
+        routes check before they get here (web.inputs.CheckedRoute); Flower's do not."""
+        try:
+            for name, value in path.items():
+                check_text(value, f"path parameter '{name}'")
+            for name, value in params.items():
+                check_text(value, f"{kind} '{name}'")
+        except InputInvalid as exc:
+            return self._error(exc)
+        return None
+
     # ---- pages ------------------------------------------------------------------------------
     def executions(self, params: Mapping[str, str]) -> Answer:
-        ctx = data.executions(self.engine, params)
+        if (refused := self._refused(params)) is not None:
+            return refused
+        try:
+            ctx = data.executions(self.engine, params)
+        except NoetlError as exc:
+            return self._error(exc)
         query = {k: v for k, v in ctx["filters"].items() if v}
         ctx["query"] = query
         ctx["refresh_url"] = self._url("/executions", {**params, "fragment": "1"})
@@ -97,6 +125,8 @@ class Site:
         return self._page("executions.html", "Executions", params, "executions", **ctx)
 
     def execution(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(params, execution_id=execution_id)) is not None:
+            return refused
         try:
             ctx = data.execution(self.engine, execution_id, params)
         except NoetlError as exc:
@@ -114,6 +144,8 @@ class Site:
         )
 
     def events(self, execution_id: str, params: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(params, execution_id=execution_id)) is not None:
+            return refused
         try:
             ctx = data.events(self.engine, execution_id, params)
         except NoetlError as exc:
@@ -129,11 +161,18 @@ class Site:
         return self._page("events.html", f"Events of {execution_id}", params, "executions", **ctx)
 
     def schedules(self, params: Mapping[str, str]) -> Answer:
-        ctx = data.schedules(self.engine)
+        if (refused := self._refused(params)) is not None:
+            return refused
+        try:
+            ctx = data.schedules(self.engine)
+        except NoetlError as exc:
+            return self._error(exc, "schedules")
         return self._page("schedules.html", "Schedules", params, "schedules", **ctx)
 
     # ---- actions (the caller has checked `actions.same_origin`) ---------------------------
     def cancel(self, execution_id: str) -> Answer:
+        if (refused := self._refused({}, execution_id=execution_id)) is not None:
+            return refused
         try:
             actions.cancel(self.engine, execution_id)
         except NoetlError as exc:
@@ -141,6 +180,8 @@ class Site:
         return self._redirect(f"/executions/{quote(execution_id)}")
 
     def rerun(self, execution_id: str, form: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(form, "form field", execution_id=execution_id)) is not None:
+            return refused
         try:
             new_id = actions.rerun(self.engine, execution_id, form)
         except NoetlError as exc:
@@ -148,10 +189,11 @@ class Site:
         return self._redirect(f"/executions/{quote(new_id)}")
 
     def schedule(self, schedule_id: str, action: str) -> Answer:
-        if action not in actions.SCHEDULE_ACTIONS or not schedule_id.isdigit():
+        number = digits(schedule_id)
+        if action not in actions.SCHEDULE_ACTIONS or number is None or number > BIGINT_MAX:
             return self._error(ScheduleNotFound(f"no schedule action {action} of {schedule_id}"))
         try:
-            started = actions.schedule(self.engine, int(schedule_id), action)
+            started = actions.schedule(self.engine, number, action)
         except NoetlError as exc:
             return self._error(exc, "schedules")
         return self._redirect(f"/executions/{quote(started)}" if started else "/schedules")

@@ -205,3 +205,28 @@ def test_registering_again_keeps_a_paused_schedule_paused(engine: Engine) -> Non
     )
     engine.register_text(off, install_schedule=True)
     assert not engine.schedules.all()[0].enabled
+
+
+def test_a_stored_cron_that_never_fires_is_paused_not_a_failed_tick(engine: Engine) -> None:
+    """`0 0 31 2 *` (February 31st) passed the check before it looked for a date: the
+    tick pauses it with the reason logged and fires the other schedules."""
+    from noetl_celery.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="never fires"):
+        engine.schedules.add("tests/tick", "0 0 31 2 *")
+    never = engine.schedules.add("tests/tick", "* * * * *")
+    every = engine.schedules.add("tests/tick", "* * * * *")
+    with engine.database.engine.begin() as conn:  # as an older version stored it
+        conn.execute(
+            update(schedules)
+            .where(schedules.c.schedule_id == never.schedule_id)
+            .values(cron="0 0 31 2 *")
+        )
+    for row in (never, every):
+        due_since(engine, row.schedule_id, utcnow() - dt.timedelta(minutes=5))
+    assert len(engine.schedules.fire_due()) == 1
+    assert engine.schedules.firings(never.schedule_id) == []
+    assert not engine.schedules.get(never.schedule_id).enabled
+    assert len(engine.schedules.firings(every.schedule_id)) == 1
+    with pytest.raises(ConfigurationError, match="never fires"):
+        engine.schedules.resume(never.schedule_id)

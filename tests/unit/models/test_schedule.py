@@ -90,6 +90,10 @@ def test_due_firing_coalesces_missed_firings(
         ("* * *", "UTC", "needs 5 fields"),
         ("61 * * * *", "UTC", "is not valid"),
         ("*/5 * * * *", "Mars/Olympus", "unknown timezone"),
+        # valid fields naming no date: croniter raised when asked for the next time
+        ("0 0 31 2 *", "UTC", "never fires: no date matches"),
+        ("0 0 30 2 *", "Europe/Berlin", "never fires"),
+        ("0 0 31 4,6,9,11 *", "UTC", "never fires"),
     ],
 )
 def test_bad_cron_or_timezone(cron: str, tz: str, fragment: str) -> None:
@@ -129,8 +133,14 @@ def test_declared_schedules(declared: object, expected: object) -> None:
         ({"cron": "* * * * *", "every": 5}, "unknown keys"),
         ({"cron": "* * * * *", "payload": [1]}, "payload must be a mapping"),
         ("nope", "needs 5 fields"),
+        ("0 0 31 2 *", "never fires"),
     ],
 )
 def test_bad_declared_schedules(declared: object, fragment: str) -> None:
     with pytest.raises(ConfigurationError, match=fragment):
         parse_declared(declared)
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 29 2 1", "0 0 31 * *", "0 0 * * * 30"])
+def test_rare_crons_that_do_fire_are_valid(cron: str) -> None:
+    check_cron(cron)  # February 29th (leap years), day OR weekday, months with a 31st

@@ -38,7 +38,7 @@ def test_parse_version(given: Any, expected: int | None) -> None:
     assert shapes.parse_version(given) == expected
 
 
-@pytest.mark.parametrize("given", ["2.0", True, 1.5, "v1", [1]])
+@pytest.mark.parametrize("given", ["2.0", True, 1.5, "v1", [1], "²", 0, -1, 2**31, str(2**31)])
 def test_parse_version_refuses(given: Any) -> None:
     with pytest.raises(shapes.ShapeError, match="version"):
         shapes.parse_version(given)
@@ -47,6 +47,13 @@ def test_parse_version_refuses(given: Any) -> None:
 @pytest.mark.parametrize(("given", "expected"), [(None, None), ("", None), (12, 12), ("12", 12)])
 def test_parse_catalog_id(given: Any, expected: int | None) -> None:
     assert shapes.parse_catalog_id(given) == expected
+
+
+@pytest.mark.parametrize("given", ["²", "1.5", True, 0, -3, 2**63, str(10**30), [1]])
+def test_parse_catalog_id_refuses(given: Any) -> None:
+    """Only ids a BIGINT column can hold (`²` is a digit to `str.isdigit`, not to int)."""
+    with pytest.raises(shapes.ShapeError, match="catalog_id"):
+        shapes.parse_catalog_id(given)
 
 
 @pytest.mark.parametrize(
