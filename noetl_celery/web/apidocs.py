@@ -16,6 +16,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
 
 from noetl_celery import __version__
+from noetl_celery.web.pages import render
 
 router = APIRouter(include_in_schema=False)
 
@@ -94,6 +95,7 @@ def asset(name: str) -> tuple[bytes, str] | None:
 def docs_static(name: str) -> Response:
     found = asset(name)
     if found is None:
-        return Response("not found", status_code=404, media_type="text/plain")
+        message = f"no file {name[:100]!r} among the API docs' files"
+        return HTMLResponse(render.error_page(404, message), status_code=404)
     content, media = found
     return Response(content, media_type=media, headers={"Cache-Control": "max-age=3600"})
