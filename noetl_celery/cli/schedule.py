@@ -177,6 +177,7 @@ def trigger(schedule_id: int, wait: bool, timeout: float | None, as_json: bool) 
     settings = load_settings()
     engine = build_engine(settings, Role.CLIENT)
     try:
+        engine.check_broker()  # nothing is created while the broker cannot be reached
         try:
             execution_id = engine.schedules.trigger(schedule_id)
         except (ScheduleNotFound, CatalogNotFound) as exc:

@@ -21,7 +21,7 @@ from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
-from noetl_celery.engine.outbox import Holding, Relay, RelayThread
+from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
@@ -177,6 +177,20 @@ class Engine(EngineReads):
         )
         self._relay_thread = RelayThread(relay)
         self._relay_thread.start()
+
+    def check_broker(self) -> None:
+        """Raise BrokerUnavailable (nothing created) when the broker cannot be reached:
+        what a client checks before it starts anything. Nothing to check embedded."""
+        target = self._holding.target if self._holding is not None else None
+        if not isinstance(target, Probe):
+            return
+        try:
+            target.probe()
+        except Exception as exc:
+            raise BrokerUnavailable(
+                f"broker {self.settings.shown_broker_url} unreachable ({one_line(exc)}); "
+                "nothing was started: start it, or fix NOETL_BROKER_URL"
+            ) from None
 
     @contextmanager
     def _held_on_start(self, execution_id: str) -> Iterator[None]:
