@@ -165,6 +165,8 @@ class Relay:
             except Exception as exc:  # away again: the outbox keeps them for the next relay
                 self.store.outbox.hold(stale)
                 log.warning("relay: republishing failed (%s); held", one_line(exc))
+            else:  # those the outbox held too are published now: not a second time
+                self.store.outbox.done(stale)
         woken = 0
         for execution_id in self.store.reaper.executions_to_wake(0.0):
             try:

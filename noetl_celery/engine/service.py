@@ -234,6 +234,10 @@ class Engine(EngineReads):
     def close(self) -> None:
         if self._relay_thread is not None:
             self._relay_thread.stop()
+        if self._holding is not None:
+            close = getattr(self._holding.target, "close", None)
+            if close is not None:  # the broker connection this thread published on
+                close()
         if self._reaper_thread is not None:
             self._reaper_thread.stop()
         if self._inprocess is not None:

@@ -141,6 +141,10 @@ class CeleryDispatcher:
                 self._reset()
                 raise
 
+    def close(self) -> None:
+        """Close this thread's producer connection (the engine's close)."""
+        self._reset()
+
     def probe(self) -> str:
         """The broker's token (engine.dispatch.Probe): the value of `EPOCH_KEY`, set by
         the first process that finds it missing; raises when the broker is away. A

@@ -101,18 +101,23 @@ def claim_recovery(
     lease row `name` remembers the broker's token and when the last recovery began; it is
     this caller's when the token changed (the broker restarted empty) or, for a caller
     that saw the broker away since `lost_at`, when no recovery began since."""
+    # RETURNING, not rowcount: the driver may not count an INSERT ... ON CONFLICT (-1)
     inserted = conn.execute(
-        insert_ignore(conn, leases), {"name": name, "owner": token, "expires_at": now}
-    ).rowcount
-    if inserted:
+        insert_ignore(conn, leases).returning(leases.c.name),
+        {"name": name, "owner": token, "expires_at": now},
+    ).first()
+    if inserted is not None:
         return True
     stale = leases.c.owner != token
     if lost_at is not None:
         stale = or_(stale, leases.c.expires_at < lost_at)
     taken = conn.execute(
-        update(leases).where(leases.c.name == name, stale).values(owner=token, expires_at=now)
-    ).rowcount
-    return bool(taken)
+        update(leases)
+        .where(leases.c.name == name, stale)
+        .values(owner=token, expires_at=now)
+        .returning(leases.c.name)
+    ).first()
+    return taken is not None
 
 
 __all__ = [
