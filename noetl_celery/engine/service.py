@@ -193,20 +193,22 @@ class Engine(EngineReads):
             ) from None
 
     @contextmanager
-    def _held_on_start(self, execution_id: str) -> Iterator[None]:
-        """Raise BrokerUnavailable naming `execution_id` when the block's publishes were
-        held for the broker (the execution is recorded and will be published)."""
+    def _watch_publishes(self) -> Iterator[list[str]]:
+        """The ids the block's publishes held for the broker (on this thread)."""
         if self._holding is None:
-            yield
+            yield []
             return
         with self._holding.watching() as held:
-            yield
-        if held:
-            raise BrokerUnavailable(
-                f"broker {self.settings.shown_broker_url} unreachable; the execution "
-                f"{execution_id} is recorded and will be published when it is back",
-                execution_id,
-            )
+            yield held
+
+    def _accepted(self, execution_id: str) -> BrokerUnavailable:
+        """What a start whose publishes were held raises: the execution is recorded and
+        will be published when the broker is back (the API answers 202)."""
+        return BrokerUnavailable(
+            f"broker {self.settings.shown_broker_url} unreachable; the execution "
+            f"{execution_id} is recorded and will be published when it is back",
+            execution_id,
+        )
 
     def use_in_process_workers(self) -> None:
         """Run commands on threads of this process (the embedded mode). Executions started
@@ -340,8 +342,19 @@ class Engine(EngineReads):
             trigger_detail=trigger_detail,
             owner=self.owner,
         )
-        with self._held_on_start(execution_id):
+        with self._watch_publishes() as held:
             self.orchestrator.drive(execution_id, wait=True)
+        if held:
+            raise self._accepted(execution_id)
+        return execution_id
+
+    def trigger_schedule(self, schedule_id: int) -> str:
+        """`schedules.trigger`, raising BrokerUnavailable naming the run when its first
+        publish was held for the broker (recorded; published when it is back)."""
+        with self._watch_publishes() as held:
+            execution_id = self.schedules.trigger(schedule_id)
+        if held:
+            raise self._accepted(execution_id)
         return execution_id
 
     def check_payload(self, payload: dict[str, Any] | None) -> None:

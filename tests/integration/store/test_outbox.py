@@ -166,3 +166,18 @@ def test_a_worker_pass_whose_publish_fails_does_not_raise(engine: tuple[Engine, 
     eng.orchestrator.dispatcher.publish(["e9:s:1"])  # held, logged, not raised
     eng.orchestrator.dispatcher.wake("e8")
     assert sorted(i.item_id for i in eng.store.outbox.claim(30)) == ["e8", "e9:s:1"]
+
+
+def test_a_schedule_triggered_while_the_broker_is_away_names_its_recorded_run(
+    engine: tuple[Engine, Broker],
+) -> None:
+    eng, broker = engine
+    eng.register_text(PLAYBOOK)
+    row = eng.schedules.add("tests/lonely", "0 6 * * *")
+    broker.up = False
+    with pytest.raises(BrokerUnavailable) as caught:
+        eng.trigger_schedule(row.schedule_id)
+    eid = caught.value.execution_id
+    assert eid is not None and eng.store.outbox.waiting(eid) == 1
+    broker.up = True
+    assert eng.trigger_schedule(row.schedule_id) != eid  # the broker back: plain start
