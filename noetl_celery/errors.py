@@ -27,6 +27,9 @@
     │   │                         disk or memory, SQLite locked, the connection pool
     │   │                         exhausted): may work later
     │   └── SchemaOutdated        no engine tables, or another revision than this engine's
+    ├── BrokerUnavailable         the broker could not be reached: a start that named its
+    │                             execution recorded it, held for the broker (engine.outbox);
+    │                             otherwise nothing was created
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
     ├── RerunError                (engine.rerun) a rerun that cannot be made as asked
@@ -208,6 +211,18 @@ class StoreUnavailable(StoreError):
 class SchemaOutdated(StoreError):
     """The database has no engine tables, or they are at another revision than the one
     this engine needs (`noetl-celery db upgrade` creates / migrates them)."""
+
+
+class BrokerUnavailable(NoetlError):
+    """The broker (NOETL_BROKER_URL, named masked in the message) could not be reached.
+    With `execution_id` set, a start got this far: the execution is recorded and its
+    first commands are held in the engine database, to be published exactly once when
+    the broker is back (engine.outbox; the API answers 202 `accepted`). Without it,
+    nothing was created (`run` checks the broker before it starts anything)."""
+
+    def __init__(self, message: str, execution_id: str | None = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
 
 
 class ReplayError(NoetlError):

@@ -86,7 +86,15 @@ def progress_lines(view: Mapping[str, Any], rates: Rates, elapsed: float) -> lis
     lines = [f"{head}  {loop_line(lp, rates.rate((lp['step'], lp['epoch'])))}" for lp in running]
     if steps or waiting or not lines:
         lines.insert(0, f"{head}  {now_text({'current': steps, 'waiting': waiting})}")
+    held = view.get("held_for_broker") or 0
+    if held:  # a rate of 0.0/s with no reason would look like a hang
+        lines[0] += f"  {broker_text(held)}"
     return lines
+
+
+def broker_text(held: int) -> str:
+    """Commands the broker could not take, held until it is back (engine.outbox)."""
+    return f"{held} command{'s' if held != 1 else ''} waiting for the broker"
 
 
 def waiting_text(waiting: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from noetl_celery.cli.progress import now_text, waiting_text
+from noetl_celery.cli.progress import broker_text, now_text, waiting_text
 
 
 def stdout_console() -> Console:
@@ -114,6 +114,7 @@ def progress_renderable(view: Mapping[str, Any]) -> RenderableType:
         Text.assemble(
             _status(view["status"]),
             f"  {view['duration_seconds']:.1f}s  {now_text(view)}",
+            f"  {broker_text(view['held_for_broker'])}" if view.get("held_for_broker") else "",
         )
     ]
     loops = _loops(view, live=True)

@@ -13,7 +13,7 @@ from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_sets
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.rerun import RerunError
-from noetl_celery.errors import ExecutionNotFound
+from noetl_celery.errors import BrokerUnavailable, ExecutionNotFound
 
 
 @click.command()
@@ -60,6 +60,7 @@ def rerun(
         )
     engine = build_engine(settings, Role.CLIENT)
     try:
+        engine.check_broker()  # nothing is created while the broker cannot be reached
         with contextlib.redirect_stdout(sys.stderr):  # python steps print; stdout is ours
             try:
                 new_id = engine.rerun(
@@ -70,6 +71,12 @@ def rerun(
                 )
             except (ExecutionNotFound, RerunError) as exc:
                 raise InvalidInput(str(exc)) from exc
+            except BrokerUnavailable as exc:
+                if exc.execution_id is None:
+                    raise
+                # the broker went away since the check: recorded, published when back
+                new_id = exc.execution_id
+                click.echo(str(exc), err=True)
             if no_wait:
                 summary = None
             else:

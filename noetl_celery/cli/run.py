@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -12,11 +12,14 @@ from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_
 from noetl_celery.cli.fleet import worker_check
 from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_payload, parse_sets
-from noetl_celery.cli.targets import TargetError, read_target, start_target
+from noetl_celery.cli.targets import Target, TargetError, read_target, start_target
 from noetl_celery.constants import FAILED
 from noetl_celery.engine.bootstrap import Role
-from noetl_celery.errors import NoetlError, PlaybookInvalid
-from noetl_celery.models.validation import validate_text
+from noetl_celery.errors import BrokerUnavailable, NoetlError, PlaybookInvalid
+from noetl_celery.models.validation import ValidationReport, validate_text
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.service import Engine
 
 
 def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None = None) -> NoReturn:
@@ -36,6 +39,37 @@ def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None 
     else:
         click.echo(message, err=True)
     sys.exit(EXIT_INVALID)
+
+
+def _start(
+    engine: Engine,
+    playbook: Target,
+    data: dict[str, Any],
+    validated: ValidationReport | None,
+    as_json: bool,
+    stdout: Any,
+) -> str:
+    """Start it and say so; exit 2 on input the engine refuses."""
+    try:
+        execution_id = start_target(engine, playbook, data, validated)
+    except BrokerUnavailable as exc:
+        if exc.execution_id is None:
+            _invalid(str(exc), as_json, stdout)
+        # the broker went away since the check: the execution is recorded and its
+        # commands are held until it is back (engine.outbox); follow it
+        click.echo(str(exc), err=True)
+        return exc.execution_id
+    except PlaybookInvalid as exc:
+        _invalid(
+            "\n".join(str(p) for p in exc.problems if p.severity == "error") or str(exc),
+            as_json,
+            stdout,
+        )
+    except NoetlError as exc:
+        _invalid(str(exc), as_json, stdout)
+    if not as_json:
+        click.echo(f"execution {execution_id} started", err=True)
+    return execution_id
 
 
 @click.command()
@@ -84,21 +118,15 @@ def run(
         engine = build_engine(settings, Role.CLIENT)
     except NoetlError as exc:  # misconfiguration, a database that cannot be used
         _invalid(str(exc), as_json, stdout)
+    try:  # a broker that cannot be reached: say so before anything is created
+        engine.check_broker()
+    except BrokerUnavailable as exc:
+        engine.close()
+        _invalid(str(exc), as_json, stdout)
     try:
         # everything but the final JSON goes to stderr (python tools print, libraries log)
         with contextlib.redirect_stdout(sys.stderr):
-            try:
-                execution_id = start_target(engine, playbook, data, validated)
-            except PlaybookInvalid as exc:
-                _invalid(
-                    "\n".join(str(p) for p in exc.problems if p.severity == "error") or str(exc),
-                    as_json,
-                    stdout,
-                )
-            except NoetlError as exc:
-                _invalid(str(exc), as_json, stdout)
-            if not as_json:
-                click.echo(f"execution {execution_id} started", err=True)
+            execution_id = _start(engine, playbook, data, validated, as_json, stdout)
             try:
                 follow(
                     engine,

@@ -20,6 +20,7 @@ from noetl_celery.cli.inputs import parse_payload
 from noetl_celery.cli.renderables import schedules_renderable, stdout_console
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import (
+    BrokerUnavailable,
     CatalogNotFound,
     ConfigurationError,
     InputInvalid,
@@ -177,10 +178,17 @@ def trigger(schedule_id: int, wait: bool, timeout: float | None, as_json: bool) 
     settings = load_settings()
     engine = build_engine(settings, Role.CLIENT)
     try:
+        engine.check_broker()  # nothing is created while the broker cannot be reached
         try:
-            execution_id = engine.schedules.trigger(schedule_id)
+            execution_id = engine.trigger_schedule(schedule_id)
         except (ScheduleNotFound, CatalogNotFound) as exc:
             _unknown(exc)
+        except BrokerUnavailable as exc:
+            if exc.execution_id is None:
+                raise
+            # the broker went away since the check: recorded, published when it is back
+            execution_id = exc.execution_id
+            click.echo(str(exc), err=True)
         status = engine.store.execution_status(execution_id)
         # embedded: the run's commands execute on this process's threads, so leaving
         # now would strand it

@@ -83,5 +83,9 @@ def build_engine(settings: Settings, role: Role, *, broker: BrokerFactory | None
     if broker is None:
         engine.close()
         raise ConfigurationError(f"an engine for {role} sends commands to a broker: none given")
-    engine.use_dispatcher(broker(settings, engine.database_id))
+    engine.use_broker(broker(settings, engine.database_id))
+    if role in (Role.WORKER, Role.SERVER):
+        # what the broker could not take, or lost, is published from these processes
+        # without beat (engine.outbox)
+        engine.start_relay()
     return engine

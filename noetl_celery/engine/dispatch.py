@@ -4,7 +4,7 @@ the embedded thread pool (engine/inprocess.py) implement it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Dispatcher(Protocol):
@@ -13,6 +13,14 @@ class Dispatcher(Protocol):
 
     def wake(self, execution_id: str) -> None:
         """Ask for an orchestration pass of `execution_id` somewhere."""
+
+
+@runtime_checkable
+class Probe(Protocol):
+    def probe(self) -> str:
+        """The broker's token, the same until the broker restarts empty or is flushed
+        (engine.outbox); raises when the broker cannot be reached."""
+        ...
 
 
 class NullDispatcher:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,12 @@ from noetl_celery.constants import (
 )
 from noetl_celery.engine import owner
 from noetl_celery.engine.catalog import Catalog
-from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher
+from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher, Probe
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
+from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
@@ -28,6 +30,7 @@ from noetl_celery.engine.scheduler import Schedules
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
 from noetl_celery.engine.termination import Termination, end_tree
+from noetl_celery.errors import BrokerUnavailable
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
@@ -139,6 +142,8 @@ class Engine(EngineReads):
         self.catalog = Catalog(self.store)
         self._inprocess: InProcessDispatcher | None = None
         self._reaper_thread: ReaperThread | None = None
+        self._holding: Holding | None = None  # a broker's dispatcher, its failures held
+        self._relay_thread: RelayThread | None = None
         # embedded: this process, whose threads run the executions it starts
         self.owner: str | None = None
 
@@ -150,6 +155,60 @@ class Engine(EngineReads):
     # ---- wiring -----------------------------------------------------------------------------
     def use_dispatcher(self, dispatcher: Dispatcher) -> None:
         self._dispatcher.target = dispatcher
+
+    def use_broker(self, dispatcher: Dispatcher) -> None:
+        """Send commands through a broker: a publish it cannot take is held in the
+        engine database (engine.outbox) instead of failing the caller."""
+        self._holding = Holding(self.store, dispatcher, self.settings.shown_broker_url)
+        self.use_dispatcher(self._holding)
+
+    def start_relay(self) -> None:
+        """Publish what the outbox holds, and what a broker restart lost, from a thread of
+        this process (workers and `serve`; engine.outbox). Once per process."""
+        if self._holding is None or self._relay_thread is not None:
+            return
+        target = self._holding.target
+        relay = Relay(
+            self.store,
+            self.orchestrator,
+            target,
+            target.probe if isinstance(target, Probe) else None,
+            self.settings.shown_broker_url,
+        )
+        self._relay_thread = RelayThread(relay)
+        self._relay_thread.start()
+
+    def check_broker(self) -> None:
+        """Raise BrokerUnavailable (nothing created) when the broker cannot be reached:
+        what a client checks before it starts anything. Nothing to check embedded."""
+        target = self._holding.target if self._holding is not None else None
+        if not isinstance(target, Probe):
+            return
+        try:
+            target.probe()
+        except Exception as exc:
+            raise BrokerUnavailable(
+                f"broker {self.settings.shown_broker_url} unreachable ({one_line(exc)}); "
+                "nothing was started: start it, or fix NOETL_BROKER_URL"
+            ) from None
+
+    @contextmanager
+    def _watch_publishes(self) -> Iterator[list[str]]:
+        """The ids the block's publishes held for the broker (on this thread)."""
+        if self._holding is None:
+            yield []
+            return
+        with self._holding.watching() as held:
+            yield held
+
+    def _accepted(self, execution_id: str) -> BrokerUnavailable:
+        """What a start whose publishes were held raises: the execution is recorded and
+        will be published when the broker is back (the API answers 202)."""
+        return BrokerUnavailable(
+            f"broker {self.settings.shown_broker_url} unreachable; the execution "
+            f"{execution_id} is recorded and will be published when it is back",
+            execution_id,
+        )
 
     def use_in_process_workers(self) -> None:
         """Run commands on threads of this process (the embedded mode). Executions started
@@ -175,6 +234,12 @@ class Engine(EngineReads):
             time.sleep(timeout)
 
     def close(self) -> None:
+        if self._relay_thread is not None:
+            self._relay_thread.stop()
+        if self._holding is not None:
+            close = getattr(self._holding.target, "close", None)
+            if close is not None:  # the broker connection this thread published on
+                close()
         if self._reaper_thread is not None:
             self._reaper_thread.stop()
         if self._inprocess is not None:
@@ -277,7 +342,19 @@ class Engine(EngineReads):
             trigger_detail=trigger_detail,
             owner=self.owner,
         )
-        self.orchestrator.drive(execution_id, wait=True)
+        with self._watch_publishes() as held:
+            self.orchestrator.drive(execution_id, wait=True)
+        if held:
+            raise self._accepted(execution_id)
+        return execution_id
+
+    def trigger_schedule(self, schedule_id: int) -> str:
+        """`schedules.trigger`, raising BrokerUnavailable naming the run when its first
+        publish was held for the broker (recorded; published when it is back)."""
+        with self._watch_publishes() as held:
+            execution_id = self.schedules.trigger(schedule_id)
+        if held:
+            raise self._accepted(execution_id)
         return execution_id
 
     def check_payload(self, payload: dict[str, Any] | None) -> None:

@@ -263,6 +263,9 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         # but no worker has taken yet (none running, or all busy elsewhere)
         "current": sorted(running),
         "waiting": waiting,
+        # commands whose publish the broker could not take, held in the engine database
+        # until a relay publishes them (engine.outbox): "waiting for the broker"
+        "held_for_broker": store.outbox.waiting(row.execution_id) if row.status == RUNNING else 0,
         "errors": state.get("failures") or [],
         "loops": loop_progress(store, row),
         "commands": store.command_counts(row.execution_id).__dict__,

@@ -32,6 +32,7 @@ from noetl_celery.store.database import Database
 from noetl_celery.store.history import HistoryManager
 from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.outbox import OutboxManager
 from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
 from noetl_celery.store.pacing import PacingManager
@@ -86,6 +87,7 @@ class Store:
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
         self.termination = TerminationManager(database, self.result_cache)
         self.parking = ParkingManager(database)
+        self.outbox = OutboxManager(database)  # what the broker could not take
         self.pacing = PacingManager(database)  # the http tool's schedule of the fleet
         # the operators' reads: each opens its own read transaction
         self.overview = OverviewManager(database)

@@ -342,3 +342,13 @@ class CatalogRow:
     content: str
     content_sha256: str
     created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class HeldItem:
+    """A message the broker could not take (store.outbox): a command's `execute_command`
+    (`kind` 'command', `item_id` its id) or an execution's wake-up ('wake', its id)."""
+
+    item_id: str
+    kind: str
+    execution_id: str

@@ -36,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 
 metadata = MetaData()
 
@@ -333,6 +333,21 @@ http_pace = Table(
     Column("bucket_at", Float, nullable=False, server_default="0"),
     Column("bucket_n", Integer, nullable=False, server_default="0"),
     Column("prev_n", Integer, nullable=False, server_default="0"),
+)
+
+# Messages the broker could not take (engine.outbox): a row per command whose publish
+# failed, or per execution whose wake-up did; written only on that failure path, never
+# per command. Every worker process's relay polls it (it is almost always empty), claims
+# rows for `claimed_until`, publishes those whose command is still `issued` and deletes
+# them.
+publish_outbox = Table(
+    "publish_outbox",
+    metadata,
+    Column("item_id", String(512), primary_key=True),  # a command id, or an execution id
+    Column("kind", String(16), nullable=False),  # 'command' or 'wake'
+    Column("execution_id", String(40), nullable=False),
+    Column("held_at", DateTime, nullable=False),
+    Column("claimed_until", DateTime, nullable=True),
 )
 
 # Engine-wide counters (store.counters): what the reaper did, for `/metrics`.

@@ -5,7 +5,9 @@ worker dies mid-task, prefetch 1 keeps un-started commands in the broker rather 
 a worker's memory, and duplicates are harmless because `execute_command` starts with a
 conditional claim in Postgres. The broker is not what recovery relies on: Redis may lose
 every message (FLUSHALL, a restart without persistence), and the reaper, sent by beat
-every `reaper_interval_seconds`, republishes from the command table what was lost.
+every `reaper_interval_seconds`, republishes from the command table what was lost, and
+without beat every worker process's relay (engine.outbox) publishes what the broker could
+not take and, when the broker comes back, what it lost.
 Messages go through the anonymous exchange (Celery's default for direct queues), so a
 wiped Redis, which also loses kombu's exchange bindings, still routes them.
 """
@@ -28,6 +30,9 @@ from noetl_celery.constants import (
 from noetl_celery.settings import Settings
 from noetl_celery.tasks import kombu_redis
 from noetl_celery.tasks.quiet import quiet_periodic_task_logs
+
+# how long one attempt to reach the broker may take (connect, publish)
+PUBLISH_TIMEOUT_SECONDS = 1.0
 
 
 def make_app(settings: Settings) -> Celery:
@@ -55,7 +60,26 @@ def make_app(settings: Settings) -> Celery:
         # recover a dead worker's command (the reaper re-issues it after `lease_seconds`);
         # a redelivered message of a command still running is dropped by the claim. So
         # keep it well above the lease: an early redelivery only costs a wasted claim.
-        broker_transport_options={"visibility_timeout": max(3600, settings.lease_seconds * 4)},
+        broker_transport_options={
+            "visibility_timeout": max(3600, settings.lease_seconds * 4),
+            # a publish to a broker that is away fails in about a second, not after
+            # kombu's default retries over the connect timeout (6.6 s measured): the
+            # engine then holds it in Postgres (engine.outbox) and answers at once
+            "max_retries": 1,
+            "interval_start": 0.2,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+            "socket_connect_timeout": PUBLISH_TIMEOUT_SECONDS,
+        },
+        broker_connection_timeout=PUBLISH_TIMEOUT_SECONDS,
+        task_publish_retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.2,
+        },
+        # reconnects within a second of the broker's return (tasks.consumer)
+        worker_consumer="noetl_celery.tasks.consumer:Consumer",
         beat_schedule={
             "noetl-reaper": {
                 "task": TASK_REAP,

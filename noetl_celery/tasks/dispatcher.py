@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,10 @@ from noetl_celery.settings import DEFAULT_BATCH_SIZE
 from noetl_celery.tasks import kombu_redis
 
 log = logging.getLogger("noetl_celery.dispatch")
+
+# a key kept in Redis itself: a Redis restarted without persistence, or flushed, has lost
+# every queued message, and this key with them (engine.outbox's recovery)
+EPOCH_KEY = "noetl:broker-epoch"
 
 
 def readable(task: str, arg: str | list[str]) -> str:
@@ -135,6 +140,27 @@ class CeleryDispatcher:
             except Exception:
                 self._reset()
                 raise
+
+    def close(self) -> None:
+        """Close this thread's producer connection (the engine's close)."""
+        self._reset()
+
+    def probe(self) -> str:
+        """The broker's token (engine.dispatch.Probe): the value of `EPOCH_KEY`, set by
+        the first process that finds it missing; raises when the broker is away. A
+        broker other than Redis has no token to keep: a constant."""
+        try:
+            channel = self._producer().channel
+            acquire = getattr(channel, "conn_or_acquire", None)
+            if acquire is None:
+                return "broker"
+            with acquire() as client:
+                client.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
+                token = client.get(EPOCH_KEY)
+        except Exception:
+            self._reset()
+            raise
+        return token.decode() if isinstance(token, bytes) else str(token)
 
     def publish(self, command_ids: Sequence[str]) -> None:
         for ids in pack(command_ids, self.batch_size):

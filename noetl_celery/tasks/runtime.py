@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from celery.signals import worker_init
 
@@ -28,6 +29,9 @@ THREADED_POOLS = frozenset({"threads", "thread", "gevent", "eventlet"})
 _engine: Engine | None = None
 _lock = threading.Lock()
 _threads = 0  # concurrency of a threaded pool; 0: a process per slot (prefork, solo)
+_pool = "prefork"  # the worker's pool, told by `worker_init`
+# how long a process waits before trying to build its engine again (the database away)
+ENGINE_RETRY_SECONDS = 5.0
 
 
 def engine() -> Engine:
@@ -68,11 +72,38 @@ def pool_name(pool_cls: object) -> str:
 
 @worker_init.connect
 def _size_for_pool(sender: object = None, **_: object) -> None:
-    global _threads
-    pool = pool_name(getattr(sender, "pool_cls", ""))
+    global _threads, _pool
+    pool = _pool = pool_name(getattr(sender, "pool_cls", ""))
     concurrency = getattr(sender, "concurrency", 0)
     if pool in THREADED_POOLS and isinstance(concurrency, int):
         _threads = concurrency
+
+
+def runs_tasks_here() -> bool:
+    """Whether this worker's main process runs the tasks (solo, threads, gevent): its
+    engine is built there; with prefork, in each child."""
+    return _pool != "prefork"
+
+
+def start_soon() -> None:
+    """Build this process's engine on a thread, with its relay (engine.outbox): a process
+    that gets no task (Redis restarted empty, every message lost) must still publish
+    what the outbox holds and what the broker lost."""
+
+    def build() -> None:
+        while True:
+            try:
+                engine()
+                return
+            except Exception as exc:  # the engine database away: try again
+                log.warning(
+                    "could not open the engine database yet (%s); trying again in %g s",
+                    exc,
+                    ENGINE_RETRY_SECONDS,
+                )
+                time.sleep(ENGINE_RETRY_SECONDS)
+
+    threading.Thread(target=build, name="noetl-engine-start", daemon=True).start()
 
 
 def read_identity() -> str | None:

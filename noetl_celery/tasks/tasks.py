@@ -14,7 +14,7 @@ import logging
 import time
 
 from celery.exceptions import Reject
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from noetl_celery.constants import (
     TASK_EXECUTE_COMMAND,
@@ -26,7 +26,13 @@ from noetl_celery.constants import (
 from noetl_celery.logcontext import about
 from noetl_celery.tasks import fleet, kombu_redis
 from noetl_celery.tasks.app import app, settings
-from noetl_celery.tasks.runtime import engine, read_identity, reset_after_fork
+from noetl_celery.tasks.runtime import (
+    engine,
+    read_identity,
+    reset_after_fork,
+    runs_tasks_here,
+    start_soon,
+)
 from noetl_celery.worker import reports
 
 log = logging.getLogger("noetl_celery.tasks")
@@ -39,6 +45,13 @@ REFUSE_PAUSE_SECONDS = 2.0
 @worker_process_init.connect
 def _fresh_engine_per_child(**_: object) -> None:
     reset_after_fork()
+    start_soon()  # its relay runs whether or not a task comes (engine.outbox)
+
+
+@worker_ready.connect
+def _engine_in_the_main_process(**_: object) -> None:
+    if runs_tasks_here():  # solo, threads: no child processes
+        start_soon()
 
 
 @worker_init.connect

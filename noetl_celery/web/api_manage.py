@@ -166,4 +166,4 @@ def schedule_resume(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]
 )
 def schedule_trigger(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
     """Paused or not, with its payload; its cadence is untouched."""
-    return {"schedule_id": schedule_id, "execution_id": engine.schedules.trigger(schedule_id)}
+    return {"schedule_id": schedule_id, "execution_id": engine.trigger_schedule(schedule_id)}

@@ -1,7 +1,10 @@
 """Engine errors as HTTP answers: one status per kind of error, `{"detail": message}`
 (what FastAPI and NoETL's servers answer; NoETL's CLI prints the body as it is), plus
-`problems` for an invalid playbook. Messages are the engine's own one-line messages,
-which never carry secrets (tools.redaction masks them where they are made)."""
+`problems` for an invalid playbook. A start the broker could not take but whose execution
+is recorded (BrokerUnavailable naming it) is 202 `{"execution_id", "status": "accepted",
+"detail"}`: it will be published exactly once when the broker is back (engine.outbox).
+Messages are the engine's own one-line messages, which never carry secrets
+(tools.redaction masks them where they are made)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from noetl_celery.engine.rerun import RerunError
 from noetl_celery.errors import (
+    BrokerUnavailable,
     CatalogNotFound,
     ConfigurationError,
     ExecutionNotFound,
@@ -36,11 +40,16 @@ STATUS_BY_ERROR: tuple[tuple[type[NoetlError], int], ...] = (
     (InputInvalid, 422),
     (RerunError, 409),
     (StoreError, 503),
+    # a start whose execution is recorded (202, `accepted`) is answered by body_for;
+    # without one, nothing was created: try again later
+    (BrokerUnavailable, 503),
     (ConfigurationError, 500),
 )
 
 
 def status_for(exc: NoetlError) -> int:
+    if isinstance(exc, BrokerUnavailable) and exc.execution_id is not None:
+        return 202  # recorded, published exactly once when the broker is back
     for kind, status in STATUS_BY_ERROR:
         if isinstance(exc, kind):
             return status
@@ -49,6 +58,8 @@ def status_for(exc: NoetlError) -> int:
 
 def body_for(exc: NoetlError) -> dict[str, Any]:
     body: dict[str, Any] = {"detail": " ".join(str(exc).split()) or type(exc).__name__}
+    if isinstance(exc, BrokerUnavailable) and exc.execution_id is not None:
+        return {"execution_id": exc.execution_id, "status": "accepted", **body}
     if isinstance(exc, PlaybookInvalid):
         body["problems"] = [str(p) for p in exc.problems]
     return body

@@ -96,7 +96,7 @@ class Cluster:
     env: dict[str, str]
     engine: Engine
     workers: list[WorkerProcess]
-    beat: BeatProcess
+    beat: BeatProcess | None  # None: no beat (the workers' relays alone, engine.outbox)
     test: str
 
     def start(self, playbook: str, **payload: Any) -> str:
@@ -191,10 +191,13 @@ class Cluster:
         raw = self.query("SELECT result FROM executions WHERE execution_id = %s", eid)[0][0]
         return json.loads(raw) if isinstance(raw, str) else raw
 
+    def processes(self) -> list[WorkerProcess]:
+        return [*self.workers, *([self.beat] if self.beat is not None else [])]
+
     def alive(self) -> None:
         """Every worker and beat process still runs: a fault may kill a task or a pool
         process (restarted by its worker), never a whole worker or beat."""
-        for process in (*self.workers, self.beat):
+        for process in self.processes():
             code = process.proc.poll()
             assert code is None, f"{process.name} exited ({code}):\n{process.tail(40)}"
 
@@ -254,7 +257,7 @@ class Cluster:
                 if group is not None:
                     groups.add(group)
         # beat: a reaper sweep began (or ended) after the follow-ups started
-        while True:
+        while self.beat is not None:
             swept = self.query("SELECT expires_at FROM leases WHERE name = 'reaper'")
             if swept and swept[0][0] >= started:
                 break
@@ -297,7 +300,10 @@ def cluster_factory(
     made: list[Cluster] = []
 
     def make(
-        worker_module: str = "noetl_celery.cli.main", duplicate: bool = False, **extra_env: str
+        worker_module: str = "noetl_celery.cli.main",
+        duplicate: bool = False,
+        beat: bool = True,
+        **extra_env: str,
     ) -> Cluster:
         name = f"chaos_{uuid.uuid4().hex[:10]}"
         private_pg.create_database(name, TEMPLATE)
@@ -321,8 +327,8 @@ def cluster_factory(
             **extra_env,
         )
         workers = [WorkerProcess(f"c{i}", env, module=worker_module) for i in (1, 2)]
-        beat = BeatProcess(env)
-        for process in (*workers, beat):
+        beat_process = BeatProcess(env) if beat else None
+        for process in (*workers, *([beat_process] if beat_process is not None else [])):
             process.wait_ready()
         engine = celery_engine(url, private_redis.url, tmp_path / "engine", creds, duplicate)
         cluster = Cluster(
@@ -334,7 +340,7 @@ def cluster_factory(
             env=env,
             engine=engine,
             workers=workers,
-            beat=beat,
+            beat=beat_process,
             test=request.node.name,
         )
         made.append(cluster)
@@ -343,7 +349,7 @@ def cluster_factory(
     yield make
     for cluster in made:
         cluster.engine.close()
-        for process in (*cluster.workers, cluster.beat):
+        for process in cluster.processes():
             process.stop()
 
 

@@ -56,5 +56,6 @@ def celery_engine(
     # the workers' database: migrated before they started (they never migrate)
     engine = Engine(settings, schema=SchemaMode.REQUIRE)
     dispatcher = CeleryDispatcher(make_app(settings), database_id=engine.database_id)
-    engine.use_dispatcher(Duplicating(dispatcher) if duplicate else dispatcher)
+    # as a client's: a publish the broker cannot take is held (engine.outbox)
+    engine.use_broker(Duplicating(dispatcher) if duplicate else dispatcher)
     return engine

@@ -51,7 +51,7 @@ def schedule(engine: Engine, schedule_id: int, action: str) -> str | None:
     elif action == "resume":
         engine.schedules.resume(schedule_id)
     elif action == "trigger":
-        return engine.schedules.trigger(schedule_id)
+        return engine.trigger_schedule(schedule_id)
     else:
         raise ValueError(f"unknown schedule action {action!r}")
     return None

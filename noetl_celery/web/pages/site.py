@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode
 from noetl_celery.engine.rerun import RerunError
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import (
+    BrokerUnavailable,
     ExecutionNotFound,
     InputInvalid,
     NoetlError,
@@ -51,6 +52,8 @@ class Answer:
 
 
 def _status_of(exc: NoetlError) -> int:
+    if isinstance(exc, BrokerUnavailable):
+        return 503  # nothing was created: try again when the broker is back
     if isinstance(exc, ExecutionNotFound | ScheduleNotFound):
         return 404
     if isinstance(exc, RerunError):
@@ -184,6 +187,10 @@ class Site:
             return refused
         try:
             new_id = actions.rerun(self.engine, execution_id, form)
+        except BrokerUnavailable as exc:
+            if exc.execution_id is None:
+                return self._error(exc)
+            new_id = exc.execution_id  # recorded: published when the broker is back
         except NoetlError as exc:
             return self._error(exc)
         return self._redirect(f"/executions/{quote(new_id)}")
@@ -194,6 +201,10 @@ class Site:
             return self._error(ScheduleNotFound(f"no schedule action {action} of {schedule_id}"))
         try:
             started = actions.schedule(self.engine, number, action)
+        except BrokerUnavailable as exc:
+            if exc.execution_id is None:
+                return self._error(exc, "schedules")
+            started = exc.execution_id  # recorded: published when the broker is back
         except NoetlError as exc:
             return self._error(exc, "schedules")
         return self._redirect(f"/executions/{quote(started)}" if started else "/schedules")

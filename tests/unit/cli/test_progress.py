@@ -70,3 +70,15 @@ def test_a_command_no_worker_took_is_reported_as_waiting() -> None:
     v["waiting"] = [{"step": "start", "commands": 1, "seconds": 11.6}]
     rates.observe(v, 0.0)
     assert progress_lines(v, rates, 12.0) == ["RUNNING 12.0s  waiting for a worker (12s): start"]
+
+
+def test_commands_held_for_the_broker_are_named_instead_of_a_bare_rate() -> None:
+    rates = Rates()
+    waiting = {**view(10), "held_for_broker": 3}
+    rates.observe(waiting, 0.0)
+    rates.observe(waiting, 5.0)
+    assert progress_lines(waiting, rates, 5.0) == [
+        "RUNNING 5.0s  fetch_pages: 10/5000 (0.2%) 0.0/s  3 commands waiting for the broker"
+    ]
+    one = {**view(10), "held_for_broker": 1}
+    assert progress_lines(one, Rates(), 1.0)[0].endswith("1 command waiting for the broker")

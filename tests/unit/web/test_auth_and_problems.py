@@ -7,10 +7,10 @@ import base64
 
 import pytest
 
-from noetl_celery.errors import ConfigurationError
+from noetl_celery.errors import BrokerUnavailable, ConfigurationError
 from noetl_celery.settings import Settings
 from noetl_celery.web.auth import ApiAuth, is_loopback
-from noetl_celery.web.problems import validation_line
+from noetl_celery.web.problems import body_for, status_for, validation_line
 
 TOKEN = "t0ken-abc"
 BASIC = "admin:pa:ss"  # a password may hold a colon
@@ -119,3 +119,16 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 )
 def test_validation_line(errors: list[dict[str, object]], line: str) -> None:
     assert validation_line(errors) == line
+
+
+def test_a_start_held_for_the_broker_is_accepted_and_one_without_an_execution_is_503() -> None:
+    held = BrokerUnavailable("broker redis://h:6379/0 unreachable; the execution 7 ...", "7")
+    assert status_for(held) == 202
+    assert body_for(held) == {
+        "execution_id": "7",
+        "status": "accepted",
+        "detail": "broker redis://h:6379/0 unreachable; the execution 7 ...",
+    }
+    nothing = BrokerUnavailable("broker redis://h:6379/0 unreachable; nothing was started")
+    assert status_for(nothing) == 503
+    assert body_for(nothing) == {"detail": str(nothing)}
