@@ -13,7 +13,8 @@ here, so callers keep `from noetl_celery.store import queries` and `queries.clai
 The operators' read models (overview, history, catalog_reads, compat, reruns, owners,
 metrics) are used as modules by their read managers (`store.overview`, ...): their names
 (`listing`, `versions`, `failed_items`) only make sense with the module's. So is
-`pacing`, the http tool's schedule (`store.pacing`: `pacing.book`, `pacing.cut`).
+`pacing`, the http tool's schedule (`store.pacing`: `pacing.book`, `pacing.cut`), and
+`outbox`, the publishes a broker outage held (`store.outbox`: `outbox.hold`, `outbox.claim`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pkgutil
 from noetl_celery.store import queries
 
 # used as modules by their managers, not re-exported (see the package docstring): the
-# operators' read models, and the http tool's pacing schedule
+# operators' read models, the http tool's pacing schedule and the publish outbox
 READ_MODELS = {
     "overview",
     "history",
@@ -21,6 +21,7 @@ READ_MODELS = {
     "owners",
     "metrics",
     "pacing",
+    "outbox",
 }
 
 
