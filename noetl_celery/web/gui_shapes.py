@@ -176,7 +176,7 @@ def credential_entry(
             "secrets": SECRETS_NOTE,
         },
         "tags": [],
-        "description": f"from NOETL_CREDENTIALS_FILE; {SECRETS_NOTE}",
+        "description": "from NOETL_CREDENTIALS_FILE, without its secrets",
         "data": shown if include_data else None,
         "created_at": iso(updated),
         "updated_at": iso(updated),
