@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CatalogRow",
+    "DashboardCounts",
     "ExecutionPageRow",
     "StatusParts",
     "catalog_entry",
     "catalog_rows",
     "cleanup",
     "commands_made",
+    "dashboard_counts",
     "event_count",
     "events_slice",
     "executions_page",
@@ -42,8 +44,37 @@ class ExecutionPageRow:
     event_count: int
 
 
-def catalog_rows(engine: Engine, path: str | None = None) -> list[CatalogRow]:
+def catalog_rows(
+    engine: Engine, path: str | None = None, *, latest_only: bool = False
+) -> list[CatalogRow]:
+    """Every version (of `path`), newest first; with `latest_only` (and no `path`) each
+    path's latest version only."""
+    if latest_only and path is None:
+        return engine.store.compat.latest_catalog_rows()
     return engine.store.compat.catalog_rows(path)
+
+
+@dataclass(frozen=True)
+class DashboardCounts:
+    by_status: dict[str, int]  # executions per status, children included
+    catalog_paths: int
+    catalog_versions: int
+    schedules: int
+    schedules_enabled: int
+    recent: list[ExecutionPageRow]
+
+
+def dashboard_counts(engine: Engine, recent: int = 5) -> DashboardCounts:
+    paths, versions = engine.store.compat.catalog_counts()
+    schedules = engine.schedules.all()
+    return DashboardCounts(
+        by_status=engine.store.compat.status_counts(),
+        catalog_paths=paths,
+        catalog_versions=versions,
+        schedules=len(schedules),
+        schedules_enabled=sum(1 for s in schedules if s.enabled),
+        recent=executions_page(engine, limit=recent),
+    )
 
 
 def catalog_entry(
@@ -132,9 +163,23 @@ def events_slice(
     after: int | None = None,
     offset: int = 0,
     limit: int = 100,
+    newest_first: bool = False,
 ) -> tuple[list[EventRow], int]:
+    """Events oldest first, or newest first; newest first from a cursor (`after`) is
+    the `limit` oldest past it, reversed: a poller that keeps the largest id it saw
+    skips none when more than `limit` came since (NoETL's GUI does that)."""
+    if newest_first and after is not None:
+        rows, total = engine.store.compat.events_slice(
+            execution_id, types=types, after=after, offset=offset, limit=limit
+        )
+        return rows[::-1], total
     return engine.store.compat.events_slice(
-        execution_id, types=types, after=after, offset=offset, limit=limit
+        execution_id,
+        types=types,
+        after=after,
+        offset=offset,
+        limit=limit,
+        newest_first=newest_first,
     )
 
 

@@ -27,6 +27,21 @@ class CompatManager:
         with self.db.read() as conn:
             return sql.catalog_rows(conn, path)
 
+    def latest_catalog_rows(self) -> list[CatalogRow]:
+        """Each path's latest version, the most recently registered first."""
+        with self.db.read() as conn:
+            return sql.latest_catalog_rows(conn)
+
+    def status_counts(self) -> dict[str, int]:
+        """How many executions (children included) are in each status."""
+        with self.db.read() as conn:
+            return sql.status_counts(conn)
+
+    def catalog_counts(self) -> tuple[int, int]:
+        """(catalog paths, registered versions)."""
+        with self.db.read() as conn:
+            return sql.catalog_counts(conn)
+
     def catalog_row(
         self,
         *,
@@ -67,12 +82,20 @@ class CompatManager:
         after: int | None = None,
         offset: int = 0,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> tuple[list[EventRow], int]:
-        """Events oldest first (of `types` when given, newer than event id `after`),
-        `limit` of them after skipping `offset`, and how many match in all."""
+        """Events oldest first (newest first with `newest_first`) of `types` when
+        given, newer than event id `after`, `limit` of them after skipping `offset`,
+        and how many match in all."""
         with self.db.read() as conn:
             return sql.events_slice(
-                conn, execution_id, types=types, after=after, offset=offset, limit=limit
+                conn,
+                execution_id,
+                types=types,
+                after=after,
+                offset=offset,
+                limit=limit,
+                newest_first=newest_first,
             )
 
     def stuck_executions(self, started_before: dt.datetime, limit: int = 1000) -> list[str]:

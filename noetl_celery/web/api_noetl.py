@@ -5,11 +5,11 @@ what NoETL's status booleans and event names mean here, is `noetl_shapes`).
     GET  /health
     POST /catalog/register            {content: base64 or raw YAML, resource_type} | raw YAML
     POST /catalog/register/batch      {items: [{content, resource_type}, ...]}
-    POST /catalog/list                {resource_type?, path?} -> {entries: [...]}
+    POST /catalog/list                {resource_type?, path?, versions?} -> {entries: [...]}
     POST /catalog/resource            {path, version?|"latest"} | {catalog_id}
     POST /execute                     {path | catalog_id, version?, workload|payload}
     GET  /executions                  [?page&page_size&status] -> [entry, ...]
-    GET  /executions/{id}             entry + events (NoETL names) + pagination
+    GET  /executions/{id}             entry + events (NoETL names, newest first) + pagination
     GET  /executions/{id}/events      the same events, without the entry fields
     GET  /executions/{id}/status      {completed, failed, current_step, completed_steps, ...}
     POST /executions/{id}/cancel      {cascade, reason?}; 409 once it has ended
@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse
 
 from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.engine import compat
+from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ExecutionNotFound, InputInvalid, NoetlError
 from noetl_celery.store.rows import CatalogEntry
 from noetl_celery.web import noetl_shapes as shapes
@@ -142,12 +143,16 @@ def register_batch(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
 
 @router.post("/catalog/list")
 def catalog_list(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
-    """Every registered version (of `path` when given); kinds other than Playbook: none."""
+    """Each path's latest version (the GUI's cards); every version of `path` when given,
+    or of every path with `versions: true`. Kinds other than Playbook: none."""
     kind = body.get("resource_type")
     if kind is not None and str(kind).lower() != "playbook":
         return {"entries": []}
     path = body.get("path")
-    rows = compat.catalog_rows(engine, str(path) if path else None)
+    versions = body.get("versions", False)
+    if not isinstance(versions, bool):
+        raise ShapeError("versions", "must be true or false")
+    rows = compat.catalog_rows(engine, str(path) if path else None, latest_only=not versions)
     return {"entries": [shapes.catalog_entry(r) for r in rows]}
 
 
@@ -224,6 +229,7 @@ def _events(
         after=since_event_id,
         offset=(page - 1) * page_size,
         limit=page_size,
+        newest_first=True,
     )
     return {
         "events": [shapes.event_entry(e.to_json()) for e in rows],
@@ -241,8 +247,10 @@ def execution(
     event_type: str | None = None,
     include_events: bool = True,
 ) -> dict[str, Any]:
-    """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events (see
-    `noetl_shapes` for the event names)."""
+    """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events newest
+    first (see `noetl_shapes` for the event names); from `since_event_id`, the
+    `page_size` oldest past it, newest first (the GUI prepends them and keeps the
+    largest id as its cursor)."""
     row = engine.store.execution(execution_id)  # ExecutionNotFound: 404
     entry = shapes.execution_entry(
         row, compat.version_of(engine, row.catalog_id), compat.progress(engine, execution_id)
@@ -303,7 +311,13 @@ def cancel(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, An
     """End the execution CANCELLED with its running children; 409 `already_completed`
     once it has ended, 404 for an unknown id."""
     reason = body.get("reason")
-    reason = str(reason) if reason else None
+    return cancel_answer(engine, execution_id, str(reason) if reason else None)
+
+
+def cancel_answer(
+    engine: Engine, execution_id: str, reason: str | None
+) -> dict[str, Any] | JSONResponse:
+    """What cancel (and the GUI's stop) answers."""
     ended = engine.cancel_tree(execution_id, reason or "cancelled through the NoETL API")
     if ended is None:
         status = engine.store.execution_status(execution_id)

@@ -10,7 +10,7 @@ from noetl_celery import __version__
 from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
-from noetl_celery.web import api_native, api_noetl, apidocs, metrics, problems
+from noetl_celery.web import api_gui, api_native, api_noetl, apidocs, metrics, problems
 from noetl_celery.web.auth import ApiAuth, AuthGate
 from noetl_celery.web.guard import GuardPolicy, RequestGuard
 from noetl_celery.web.pages import render
@@ -47,6 +47,7 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     problems.install(app)
     app.include_router(api_native.router)
     app.include_router(api_noetl.router)
+    app.include_router(api_gui.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(apidocs.router)

@@ -4,7 +4,8 @@ settings (`NOETL_API_TOKEN`, `NOETL_API_BASIC_AUTH=user:password`).
 NoETL's CLI sends `--session-token T` as `Authorization: Bearer T` and `X-Session-Token: T`,
 so the same token lets it in. Without any credentials configured the server is open, and
 `serve` refuses to bind anything but loopback (cli.serve). `/api/health` stays open for
-liveness probes: it says "ok" and nothing else.
+liveness probes: it says "ok" and nothing else; so does `/api/auth/validate`, NoETL's
+GUI's token check, which says whether the token it was sent is the right one.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 
-# paths anyone may read (exact matches)
-OPEN_PATHS = frozenset({"/api/health"})
+# paths anyone may call (exact matches): liveness, and the GUI's token check (it answers
+# whether the token sent is serve's, nothing else)
+OPEN_PATHS = frozenset({"/api/health", "/api/auth/validate"})
 REALM = "noetl-celery"
 
 Scope = MutableMapping[str, Any]

@@ -251,6 +251,52 @@ def _noetl(eid: str) -> list[Bad]:
     ]
 
 
+def _gui(eid: str) -> list[Bad]:
+    """The routes NoETL's GUI calls beyond its CLI's (web.api_gui)."""
+    schema = "GET /api/catalog/{path:path}/ui_schema"
+    content = "/api/catalog/playbook/content"
+    check = "/api/catalog/playbooks/validate"
+    one = f"/api/executions/{eid}"
+    return [
+        Bad("POST /api/catalog/list", "/api/catalog/list", 422, {"versions": "yes"}),
+        Bad(schema, "/api/catalog/a/ui_schema?version=x", 422),
+        Bad(schema, f"/api/catalog/a/ui_schema?version={INT5}", 422),
+        Bad(schema, f"/api/catalog/a{NUL}/ui_schema", 422),
+        Bad(schema, "/api/catalog/nope/ui_schema", 404),
+        Bad(f"GET {content}", content, 422),
+        Bad(f"GET {content}", f"{content}?playbook_id={NUL}", 422),
+        Bad(f"GET {content}", f"{content}?playbook_id={HUGE}", 422),
+        Bad(f"GET {content}", f"{content}?playbook_id={'a' * 1001}", 422),
+        Bad(f"PUT {content}", f"{content}?playbook_id=a", 422, {"content": 1}),
+        Bad(f"PUT {content}", f"{content}?playbook_id=a", 422, {"content": "a\x00"}),
+        Bad(f"PUT {content}", content, 422, {"content": "a"}),
+        Bad(f"PUT {content}", f"{content}?playbook_id=a", 422, deep(3000)),
+        Bad(f"PUT {content}", f"{content}?playbook_id=a", 415, b"{}", "text/plain"),
+        Bad(f"POST {check}", check, 422, {}),
+        Bad(f"POST {check}", check, 422, {"content": 1}),
+        Bad(f"POST {check}", check, 422, [1]),
+        Bad(f"POST {check}", check, 422, {"content": "a\x00"}),
+        Bad(f"POST {check}", check, 415, b"{}", "text/plain"),
+        Bad("POST /api/executions/{execution_id}/stop", f"/api/executions/{NUL}/stop", 422),
+        Bad("POST /api/executions/{execution_id}/stop", f"{one}/stop", 422, {"reason": "\x00"}),
+        Bad("POST /api/executions/{execution_id}/stop", "/api/executions/1/stop", 404),
+        Bad("GET /api/credentials", f"/api/credentials?type={NUL}", 422),
+        Bad("GET /api/credentials", f"/api/credentials?q={NUL}", 422),
+        Bad("GET /api/credentials/{identifier}", f"/api/credentials/{NUL}", 422),
+        Bad("GET /api/credentials/{identifier}", "/api/credentials/a?include_data=maybe", 422),
+        Bad("GET /api/credentials/{identifier}", "/api/credentials/nope", 404),
+        Bad("POST /api/credentials", "/api/credentials", 405, {"name": "a", "data": {}}),
+        Bad("POST /api/credentials", "/api/credentials", 422, deep(3000)),
+        Bad("POST /api/credentials", "/api/credentials", 415, b"{}", "text/plain"),
+        Bad("DELETE /api/credentials/{identifier}", f"/api/credentials/{NUL}", 422),
+        Bad("DELETE /api/credentials/{identifier}", "/api/credentials/a", 405),
+        Bad("POST /api/auth/validate", "/api/auth/validate", 422, {"session_token": 1}),
+        Bad("POST /api/auth/validate", "/api/auth/validate", 422, [1]),
+        Bad("POST /api/auth/validate", "/api/auth/validate", 415, b"{}", "text/plain"),
+        Bad("GET /api/dashboard/stats", "/api/dashboard/stats", 405, sent_as="DELETE"),
+    ]
+
+
 def _pages(eid: str) -> list[Bad]:
     return [
         Bad("GET /", f"/?x={NUL}", 422),
@@ -298,6 +344,7 @@ def cases(execution_id: str) -> list[Bad]:
         *_native(execution_id),
         *_manage(),
         *_noetl(execution_id),
+        *_gui(execution_id),
         *_pages(execution_id),
         *_other(),
     ]

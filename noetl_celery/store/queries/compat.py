@@ -37,6 +37,37 @@ def catalog_rows(conn: Connection, path: str | None) -> list[CatalogRow]:
     return [CatalogRow(**r._mapping) for r in rows]
 
 
+def latest_catalog_rows(conn: Connection) -> list[CatalogRow]:
+    """Each path's latest version, the most recently registered first."""
+    latest = (
+        select(catalog.c.path, func.max(catalog.c.version).label("version"))
+        .group_by(catalog.c.path)
+        .subquery()
+    )
+    query = (
+        select(*_CATALOG_COLUMNS)
+        .join(
+            latest,
+            (catalog.c.path == latest.c.path) & (catalog.c.version == latest.c.version),
+        )
+        .order_by(catalog.c.created_at.desc(), catalog.c.catalog_id.desc())
+    )
+    return [CatalogRow(**r._mapping) for r in conn.execute(query).all()]
+
+
+def status_counts(conn: Connection) -> dict[str, int]:
+    """How many executions (children included) are in each status."""
+    query = select(executions.c.status, func.count()).group_by(executions.c.status)
+    return {str(status): int(count) for status, count in conn.execute(query).all()}
+
+
+def catalog_counts(conn: Connection) -> tuple[int, int]:
+    """(catalog paths, registered versions)."""
+    query = select(func.count(func.distinct(catalog.c.path)), func.count())
+    paths, versions = conn.execute(query.select_from(catalog)).one()
+    return int(paths), int(versions)
+
+
 def catalog_row(
     conn: Connection, *, path: str | None, version: int | None, catalog_id: int | None
 ) -> CatalogRow | None:
@@ -90,16 +121,22 @@ def events_slice(
     after: int | None,
     offset: int,
     limit: int,
+    newest_first: bool = False,
 ) -> tuple[list[EventRow], int]:
-    """Events oldest first (of `types` when given, newer than event id `after`), `limit`
-    of them after skipping `offset`, and how many match in all."""
+    """Events oldest first (newest first with `newest_first`) of `types` when given,
+    newer than event id `after`, `limit` of them after skipping `offset`, and how many
+    match in all."""
     where = [events.c.execution_id == execution_id]
     if types:
         where.append(events.c.type.in_(sorted(types)))
     if after is not None:
         where.append(events.c.event_id > after)
     rows = conn.execute(
-        select(events).where(*where).order_by(events.c.event_id).offset(offset).limit(limit)
+        select(events)
+        .where(*where)
+        .order_by(events.c.event_id.desc() if newest_first else events.c.event_id)
+        .offset(offset)
+        .limit(limit)
     ).all()
     total = conn.execute(select(func.count()).select_from(events).where(*where)).scalar_one()
     return [EventRow(**r._mapping) for r in rows], int(total)

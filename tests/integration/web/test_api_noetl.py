@@ -212,9 +212,9 @@ def test_failed_run_reads_completed_and_failed(served: Any) -> None:
     entry = httpx.get(f"{served.url}/api/executions/{eid}").json()
     assert entry["status"] == "FAILED" and entry["result"] is None
     assert entry["progress"] == 100
-    names = [e["event_type"] for e in entry["events"]]
-    assert names[0] == "playbook.initialized"
-    assert names[-1] == "playbook.failed"
+    names = [e["event_type"] for e in entry["events"]]  # newest first
+    assert names[-1] == "playbook.initialized"
+    assert names[0] == "playbook.failed"
     assert "call.error" in names and "step.failed" in names
     failed_call = next(e for e in entry["events"] if e["event_type"] == "call.error")
     assert failed_call["node_name"] == "divide" and "ZeroDivisionError" in failed_call["error"]
@@ -308,8 +308,8 @@ def test_execution_list_detail_events_and_pages(served: Any) -> None:
     detail = httpx.get(f"{served.url}/api/executions/{eid}", params={"page": 1, "page_size": 10})
     body = detail.json()
     assert (body["execution_id"], body["status"], body["path"]) == (eid, "COMPLETED", path)
-    names = [e["event_type"] for e in body["events"]]
-    assert names == ["playbook.initialized", "step.exit", "step.exit", "playbook.completed"]
+    names = [e["event_type"] for e in body["events"]]  # newest first: the GUI's order
+    assert names == ["playbook.completed", "step.exit", "step.exit", "playbook.initialized"]
     assert body["pagination"] == {
         "page": 1,
         "page_size": 10,
@@ -319,10 +319,17 @@ def test_execution_list_detail_events_and_pages(served: Any) -> None:
         "has_prev": False,
     }
     ids = [e["event_id"] for e in body["events"]]
+    assert ids == sorted(ids, reverse=True)
+    # the GUI polls from the largest id it holds and prepends what comes: newest first
     later = httpx.get(
-        f"{served.url}/api/executions/{eid}", params={"since_event_id": ids[1], "page_size": 50}
+        f"{served.url}/api/executions/{eid}", params={"since_event_id": ids[2], "page_size": 50}
     ).json()
-    assert [e["event_id"] for e in later["events"]] == ids[2:]
+    assert [e["event_id"] for e in later["events"]] == ids[:2]
+    # more than a page past the cursor: the oldest of them come first, none skipped
+    step = httpx.get(
+        f"{served.url}/api/executions/{eid}", params={"since_event_id": ids[3], "page_size": 1}
+    ).json()
+    assert [e["event_id"] for e in step["events"]] == [ids[2]]
     second_page = httpx.get(
         f"{served.url}/api/executions/{eid}", params={"page": 2, "page_size": 3}
     ).json()
@@ -331,7 +338,7 @@ def test_execution_list_detail_events_and_pages(served: Any) -> None:
     exits = httpx.get(
         f"{served.url}/api/executions/{eid}", params={"event_type": "step.exit"}
     ).json()
-    assert [e["node_name"] for e in exits["events"]] == ["start", "end"]
+    assert [e["node_name"] for e in exits["events"]] == ["end", "start"]
     native = httpx.get(
         f"{served.url}/api/executions/{eid}/events", params={"event_type": "command.completed"}
     ).json()
