@@ -13,6 +13,7 @@ from typing import Any
 
 from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
 from noetl_celery.models.policy import PREVIOUS_ALIASES
+from noetl_celery.models.python_code import compile_step_code
 from noetl_celery.models.script_source import (
     UNSUPPORTED_TYPES,
     ScriptConfigError,
@@ -106,12 +107,9 @@ def _check_python_source(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            compile(
-                source,
-                f"<{label}>",
-                "exec",
-                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                dont_inherit=True,
+            # a top-level `return` is NoETL's form: compiled as the tool runs it
+            compile_step_code(
+                source, f"<{label}>", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
             )
         except SyntaxError as exc:
             line = None if encoded else collector.document.text_line(path, exc.lineno or 1)
@@ -124,10 +122,7 @@ def _check_python_source(
 
 
 def _syntax_message(exc: SyntaxError) -> str:
-    message = f"python code does not compile: {exc.msg} (line {exc.lineno} of the code)"
-    if "'return' outside function" in (exc.msg or ""):
-        message += "; set a module-level `result = ...` or define `def main(...)` and return there"
-    return message
+    return f"python code does not compile: {exc.msg} (line {exc.lineno} of the code)"
 
 
 def _check_http(

@@ -531,13 +531,13 @@ CASES = [
             return_step: end
         """), "a playbook tool needs `path:`", "a", "tool.path"),
     # --- 8. python syntax -------------------------------------------------------------------
-    case("python-return", pb("""
+    case("python-return-in-class", pb("""
         - step: a
           tool:
             kind: python
             code: |
-              x = 1
-              return x  # <--
+              class A:
+                  return 1  # <--
         """), "'return' outside function (line 2 of the code)", "a", "tool.code"),
     case("python-syntax-warning", pb(r"""
         - step: a

@@ -1,0 +1,82 @@
+"""Forms of today's NoETL DSL (issue 31), each run end to end with `noetl-celery run` in
+the embedded mode: python's `input_data` and top-level `return`, durations as strings,
+`next.spec.on_no_match`, NoETL kinds this engine does not run, keychain providers."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.support.workers import run_cli, run_json
+
+
+def playbook(name: str, steps: str, top: str = "") -> str:
+    return (
+        textwrap.dedent(
+            f"""\
+            apiVersion: noetl.io/v2
+            kind: Playbook
+            metadata: {{name: {name}, path: tests/noetl_forms/{name}}}
+            workload: {{base: 10}}
+            """
+        )
+        + textwrap.dedent(top)
+        + "workflow:\n"
+        + textwrap.indent(textwrap.dedent(steps), "  ")
+    )
+
+
+def run(env: dict[str, str], tmp_path: Path, text: str) -> tuple[int, Any, str]:
+    file = tmp_path / "pb.yaml"
+    file.write_text(text)
+    return run_json(["run", str(file), "--json"], env)
+
+
+def validate(env: dict[str, str], tmp_path: Path, text: str) -> tuple[int, str]:
+    file = tmp_path / "pb.yaml"
+    file.write_text(text)
+    proc = run_cli(["validate", str(file)], env, timeout=60)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+PYTHON_FORMS = playbook(
+    "python_forms",
+    """\
+    - step: start
+      tool:
+        kind: python
+        input: {a: "{{ workload.base }}", b: 5}
+        code: |
+          total = input_data['a'] + input_data.get('b', 0)
+          if total > 100:
+              return {'total': 'too big'}
+          return {'total': total, 'same': input_data == args}
+      next: {arcs: [{step: legacy}]}
+    - step: legacy
+      tool:
+        kind: python
+        input: {n: "{{ start.total }}"}
+        code: |
+          def main(n):
+              return {'doubled': n * 2}
+      next: {arcs: [{step: module}]}
+    - step: module
+      tool:
+        kind: python
+        input: {n: "{{ legacy.doubled }}"}
+        code: "result = {'plus_one': n + 1}"
+    """,
+)
+
+
+def test_python_input_data_and_top_level_return(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    code, output = validate(embedded_env, tmp_path, PYTHON_FORMS)
+    assert code == 0 and "outside function" not in output, output
+    code, summary, stderr = run(embedded_env, tmp_path, PYTHON_FORMS)
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    assert summary["steps"]["start"] == {"total": 15, "same": True}
+    assert summary["steps"]["legacy"] == {"doubled": 30}
+    assert summary["steps"]["module"] == {"plus_one": 31}
