@@ -11,14 +11,14 @@ from typing import Any
 from tests.support.workers import run_cli, run_json
 
 
-def playbook(name: str, steps: str, top: str = "") -> str:
+def playbook(name: str, steps: str, top: str = "", workload: str = "{base: 10}") -> str:
     return (
         textwrap.dedent(
             f"""\
             apiVersion: noetl.io/v2
             kind: Playbook
             metadata: {{name: {name}, path: tests/noetl_forms/{name}}}
-            workload: {{base: 10}}
+            workload: {workload}
             """
         )
         + textwrap.dedent(top)
@@ -80,3 +80,55 @@ def test_python_input_data_and_top_level_return(
     assert summary["steps"]["start"] == {"total": 15, "same": True}
     assert summary["steps"]["legacy"] == {"doubled": 30}
     assert summary["steps"]["module"] == {"plus_one": 31}
+
+
+DURATIONS = playbook(
+    "durations",
+    """\
+    - step: start
+      spec: {timeout: 30s}
+      tool:
+        kind: python
+        timeout: "{{ workload.fast }}"
+        code: "return 'quick'"
+      next: {arcs: [{step: slow}]}
+    - step: slow
+      spec: {timeout: 1m}
+      tool:
+        kind: python
+        timeout: 200ms
+        code: |
+          import time
+          time.sleep(5)
+        spec:
+          policy:
+            rules:
+              - when: "{{ output.error.kind == 'timeout' }}"
+                then: {do: retry, attempts: 2, delay: 100ms, max_delay: 1s}
+    """,
+    workload="{fast: 10s}",
+)
+
+
+def test_durations_as_strings(embedded_env: dict[str, str], tmp_path: Path) -> None:
+    code, summary, stderr = run(embedded_env, tmp_path, DURATIONS)
+    assert code == 1 and summary["status"] == "FAILED", (summary, stderr)
+    assert summary["steps"]["start"] == "quick"
+    [error] = summary["errors"]
+    assert error["step"] == "slow" and error["kind"] == "timeout", error
+    assert "timeout of 0.2s" in error["message"]
+    eid = summary["execution_id"]
+    events = run_cli(["events", eid, "--json", "--limit", "0"], embedded_env).stdout
+    assert events.count("timeout of 0.2s") >= 2  # the retry ran, 100 ms later
+
+
+def test_a_bad_duration_is_refused_naming_the_field(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    text = DURATIONS.replace("timeout: 30s", "timeout: 30x")
+    code, output = validate(embedded_env, tmp_path, text)
+    assert code != 0
+    assert (
+        "step 'start': field 'spec.timeout': '30x' is not a duration: use a number of "
+        "seconds or 500ms, 30s, 5m, 2h"
+    ) in output

@@ -11,6 +11,7 @@ from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.durations import not_a_duration, to_seconds
 from noetl_celery.models.keychain import (
     CLOUD_KINDS,
     KeychainEntry,
@@ -193,10 +194,13 @@ def _check_step_timeout(collector: Collector, path: Path, spec: Any) -> None:
     if not isinstance(spec, dict) or "timeout" not in spec:
         return
     value = spec["timeout"]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    seconds = to_seconds(value)
+    if seconds is None and not number:
+        collector.error((*path, "spec", "timeout"), not_a_duration(value))
+    elif seconds is None or seconds <= 0:
         collector.error(
-            (*path, "spec", "timeout"),
-            f"a step timeout is a positive number of seconds, not {value!r}",
+            (*path, "spec", "timeout"), f"a step timeout must be above 0 seconds, not {value!r}"
         )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
+from noetl_celery.models.durations import is_template, not_a_duration, to_seconds
 from noetl_celery.models.policy import PREVIOUS_ALIASES
 from noetl_celery.models.python_code import compile_step_code
 from noetl_celery.models.script_source import (
@@ -49,6 +50,9 @@ class ToolContext:
 def check_tool(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
     """Kind, kind-specific requirements and policy rules of one tool (or pipeline task)."""
     check_rules(collector, path, tool)
+    timeout = tool.get("timeout")
+    if timeout is not None and not is_template(timeout) and to_seconds(timeout) is None:
+        collector.error((*path, "timeout"), not_a_duration(timeout))
     kind = tool.get("kind")
     if not isinstance(kind, str):
         return  # a missing / non-string kind is a schema error

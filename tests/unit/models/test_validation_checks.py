@@ -91,7 +91,45 @@ CASES = [
           tool: {kind: noop}
           spec:
             timeout: -5  # <--
-        """), "a step timeout is a positive number of seconds", "a", "spec.timeout"),
+        """), "a step timeout must be above 0 seconds, not -5", "a", "spec.timeout"),
+    case("step-timeout-not-a-duration", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec:
+            timeout: 30x  # <--
+        """), "'30x' is not a duration: use a number of seconds or 500ms, 30s, 5m, 2h", "a",
+         "spec.timeout"),
+    case("zero-step-timeout-string", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec:
+            timeout: 0ms  # <--
+        """), "a step timeout must be above 0 seconds, not '0ms'", "a", "spec.timeout"),
+    case("tool-spec-timeout-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: http
+            url: http://h
+            spec:
+              timeout: soon  # <--
+        """), "'soon' is not a duration: use a number of seconds", "a", "tool.spec.timeout"),
+    case("tool-timeout-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: python
+            code: "result = 1"
+            timeout: 5 minutes  # <--
+        """), "'5 minutes' is not a duration", "a", "tool.timeout"),
+    case("retry-delay-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: http
+            url: http://h
+            spec:
+              policy:
+                rules:
+                  - then: {do: retry, delay: 2x}  # <--
+        """), "'2x' is not a duration", "a", "tool.spec.policy.rules[0].then.delay"),
     case("fractional-max-in-flight", pb("""
         - step: a
           tool: {kind: noop}
@@ -950,6 +988,33 @@ def test_warnings_do_not_reject() -> None:
     assert len(report.warnings) == 2
     assert all(isinstance(p, Problem) for p in report.warnings)
     assert report.playbook is not None
+
+
+def test_durations_as_strings_validate_clean() -> None:
+    text = pb(
+        """
+        - step: a
+          spec: {timeout: 30s}
+          tool:
+            kind: http
+            url: http://h
+            timeout: "{{ workload.t }}"
+            spec:
+              timeout: 500ms
+              policy:
+                rules:
+                  - then: {do: retry, delay: 1.5s, max_delay: 5m, backoff: exponential}
+        - step: b
+          spec: {timeout: 2h}
+          tool: {kind: python, code: "result = 1", timeout: 90}
+          loop:
+            cursor: {kind: postgres, auth: pg, claim: "SELECT 1"}
+            iterator: row
+            spec: {mode: cursor, frame: {lease_seconds: 5m, heartbeat_seconds: "10s"}}
+        """,
+        "workload: {t: 10s}\n",
+    )
+    assert validate_text(text).problems == []
 
 
 def test_script_forms_that_validate_clean() -> None:

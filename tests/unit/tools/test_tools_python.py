@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from noetl_celery.errors import ToolError
 from noetl_celery.tools.base import ToolOutcome
 
 RunTool = Callable[..., ToolOutcome]
@@ -309,6 +310,31 @@ def test_timeout_fails_the_call_on_time(run_tool: RunTool, on_thread: bool) -> N
 def test_code_within_its_timeout_returns_normally(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "result = {'x': 1}", "timeout": 5})
     assert out.ok and out.data == {"x": 1}
+
+
+@pytest.mark.parametrize("timeout", ["300ms", "0.3s", {"timeout": "300ms"}])
+def test_timeout_as_a_duration_string(run_tool: RunTool, timeout: object) -> None:
+    code = "import time\nwhile True:\n    time.sleep(0.01)\n"
+    config = {"code": code, "spec": timeout} if isinstance(timeout, dict) else {}
+    if not config:
+        config = {"code": code, "timeout": timeout}
+    out = run_tool("python", config)
+    assert out.error is not None and out.error.kind == "timeout"
+    assert "timeout of 0.3s" in out.error.message
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"timeout": "30x"}, "tool.timeout: '30x' is not a duration"),
+        ({"spec": {"timeout": "soon"}}, "tool.spec.timeout: 'soon' is not a duration"),
+    ],
+)
+def test_a_timeout_that_is_no_duration_names_the_field(
+    run_tool: RunTool, config: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ToolError, match=message):
+        run_tool("python", {"code": "result = 1", **config})
 
 
 # NoETL's python forms (noetl/tools src/tools/python.rs): `input_data` is a copy of the
