@@ -150,6 +150,12 @@ class NextSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     mode: Literal["exclusive", "inclusive"] = "exclusive"
+    # NoETL (noetl/core/dsl/engine/models/workflow.py `NextSpec`, executor/events.py):
+    # when no arc matches, `complete` ends the execution once nothing else is pending and
+    # `quiet` ends only this branch. Both are how routing works here: a branch with no
+    # matching arc ends, and the execution ends COMPLETED when nothing else runs (a
+    # `quiet` dead end with nothing else running does not leave it RUNNING).
+    on_no_match: Literal["complete", "quiet"] = "complete"
 
 
 class Next(BaseModel):

@@ -132,3 +132,63 @@ def test_a_bad_duration_is_refused_naming_the_field(
         "step 'start': field 'spec.timeout': '30x' is not a duration: use a number of "
         "seconds or 500ms, 30s, 5m, 2h"
     ) in output
+
+
+ON_NO_MATCH = playbook(
+    "on_no_match",
+    """\
+    - step: start
+      tool: {kind: python, code: "return 'go'"}
+      next:
+        spec: {mode: inclusive}
+        arcs: [{step: quiet_end}, {step: slow}]
+    - step: quiet_end
+      tool: {kind: python, code: "return 'nothing matches'"}
+      next:
+        spec: {mode: exclusive, on_no_match: quiet}
+        arcs: [{step: never, when: "{{ workload.base > 100 }}"}]
+    - step: slow
+      tool:
+        kind: python
+        code: |
+          import time
+          time.sleep(1)
+          return 'slow done'
+      next: {arcs: [{step: after_slow}]}
+    - step: after_slow
+      tool: {kind: python, code: "return 'last'"}
+      next:
+        spec: {on_no_match: complete}
+        arcs: [{step: never, when: "{{ workload.base > 100 }}"}]
+    - step: never
+      tool: {kind: python, code: "return 'not reached'"}
+    """,
+)
+
+
+def test_on_no_match_quiet_and_complete(embedded_env: dict[str, str], tmp_path: Path) -> None:
+    """A branch whose arcs do not match ends (`quiet`: the other branch still runs to its
+    end; `complete`: the execution ends once nothing else runs), COMPLETED either way."""
+    code, summary, stderr = run(embedded_env, tmp_path, ON_NO_MATCH)
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    steps = summary["steps"]
+    assert steps["quiet_end"] == "nothing matches" and steps["after_slow"] == "last"
+    assert "never" not in steps
+    # a quiet dead end with nothing else running still ends the execution
+    alone = ON_NO_MATCH.replace(
+        "arcs: [{step: quiet_end}, {step: slow}]", "arcs: [{step: quiet_end}]"
+    )
+    code, summary, stderr = run(embedded_env, tmp_path, alone)
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    assert set(summary["steps"]) == {"start", "quiet_end"}
+
+
+def test_on_no_match_bad_value_is_refused(embedded_env: dict[str, str], tmp_path: Path) -> None:
+    code, output = validate(
+        embedded_env, tmp_path, ON_NO_MATCH.replace("on_no_match: quiet", "on_no_match: stop")
+    )
+    assert code != 0
+    assert (
+        "step 'quiet_end': field 'next.spec.on_no_match': `on_no_match: stop` is not "
+        "allowed; use one of 'complete' or 'quiet'"
+    ) in output

@@ -92,6 +92,15 @@ CASES = [
           spec:
             timeout: -5  # <--
         """), "a step timeout must be above 0 seconds, not -5", "a", "spec.timeout"),
+    case("next-on-no-match", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            spec:
+              on_no_match: end  # <--
+            arcs: [{step: a, when: "{{ false }}"}]
+        """), "`on_no_match: end` is not allowed; use one of 'complete' or 'quiet'", "a",
+         "next.spec.on_no_match"),
     case("step-timeout-not-a-duration", pb("""
         - step: a
           tool: {kind: noop}
@@ -988,6 +997,25 @@ def test_warnings_do_not_reject() -> None:
     assert len(report.warnings) == 2
     assert all(isinstance(p, Problem) for p in report.warnings)
     assert report.playbook is not None
+
+
+@pytest.mark.parametrize("value", ["complete", "quiet"])
+def test_on_no_match_values_validate_clean(value: str) -> None:
+    text = pb(
+        f"""
+        - step: a
+          tool: {{kind: noop}}
+          next:
+            spec: {{mode: exclusive, on_no_match: {value}}}
+            arcs: [{{step: b, when: "{{{{ false }}}}"}}]
+        - step: b
+          tool: {{kind: noop}}
+        """
+    )
+    report = validate_text(text)
+    assert report.problems == []
+    assert report.playbook is not None
+    assert report.playbook.step("a").next.spec.on_no_match == value  # type: ignore[union-attr]
 
 
 def test_durations_as_strings_validate_clean() -> None:

@@ -314,10 +314,8 @@ def test_code_within_its_timeout_returns_normally(run_tool: RunTool) -> None:
 
 @pytest.mark.parametrize("timeout", ["300ms", "0.3s", {"timeout": "300ms"}])
 def test_timeout_as_a_duration_string(run_tool: RunTool, timeout: object) -> None:
-    code = "import time\nwhile True:\n    time.sleep(0.01)\n"
-    config = {"code": code, "spec": timeout} if isinstance(timeout, dict) else {}
-    if not config:
-        config = {"code": code, "timeout": timeout}
+    config: dict[str, object] = {"code": "import time\nwhile True:\n    time.sleep(0.01)\n"}
+    config["spec" if isinstance(timeout, dict) else "timeout"] = timeout
     out = run_tool("python", config)
     assert out.error is not None and out.error.kind == "timeout"
     assert "timeout of 0.3s" in out.error.message
