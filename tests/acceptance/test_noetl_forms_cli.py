@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.workers import run_cli, run_json
 
 
@@ -192,3 +194,43 @@ def test_on_no_match_bad_value_is_refused(embedded_env: dict[str, str], tmp_path
         "step 'quiet_end': field 'next.spec.on_no_match': `on_no_match: stop` is not "
         "allowed; use one of 'complete' or 'quiet'"
     ) in output
+
+
+NEW_KINDS = {
+    "subscription": "source: {type: nats, subject: orders}",
+    "wasm": "plugin: {path: plugins/score, version: 1}",
+    "provider": "provider: gcp",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NEW_KINDS))
+def test_a_noetl_kind_not_run_here_warns_then_fails_when_reached(
+    embedded_env: dict[str, str], tmp_path: Path, kind: str
+) -> None:
+    text = playbook(
+        f"kind_{kind}",
+        f"""\
+        - step: start
+          tool: {{kind: python, code: "return {{'first': 1}}"}}
+          next:
+            spec: {{mode: exclusive}}
+            arcs:
+              - {{step: skipped, when: "{{{{ workload.base > 100 }}}}"}}
+              - {{step: reached}}
+        - step: skipped
+          tool: {{kind: {kind}, {NEW_KINDS[kind]}}}
+        - step: reached
+          tool: {{kind: {kind}, {NEW_KINDS[kind]}}}
+        """,
+    )
+    code, output = validate(embedded_env, tmp_path, text)
+    assert code == 0, output
+    warning = f"`kind: {kind}` is a NoETL tool kind that noetl-celery does not run"
+    assert output.count(warning) == 2, output
+    code, summary, stderr = run(embedded_env, tmp_path, text)
+    assert code == 1 and summary["status"] == "FAILED", (summary, stderr)
+    assert summary["steps"]["start"] == {"first": 1}
+    [error] = summary["errors"]
+    assert error["step"] == "reached", error
+    assert f"kind {kind} is not supported by noetl-celery" in error["message"]
+    assert "skipped" not in summary["steps"]

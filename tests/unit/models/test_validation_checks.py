@@ -397,6 +397,27 @@ CASES = [
             kind: snowflake  # <--
         """), "`kind: snowflake` is a NoETL tool kind that noetl-celery does not run; the "
          "playbook runs, and fails when this step is reached", "a", "tool.kind", "warning"),
+    *[
+        case(f"noetl-kind-{kind}", pb(f"""
+            - step: a
+              tool:
+                kind: {kind}  # <--
+                {extra}
+            """), f"`kind: {kind}` is a NoETL tool kind that noetl-celery does not run",
+             "a", "tool.kind", "warning")
+        for kind, extra in [
+            ("subscription", "source: {type: nats, subject: s}"),
+            ("wasm", "plugin: {path: plugins/x, version: 1}"),
+            ("provider", "provider: gcp"),
+            ("shell", "command: echo hi"),
+            ("mcp", "server: x"),
+            ("container", "image: busybox"),
+            ("transfer", "source: {kind: http}"),
+            ("result_fetch", "ref: r"),
+            ("artifact", "path: a"),
+            ("agent", "model: m"),
+        ]
+    ],
     case("kind-typo-did-you-mean", pb("""
         - step: a
           tool:
