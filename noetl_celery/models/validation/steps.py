@@ -94,8 +94,9 @@ def _check_top_level(collector: Collector, data: Mapping[str, Any]) -> None:
 
 
 def _check_keychain(collector: Collector, section: Any) -> None:
-    """Malformed entries are errors; a cloud kind (secret manager, Google tokens) is a
-    warning: the playbook registers, and an execution of it fails at start."""
+    """Malformed entries are errors; a cloud kind (secret manager, Google tokens) or a
+    secret `provider` (gcp, aws, azure, vault, k8s) is a warning: the playbook
+    registers, and an execution of it fails at start."""
     if not isinstance(section, list):
         return  # the schema layer reports a `keychain` that is not a list
     seen: set[str] = set()
@@ -112,11 +113,12 @@ def _check_keychain(collector: Collector, section: Any) -> None:
                 (*path, "name"), f"keychain entry '{name}' is declared twice; rename one"
             )
         seen.add(name)
-        kind = str(raw.get("kind", raw.get("type")))
-        if kind in CLOUD_KINDS:
-            entry = KeychainEntry(name, kind, "global", dict(raw))
+        kind = str(raw.get("kind", raw.get("type")) or "")
+        entry = KeychainEntry(name, kind, "global", dict(raw))
+        if kind in CLOUD_KINDS or entry.provider is not None:
+            key = "provider" if entry.provider is not None else "kind"
             collector.warning(
-                (*path, "kind" if "kind" in raw else "type"),
+                (*path, key if key in raw else "type"),
                 f"{unsupported_message(entry)}; an execution of this playbook fails at start",
             )
 

@@ -942,7 +942,22 @@ CASES = [
           - {name: a, kind: bearer, token: t}
           - {name: b, kind: secret_manager, provider: gcp, map: {k: p}}  # <--
         """), "keychain entry 'b' (kind secret_manager, provider gcp) is not supported here",
-         None, "keychain[1].kind", "warning"),
+         None, "keychain[1].provider", "warning"),
+    case("keychain-cloud-kind-without-provider", pb(NOOP, top="""
+        keychain:
+          - {name: b, kind: google_oauth}  # <--
+        """), "keychain entry 'b' (kind google_oauth) is not supported here", None,
+         "keychain[0].kind", "warning"),
+    case("keychain-provider-without-kind", pb(NOOP, top="""
+        keychain:
+          - {name: v, provider: vault, map: {token: secret/data/x}}  # <--
+        """), "keychain entry 'v' (provider vault) is not supported here: noetl-celery does "
+         "not reach secrets from HashiCorp Vault (`provider: vault`)", None,
+         "keychain[0].provider", "warning"),
+    case("keychain-provider-not-a-name", pb(NOOP, top="""
+        keychain:
+          - {name: v, kind: static, provider: [gcp], map: {a: b}}  # <--
+        """), "keychain entry 'v': `provider` must be a name", None, "keychain[0].provider"),
     case("keychain-no-name", pb(NOOP, top="""
         keychain:
           - {kind: bearer, token: t}  # <--
