@@ -15,12 +15,14 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
+from noetl_celery.errors import PlaybookError
+
 DURATION_HINT = "use a number of seconds or 500ms, 30s, 5m, 2h"
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|sec|s|min|m|h)?", re.IGNORECASE)
 
 
-class DurationInvalid(ValueError):
+class DurationInvalid(PlaybookError):
     """A value that is not a duration; the message names the field and the forms."""
 
 

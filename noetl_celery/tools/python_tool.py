@@ -186,12 +186,14 @@ def _namespace(call: ToolCall, libs: Mapping[str, Any]) -> dict[str, Any]:
         "get_val": get_val,
         "print": stderr_print,
         "context": dict(call.context),
-        # NoETL's python tool: `args` is the step's input, its keys are globals, and
-        # `input_data` is a copy of it (noetl/tools src/tools/python.rs)
+        # NoETL's python tool (noetl/tools src/tools/python.rs): `args` is the step's
+        # input and `input_data` a copy of it, and the input keys are globals. An input
+        # key of either name wins (NoETL's Rust tool overwrites an input `input_data`
+        # with the whole input, which breaks fixtures of its own that pass one)
         "args": dict(call.input),
+        "input_data": dict(call.input),
     }
     namespace.update(call.input)
-    namespace["input_data"] = dict(call.input)
     namespace.update(libs)
     return namespace
 

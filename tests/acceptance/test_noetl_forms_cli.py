@@ -68,6 +68,12 @@ PYTHON_FORMS = playbook(
         kind: python
         input: {n: "{{ legacy.doubled }}"}
         code: "result = {'plus_one': n + 1}"
+      next: {arcs: [{step: named}]}
+    - step: named
+      tool:
+        kind: python
+        input: {input_data: "{{ start }}"}
+        code: "return input_data['total'] * 10"
     """,
 )
 
@@ -82,6 +88,7 @@ def test_python_input_data_and_top_level_return(
     assert summary["steps"]["start"] == {"total": 15, "same": True}
     assert summary["steps"]["legacy"] == {"doubled": 30}
     assert summary["steps"]["module"] == {"plus_one": 31}
+    assert summary["steps"]["named"] == 150  # an input key `input_data` wins
 
 
 DURATIONS = playbook(

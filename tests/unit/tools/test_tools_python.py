@@ -361,11 +361,20 @@ def test_noetl_python_forms(
     assert out.data == expected
 
 
-def test_input_data_is_a_copy_and_an_input_key_named_input_data_loses(run_tool: RunTool) -> None:
-    code = "input_data['x'] = 9\nreturn {'x': x, 'id': input_data}"
-    out = run_tool("python", {"code": code}, input={"x": 1, "input_data": "shadow"})
+def test_input_data_is_a_copy_of_the_input(run_tool: RunTool) -> None:
+    code = "input_data['x'] = 9\nreturn {'x': x, 'id': input_data, 'args': args}"
+    out = run_tool("python", {"code": code}, input={"x": 1})
     assert out.ok, out.error
-    assert out.data == {"x": 1, "id": {"x": 9, "input_data": "shadow"}}
+    assert out.data == {"x": 1, "id": {"x": 9}, "args": {"x": 1}}
+
+
+def test_an_input_key_named_input_data_or_args_wins(run_tool: RunTool) -> None:
+    """NoETL's own fixtures pass `input: {input_data: ...}` and read the value back."""
+    code = "return {'id': input_data, 'args': args}"
+    given = {"input_data": {"name": "Ada"}, "args": [1, 2]}
+    out = run_tool("python", {"code": code}, input=given)
+    assert out.ok, out.error
+    assert out.data == {"id": {"name": "Ada"}, "args": [1, 2]}
 
 
 def test_a_failure_after_a_top_level_return_form_names_the_users_line(
