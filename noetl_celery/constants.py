@@ -146,9 +146,11 @@ TOOL_KINDS: Final = frozenset(
 )
 # Kinds NoETL has that this engine does not run. A playbook containing such a step is
 # valid (with a warning) and runs until the step is reached, which then fails naming it.
-# Taken from NoETL's `ToolSpec.kind` (noetl/core/dsl/engine/models/tools.py) and its
-# worker dispatch (noetl/worker/nats_worker.py, noetl/tools/__init__.py). Anything in
-# neither set is a typo: a validation error with did-you-mean.
+# Taken from NoETL's `ToolSpec.kind` (noetl/core/dsl/engine/models/tools.py), its worker
+# dispatch (noetl/worker/nats_worker.py, noetl/tools/__init__.py), the Rust server's
+# `ToolKind` (noetl/server orchestrate-core/src/playbook.rs: `subscription`, `wasm`) and
+# the Rust tools crate (noetl/tools src/tools/mod.rs: `provider`, `mcp`, `result_fetch`,
+# ...). Anything in neither set is a typo: a validation error with did-you-mean.
 UNSUPPORTED_NOETL_KINDS: Final = frozenset(
     {
         "agent",
@@ -162,6 +164,7 @@ UNSUPPORTED_NOETL_KINDS: Final = frozenset(
         "mcp",
         "nats",
         "playbooks",
+        "provider",
         "result_fetch",
         "rhai",
         "script",
@@ -169,8 +172,10 @@ UNSUPPORTED_NOETL_KINDS: Final = frozenset(
         "shell",
         "snowflake",
         "snowflake_transfer",
+        "subscription",
         "task_sequence",
         "transfer",
+        "wasm",
     }
 )
 

@@ -6,7 +6,8 @@
     ├── PlaybookError             the playbook itself is wrong
     │   ├── PlaybookInvalid       rejected by validation (carries every Problem)
     │   ├── CatalogNotFound       a catalog path / version that is not registered
-    │   └── KeychainInvalid       (models.keychain) a keychain entry unusable as written
+    │   ├── KeychainInvalid       (models.keychain) a keychain entry unusable as written
+    │   └── DurationInvalid       (models.durations) a field of seconds that is no duration
     ├── TemplateError             a Jinja template failed to render
     │   └── UndefinedVariable     the template used a name that does not exist
     ├── ToolError                 a tool could not be set up (not a tool *result* error)

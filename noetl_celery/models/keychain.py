@@ -27,6 +27,16 @@ CLOUD_KINDS = {
     "google_service_account": "Google service-account tokens",
     "google": "Google service-account tokens",
 }
+# Secret backends NoETL's Rust server resolves an entry from when it names a `provider`
+# (noetl/server orchestrate-core/src/playbook.rs, `KeychainDef.provider`; src/secrets/).
+# An entry with a `provider` is refused at execution start here, whatever its kind.
+PROVIDERS = {
+    "gcp": "Google Secret Manager",
+    "aws": "AWS Secrets Manager",
+    "azure": "Azure Key Vault",
+    "vault": "HashiCorp Vault",
+    "k8s": "Kubernetes secrets",
+}
 # NoETL's scope names: `local` is its spelling of one execution, the rest share the
 # entry between executions (NoETL keys them by catalog id).
 _SCOPES: dict[str, Scope] = {
@@ -58,8 +68,14 @@ class KeychainEntry:
     spec: Mapping[str, Any] = field(repr=False)
 
     @property
+    def provider(self) -> str | None:
+        """The secret backend NoETL would read the entry from (None: no provider)."""
+        value = self.spec.get("provider")
+        return str(value) if value not in (None, "") else None
+
+    @property
     def supported(self) -> bool:
-        return self.kind in SUPPORTED_KINDS
+        return self.kind in SUPPORTED_KINDS and self.provider is None
 
     @property
     def credential_alias(self) -> Any:
@@ -79,14 +95,18 @@ def entry_problems(index: int, raw: Any) -> list[tuple[str | None, str]]:
         return [("name", f"{where} needs a `name` (what `{{{{ keychain.<name> }}}}` reads)")]
     where = f"keychain entry '{name}'"
     kind = raw.get("kind", raw.get("type"))
+    provider = raw.get("provider")
+    if provider is not None and (not isinstance(provider, str) or not provider.strip()):
+        return [("provider", f"{where}: `provider` must be a name such as gcp, aws, vault")]
+    if provider is not None and (kind is None or isinstance(kind, str)):
+        # NoETL's server reads it from that backend, whatever the kind says: usable to
+        # validation (a warning), refused when an execution starts
+        return _scope_problems(where, raw)
     if not isinstance(kind, str) or not kind:
         return [("kind", f"{where} needs a `kind`: one of {_kinds()}")]
     if kind not in SUPPORTED_KINDS and kind not in CLOUD_KINDS:
         return [("kind", f"{where}: unknown kind `{kind}`; use one of {_kinds()}")]
-    problems: list[tuple[str | None, str]] = []
-    scope = raw.get("scope", "global")
-    if not isinstance(scope, str) or scope not in _SCOPES:
-        problems.append(("scope", f"{where}: `scope: {scope}` is not one of global, execution"))
+    problems = _scope_problems(where, raw)
     required = _REQUIRED.get(kind)
     if required is not None:
         key, what = required
@@ -101,6 +121,13 @@ def entry_problems(index: int, raw: Any) -> list[tuple[str | None, str]]:
             if value is not None and not isinstance(value, Mapping):
                 problems.append((key, f"{where}: `{key}` must be a mapping"))
     return problems
+
+
+def _scope_problems(where: str, raw: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    scope = raw.get("scope", "global")
+    if not isinstance(scope, str) or scope not in _SCOPES:
+        return [("scope", f"{where}: `scope: {scope}` is not one of global, execution")]
+    return []
 
 
 def _kinds() -> str:
@@ -124,20 +151,27 @@ def parse_keychain(section: Any) -> list[KeychainEntry]:
         if name in seen:
             raise KeychainInvalid(f"keychain entry '{name}' is declared twice; rename one")
         seen.add(name)
-        kind = str(raw.get("kind", raw.get("type")))
+        kind = str(raw.get("kind", raw.get("type")) or "")
         scope = _SCOPES[str(raw.get("scope", "global"))]
         entries.append(KeychainEntry(name, kind, scope, dict(raw)))
     return entries
 
 
 def unsupported_message(entry: KeychainEntry) -> str:
-    what = CLOUD_KINDS.get(entry.kind, f"kind `{entry.kind}`")
-    provider = entry.spec.get("provider")
-    kind = f"kind {entry.kind}" + (f", provider {provider}" if provider else "")
+    """Why the entry cannot work here, naming its kind and provider, and what does."""
+    provider = entry.provider
+    if provider is not None:
+        backend = PROVIDERS.get(provider.lower(), "a secret backend")
+        what = f"secrets from {backend} (`provider: {provider}`)"
+    else:
+        what = CLOUD_KINDS.get(entry.kind, f"kind `{entry.kind}`")
+    named = [f"kind {entry.kind}"] if entry.kind else []
+    named += [f"provider {provider}"] if provider else []
     return (
-        f"keychain entry '{entry.name}' ({kind}) is not supported here: noetl-celery does "
-        f"not reach {what}; put the secret in the credentials file (NOETL_CREDENTIALS_FILE) "
-        f"and declare the entry as `kind: credential` with `credential: <alias>`"
+        f"keychain entry '{entry.name}' ({', '.join(named)}) is not supported here: "
+        f"noetl-celery does not reach {what}; put the secret in the credentials file "
+        f"(NOETL_CREDENTIALS_FILE) and declare the entry as `kind: credential` with "
+        f"`credential: <alias>` (the kinds that work here: {_kinds()})"
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from noetl_celery.models.durations import OptionalSeconds, to_seconds
 from noetl_celery.models.policy import Policy, Rule
 from noetl_celery.models.script_source import StoredScripts
 
@@ -21,7 +22,7 @@ class ToolOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     policy: Policy | None = None
-    timeout: float | None = Field(None, gt=0)
+    timeout: OptionalSeconds = Field(None, gt=0)  # seconds, or "500ms", "30s", "5m", "2h"
 
 
 class ToolSpec(BaseModel):
@@ -76,9 +77,9 @@ class FrameSpec(BaseModel):
     # integers, or templates rendering to one (rendered when the loop epoch starts)
     max_rows: int | str = 1
     row_concurrency: int | str = 1
-    lease_seconds: float | None = None
-    heartbeat_seconds: float | None = None
-    max_seconds: float | None = None
+    lease_seconds: OptionalSeconds = None
+    heartbeat_seconds: OptionalSeconds = None
+    max_seconds: OptionalSeconds = None
     max_bytes: int | None = None
     process: Literal["row", "frame"] = "row"
     # NoETL's frame attempts; here: runs of a claim whose queue database failed
@@ -149,6 +150,12 @@ class NextSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     mode: Literal["exclusive", "inclusive"] = "exclusive"
+    # NoETL (noetl/core/dsl/engine/models/workflow.py `NextSpec`, executor/events.py):
+    # when no arc matches, `complete` ends the execution once nothing else is pending and
+    # `quiet` ends only this branch. Both are how routing works here: a branch with no
+    # matching arc ends, and the execution ends COMPLETED when nothing else runs (a
+    # `quiet` dead end with nothing else running does not leave it RUNNING).
+    on_no_match: Literal["complete", "quiet"] = "complete"
 
 
 class Next(BaseModel):
@@ -198,12 +205,13 @@ class Step(BaseModel):
 
 
 def step_timeout(step: Step) -> float | None:
-    """A step's `spec.timeout` in seconds (validation checks it is a positive number)."""
+    """A step's `spec.timeout` in seconds: a number or a duration string such as "30s"
+    (validation checks it is a positive duration)."""
     spec = step.spec
     if isinstance(spec, dict):
-        value = spec.get("timeout")
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
+        seconds = to_seconds(spec.get("timeout"))
+        if seconds is not None and seconds > 0:
+            return seconds
     return None
 
 

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from noetl_celery.models.durations import OptionalSeconds, Seconds
+
 Action = Literal["continue", "retry", "jump", "break", "fail"]
 Backoff = Literal["none", "linear", "exponential", "fixed"]
 # Jump targets that mean "the task before the current one".
@@ -20,8 +22,8 @@ class Then(BaseModel):
     do: Action
     attempts: int = Field(3, ge=1)
     backoff: Backoff = "none"
-    delay: float = Field(1.0, ge=0)
-    max_delay: float | None = Field(None, ge=0)
+    delay: Seconds = Field(1.0, ge=0)  # seconds, or "500ms", "30s", "5m", "2h"
+    max_delay: OptionalSeconds = Field(None, ge=0)
     to: str | None = None
     set: dict[str, Any] = Field(default_factory=dict)
 

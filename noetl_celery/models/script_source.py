@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_celery.models.durations import not_a_duration, to_seconds
+
 SOURCE_TYPES = ("file", "http", "gcs", "s3")
 # NoETL reads these with cloud SDKs and credentials noetl-celery does not carry
 UNSUPPORTED_TYPES = frozenset({"gcs", "s3"})
@@ -132,12 +134,9 @@ def _headers(raw: Any) -> dict[str, str]:
 def _timeout(raw: Any) -> float:
     if raw is None or raw == "" or has_template(raw):
         return DEFAULT_HTTP_TIMEOUT
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ScriptConfigError(
-            f"script source timeout '{raw}' is not a number of seconds", "source.timeout"
-        ) from None
+    value = to_seconds(raw)
+    if value is None:
+        raise ScriptConfigError(f"script source timeout {not_a_duration(raw)}", "source.timeout")
     if value <= 0:
         raise ScriptConfigError("script source timeout must be above 0 seconds", "source.timeout")
     return value

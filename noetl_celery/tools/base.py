@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Unpack
 
+from noetl_celery.errors import ToolError
+from noetl_celery.models.durations import DurationInvalid, parse_duration
 from noetl_celery.models.outcome import Detail, ErrorKind, StepError
 
 if TYPE_CHECKING:
@@ -87,16 +89,19 @@ class ToolCall:
 
     @property
     def timeout(self) -> float | None:
-        """The tool's `timeout` field (seconds), also accepted under `spec.timeout`."""
+        """The tool's `timeout` field (seconds, or a duration such as "30s"), also
+        accepted under `spec.timeout`; a value that is no duration is a `ToolError`
+        naming the field (the step fails with `config_error`)."""
         raw = self.config.get("timeout")
+        field = "tool.timeout"
         if raw is None and isinstance(self.config.get("spec"), dict):
-            raw = self.config["spec"].get("timeout")
+            raw, field = self.config["spec"].get("timeout"), "tool.spec.timeout"
         if raw is None or raw == "":
             return None
         try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            return None
+            value = parse_duration(raw, field)
+        except DurationInvalid as exc:
+            raise ToolError(str(exc)) from None
         return value if value > 0 else None
 
 

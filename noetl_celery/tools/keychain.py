@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.errors import CredentialError, NoetlError, TemplateError, ToolError
+from noetl_celery.models.durations import to_seconds
 from noetl_celery.models.keychain import KeychainEntry, check_startable
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.templating import STRICT
@@ -259,10 +260,9 @@ class Keychain:
             body = body["data"]  # NoETL's renewal accepts a wrapped response too
         if not body.get("access_token"):
             raise KeychainError(f"{where} answered without an `access_token`")
-        try:  # NoETL: the entry's `ttl_seconds` wins over the answer's `expires_in`
-            lifetime = float(spec.get("ttl_seconds") or body.get("expires_in") or 0)
-        except (TypeError, ValueError):
-            lifetime = 0.0
+        # NoETL: the entry's `ttl_seconds` wins over the answer's `expires_in`; either
+        # may be a number of seconds or a duration string ("55m")
+        lifetime = to_seconds(spec.get("ttl_seconds") or body.get("expires_in") or 0) or 0.0
         if lifetime <= 0:
             lifetime = DEFAULT_TOKEN_SECONDS
         return dict(body), max(lifetime, 0.0)

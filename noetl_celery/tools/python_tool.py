@@ -1,8 +1,11 @@
 """`kind: python`: runs inline user code in this worker process.
 
-Two modes, as in NoETL: if the code defines `main`, it is called (awaited when async)
-and its return value is the result; otherwise the module-level `result` is. Exceptions in
-user code become a `python_error` (or `syntax_error`) outcome, never a raise.
+Three forms, as in NoETL: if the code defines `main`, it is called (awaited when async)
+and its return value is the result; code ending in a top-level `return` runs as the body
+of a function whose return value is the result (models.python_code); otherwise the
+module-level `result` is. The step's input is also the dict `input_data` (and `args`), as
+NoETL's python tool binds it. Exceptions in user code become a `python_error` (or
+`syntax_error`) outcome, never a raise.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from noetl_celery.models.python_code import compile_step_code
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import make_serializable, to_jsonable
 from noetl_celery.tools.python_args import main_arguments
@@ -63,7 +67,7 @@ class PythonTool:
     def _execute(call: ToolCall, code: str, libs: Mapping[str, Any], filename: str) -> ToolOutcome:
         redact = call.services.redactor.redact
         try:
-            compiled = compile(code, filename, "exec")
+            compiled = compile_step_code(code, filename)
             namespace = _namespace(call, libs)
             initial = dict(namespace)
             exec(compiled, namespace)
@@ -182,6 +186,12 @@ def _namespace(call: ToolCall, libs: Mapping[str, Any]) -> dict[str, Any]:
         "get_val": get_val,
         "print": stderr_print,
         "context": dict(call.context),
+        # NoETL's python tool (noetl/tools src/tools/python.rs): `args` is the step's
+        # input and `input_data` a copy of it, and the input keys are globals. An input
+        # key of either name wins (NoETL's Rust tool overwrites an input `input_data`
+        # with the whole input, which breaks fixtures of its own that pass one)
+        "args": dict(call.input),
+        "input_data": dict(call.input),
     }
     namespace.update(call.input)
     namespace.update(libs)

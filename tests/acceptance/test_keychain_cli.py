@@ -246,3 +246,50 @@ workflow:
     assert "keychain entry 's' (kind secret_manager, provider aws) is not supported here" in (
         json.dumps(summary)
     )
+
+
+@pytest.mark.parametrize(
+    ("provider", "backend"),
+    [
+        ("vault", "HashiCorp Vault"),
+        ("aws", "AWS Secrets Manager"),
+        ("azure", "Azure Key Vault"),
+        ("gcp", "Google Secret Manager"),
+        ("k8s", "Kubernetes secrets"),
+    ],
+)
+def test_a_provider_entry_is_refused_before_the_start(
+    embedded_env: dict[str, str], tmp_path: Path, provider: str, backend: str
+) -> None:
+    """NoETL's server reads such an entry from a secret backend; here the run is refused
+    before anything is created, naming the entry, the provider and what works instead."""
+    file = tmp_path / "provider.yaml"
+    file.write_text(
+        f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: kc_provider}}
+keychain:
+  - {{name: api, kind: secrets, provider: {provider}, map: {{api_key: "path/to/key"}}}}
+workflow:
+  - step: start
+    tool: {{kind: python, code: "return 1"}}
+"""
+    )
+    checked = run_cli(["validate", str(file)], embedded_env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "field 'keychain[0].provider': warning: keychain entry 'api'" in checked.stdout + (
+        checked.stderr
+    )
+    code, summary, _ = run_json(["run", str(file), "--json"], embedded_env)
+    assert code == 2 and summary["status"] == "FAILED" and summary["execution_id"] is None
+    message = summary["error"]
+    assert message.startswith(
+        f"keychain entry 'api' (kind secrets, provider {provider}) is not supported here: "
+        f"noetl-celery does not reach secrets from {backend} (`provider: {provider}`)"
+    )
+    assert "kind: credential" in message and "NOETL_CREDENTIALS_FILE" in message
+    assert "the kinds that work here: bearer, credential, credential_ref, oauth2, static" in (
+        message
+    )
+    listed = run_cli(["executions", "--json"], embedded_env)
+    assert json.loads(listed.stdout or "[]") == [], listed.stdout  # nothing was created

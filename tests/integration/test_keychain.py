@@ -298,8 +298,8 @@ def test_a_cloud_secret_manager_refuses_the_start(
     assert code == 2 and out["execution_id"] is None and out["status"] == "FAILED", out
     assert out["error"].startswith(
         "keychain entry 'openai' (kind secret_manager, provider gcp) is not supported here: "
-        "noetl-celery does not reach a cloud secret manager (GCP/AWS); put the secret in the "
-        "credentials file"
+        "noetl-celery does not reach secrets from Google Secret Manager (`provider: gcp`); "
+        "put the secret in the credentials file"
     )
     assert tokens.total() == before  # refused before anything ran
     validated = run_cli(["validate", str(file)], distributed["env"])

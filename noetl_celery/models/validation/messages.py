@@ -55,6 +55,12 @@ def _signature(loc: Path) -> tuple[str, ...]:
     return names[-2:] if len(loc) > 1 else names
 
 
+def _literal_message(loc: Path, leaf: str, value: Any, expected: Any) -> str:
+    if loc == ("kind",):
+        return f"`kind` must be `Playbook` (this file declares `{value}`)"
+    return f"`{leaf}: {value}` is not allowed; use one of {expected}"
+
+
 def error_message(err: ErrorDetails, loc: Path) -> str:
     kind = err["type"]
     leaf = leaf_name(loc)
@@ -65,9 +71,7 @@ def error_message(err: ErrorDetails, loc: Path) -> str:
     if kind == "extra_forbidden":
         return _extra_message(loc)
     if kind == "literal_error":
-        if loc == ("kind",):
-            return f"`kind` must be `Playbook` (this file declares `{value}`)"
-        return f"`{leaf}: {value}` is not allowed; use one of {ctx.get('expected')}"
+        return _literal_message(loc, leaf, value, ctx.get("expected"))
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return _mapping_message(loc, value)
     if kind == "list_type":
@@ -76,6 +80,8 @@ def error_message(err: ErrorDetails, loc: Path) -> str:
         if loc == ("workflow",):
             return "`workflow` is empty; list at least one step"
         return f"`{leaf}` must not be empty"
+    if kind == "duration":  # models.durations: the message quotes the value
+        return str(err["msg"])
     if kind == "value_error":
         text = str(ctx.get("error", err["msg"]))
         scalar = value is None or isinstance(value, str | int | float)

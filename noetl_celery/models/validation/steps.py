@@ -11,6 +11,7 @@ from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.durations import not_a_duration, to_seconds
 from noetl_celery.models.keychain import (
     CLOUD_KINDS,
     KeychainEntry,
@@ -93,8 +94,9 @@ def _check_top_level(collector: Collector, data: Mapping[str, Any]) -> None:
 
 
 def _check_keychain(collector: Collector, section: Any) -> None:
-    """Malformed entries are errors; a cloud kind (secret manager, Google tokens) is a
-    warning: the playbook registers, and an execution of it fails at start."""
+    """Malformed entries are errors; a cloud kind (secret manager, Google tokens) or a
+    secret `provider` (gcp, aws, azure, vault, k8s) is a warning: the playbook
+    registers, and an execution of it fails at start."""
     if not isinstance(section, list):
         return  # the schema layer reports a `keychain` that is not a list
     seen: set[str] = set()
@@ -111,11 +113,12 @@ def _check_keychain(collector: Collector, section: Any) -> None:
                 (*path, "name"), f"keychain entry '{name}' is declared twice; rename one"
             )
         seen.add(name)
-        kind = str(raw.get("kind", raw.get("type")))
-        if kind in CLOUD_KINDS:
-            entry = KeychainEntry(name, kind, "global", dict(raw))
+        kind = str(raw.get("kind", raw.get("type")) or "")
+        entry = KeychainEntry(name, kind, "global", dict(raw))
+        if kind in CLOUD_KINDS or entry.provider is not None:
+            key = "provider" if entry.provider is not None else "kind"
             collector.warning(
-                (*path, "kind" if "kind" in raw else "type"),
+                (*path, key if key in raw else "type"),
                 f"{unsupported_message(entry)}; an execution of this playbook fails at start",
             )
 
@@ -193,10 +196,13 @@ def _check_step_timeout(collector: Collector, path: Path, spec: Any) -> None:
     if not isinstance(spec, dict) or "timeout" not in spec:
         return
     value = spec["timeout"]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    seconds = to_seconds(value)
+    if seconds is None and not number:
+        collector.error((*path, "spec", "timeout"), not_a_duration(value))
+    elif seconds is None or seconds <= 0:
         collector.error(
-            (*path, "spec", "timeout"),
-            f"a step timeout is a positive number of seconds, not {value!r}",
+            (*path, "spec", "timeout"), f"a step timeout must be above 0 seconds, not {value!r}"
         )
 
 

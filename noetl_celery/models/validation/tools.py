@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
+from noetl_celery.models.durations import is_template, not_a_duration, to_seconds
 from noetl_celery.models.policy import PREVIOUS_ALIASES
+from noetl_celery.models.python_code import compile_step_code
 from noetl_celery.models.script_source import (
     UNSUPPORTED_TYPES,
     ScriptConfigError,
@@ -48,6 +50,9 @@ class ToolContext:
 def check_tool(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
     """Kind, kind-specific requirements and policy rules of one tool (or pipeline task)."""
     check_rules(collector, path, tool)
+    timeout = tool.get("timeout")
+    if timeout is not None and not is_template(timeout) and to_seconds(timeout) is None:
+        collector.error((*path, "timeout"), not_a_duration(timeout))
     kind = tool.get("kind")
     if not isinstance(kind, str):
         return  # a missing / non-string kind is a schema error
@@ -106,12 +111,9 @@ def _check_python_source(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            compile(
-                source,
-                f"<{label}>",
-                "exec",
-                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                dont_inherit=True,
+            # a top-level `return` is NoETL's form: compiled as the tool runs it
+            compile_step_code(
+                source, f"<{label}>", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
             )
         except SyntaxError as exc:
             line = None if encoded else collector.document.text_line(path, exc.lineno or 1)
@@ -124,10 +126,7 @@ def _check_python_source(
 
 
 def _syntax_message(exc: SyntaxError) -> str:
-    message = f"python code does not compile: {exc.msg} (line {exc.lineno} of the code)"
-    if "'return' outside function" in (exc.msg or ""):
-        message += "; set a module-level `result = ...` or define `def main(...)` and return there"
-    return message
+    return f"python code does not compile: {exc.msg} (line {exc.lineno} of the code)"
 
 
 def _check_http(

@@ -73,7 +73,7 @@ def test_http_endpoint_wins_over_uri() -> None:
             "source.method",
         ),
         ({"uri": "http://h", "source": {"headers": ["a"]}}, "must be a mapping", "source.headers"),
-        ({"uri": "http://h", "source": {"timeout": "soon"}}, "not a number", "source.timeout"),
+        ({"uri": "http://h", "source": {"timeout": "soon"}}, "not a duration", "source.timeout"),
         ({"uri": "http://h", "source": {"timeout": 0}}, "above 0", "source.timeout"),
     ],
 )

@@ -123,7 +123,7 @@ workflow:
   - step: start
     tool:
       kind: python
-      code: "return 1"
+      code: "return 1 +"
     next:
       arcs:
         - step: nowhere

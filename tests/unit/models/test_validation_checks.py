@@ -91,7 +91,54 @@ CASES = [
           tool: {kind: noop}
           spec:
             timeout: -5  # <--
-        """), "a step timeout is a positive number of seconds", "a", "spec.timeout"),
+        """), "a step timeout must be above 0 seconds, not -5", "a", "spec.timeout"),
+    case("next-on-no-match", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            spec:
+              on_no_match: end  # <--
+            arcs: [{step: a, when: "{{ false }}"}]
+        """), "`on_no_match: end` is not allowed; use one of 'complete' or 'quiet'", "a",
+         "next.spec.on_no_match"),
+    case("step-timeout-not-a-duration", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec:
+            timeout: 30x  # <--
+        """), "'30x' is not a duration: use a number of seconds or 500ms, 30s, 5m, 2h", "a",
+         "spec.timeout"),
+    case("zero-step-timeout-string", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec:
+            timeout: 0ms  # <--
+        """), "a step timeout must be above 0 seconds, not '0ms'", "a", "spec.timeout"),
+    case("tool-spec-timeout-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: http
+            url: http://h
+            spec:
+              timeout: soon  # <--
+        """), "'soon' is not a duration: use a number of seconds", "a", "tool.spec.timeout"),
+    case("tool-timeout-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: python
+            code: "result = 1"
+            timeout: 5 minutes  # <--
+        """), "'5 minutes' is not a duration", "a", "tool.timeout"),
+    case("retry-delay-not-a-duration", pb("""
+        - step: a
+          tool:
+            kind: http
+            url: http://h
+            spec:
+              policy:
+                rules:
+                  - then: {do: retry, delay: 2x}  # <--
+        """), "'2x' is not a duration", "a", "tool.spec.policy.rules[0].then.delay"),
     case("fractional-max-in-flight", pb("""
         - step: a
           tool: {kind: noop}
@@ -350,6 +397,27 @@ CASES = [
             kind: snowflake  # <--
         """), "`kind: snowflake` is a NoETL tool kind that noetl-celery does not run; the "
          "playbook runs, and fails when this step is reached", "a", "tool.kind", "warning"),
+    *[
+        case(f"noetl-kind-{kind}", pb(f"""
+            - step: a
+              tool:
+                kind: {kind}  # <--
+                {extra}
+            """), f"`kind: {kind}` is a NoETL tool kind that noetl-celery does not run",
+             "a", "tool.kind", "warning")
+        for kind, extra in [
+            ("subscription", "source: {type: nats, subject: s}"),
+            ("wasm", "plugin: {path: plugins/x, version: 1}"),
+            ("provider", "provider: gcp"),
+            ("shell", "command: echo hi"),
+            ("mcp", "server: x"),
+            ("container", "image: busybox"),
+            ("transfer", "source: {kind: http}"),
+            ("result_fetch", "ref: r"),
+            ("artifact", "path: a"),
+            ("agent", "model: m"),
+        ]
+    ],
     case("kind-typo-did-you-mean", pb("""
         - step: a
           tool:
@@ -531,13 +599,13 @@ CASES = [
             return_step: end
         """), "a playbook tool needs `path:`", "a", "tool.path"),
     # --- 8. python syntax -------------------------------------------------------------------
-    case("python-return", pb("""
+    case("python-return-in-class", pb("""
         - step: a
           tool:
             kind: python
             code: |
-              x = 1
-              return x  # <--
+              class A:
+                  return 1  # <--
         """), "'return' outside function (line 2 of the code)", "a", "tool.code"),
     case("python-syntax-warning", pb(r"""
         - step: a
@@ -874,7 +942,22 @@ CASES = [
           - {name: a, kind: bearer, token: t}
           - {name: b, kind: secret_manager, provider: gcp, map: {k: p}}  # <--
         """), "keychain entry 'b' (kind secret_manager, provider gcp) is not supported here",
-         None, "keychain[1].kind", "warning"),
+         None, "keychain[1].provider", "warning"),
+    case("keychain-cloud-kind-without-provider", pb(NOOP, top="""
+        keychain:
+          - {name: b, kind: google_oauth}  # <--
+        """), "keychain entry 'b' (kind google_oauth) is not supported here", None,
+         "keychain[0].kind", "warning"),
+    case("keychain-provider-without-kind", pb(NOOP, top="""
+        keychain:
+          - {name: v, provider: vault, map: {token: secret/data/x}}  # <--
+        """), "keychain entry 'v' (provider vault) is not supported here: noetl-celery does "
+         "not reach secrets from HashiCorp Vault (`provider: vault`)", None,
+         "keychain[0].provider", "warning"),
+    case("keychain-provider-not-a-name", pb(NOOP, top="""
+        keychain:
+          - {name: v, kind: static, provider: [gcp], map: {a: b}}  # <--
+        """), "keychain entry 'v': `provider` must be a name", None, "keychain[0].provider"),
     case("keychain-no-name", pb(NOOP, top="""
         keychain:
           - {kind: bearer, token: t}  # <--
@@ -950,6 +1033,52 @@ def test_warnings_do_not_reject() -> None:
     assert len(report.warnings) == 2
     assert all(isinstance(p, Problem) for p in report.warnings)
     assert report.playbook is not None
+
+
+@pytest.mark.parametrize("value", ["complete", "quiet"])
+def test_on_no_match_values_validate_clean(value: str) -> None:
+    text = pb(
+        f"""
+        - step: a
+          tool: {{kind: noop}}
+          next:
+            spec: {{mode: exclusive, on_no_match: {value}}}
+            arcs: [{{step: b, when: "{{{{ false }}}}"}}]
+        - step: b
+          tool: {{kind: noop}}
+        """
+    )
+    report = validate_text(text)
+    assert report.problems == []
+    assert report.playbook is not None
+    assert report.playbook.step("a").next.spec.on_no_match == value  # type: ignore[union-attr]
+
+
+def test_durations_as_strings_validate_clean() -> None:
+    text = pb(
+        """
+        - step: a
+          spec: {timeout: 30s}
+          tool:
+            kind: http
+            url: http://h
+            timeout: "{{ workload.t }}"
+            spec:
+              timeout: 500ms
+              policy:
+                rules:
+                  - then: {do: retry, delay: 1.5s, max_delay: 5m, backoff: exponential}
+        - step: b
+          spec: {timeout: 2h}
+          tool: {kind: python, code: "result = 1", timeout: 90}
+          loop:
+            cursor: {kind: postgres, auth: pg, claim: "SELECT 1"}
+            iterator: row
+            spec: {mode: cursor, frame: {lease_seconds: 5m, heartbeat_seconds: "10s"}}
+        """,
+        "workload: {t: 10s}\n",
+    )
+    assert validate_text(text).problems == []
 
 
 def test_script_forms_that_validate_clean() -> None:

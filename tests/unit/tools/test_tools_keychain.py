@@ -308,6 +308,19 @@ def test_ttl_seconds_wins_over_expires_in(
     assert tokens.requests == {CLIENT_ID: 2}
 
 
+def test_ttl_seconds_as_a_duration_string(
+    keychain: Keychain, tokens: TokenServer, clock: Clock
+) -> None:
+    section = [CLIENT, oauth(tokens, ttl_seconds="20s")]
+    resolve(keychain, section, token_url=tokens.token_url)
+    clock.now += 9
+    resolve(keychain, section, token_url=tokens.token_url)
+    assert tokens.requests == {CLIENT_ID: 1}
+    clock.now += 2
+    resolve(keychain, section, token_url=tokens.token_url)
+    assert tokens.requests == {CLIENT_ID: 2}
+
+
 def test_a_rotated_credential_is_seen_at_once(tmp_path: Any, tokens: TokenServer) -> None:
     stores = [CredentialStore({"c": {"api_key": "first-key-1"}})]
     services = ToolServices(Settings(home=tmp_path), stores[0])

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from noetl_celery.errors import ToolError
 from noetl_celery.tools.base import ToolOutcome
 
 RunTool = Callable[..., ToolOutcome]
@@ -115,7 +116,10 @@ def test_assert_without_message_names_the_line(run_tool: RunTool) -> None:
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("x = 1\nreturn x\n", "SyntaxError: 'return' outside function (line 2: return x)"),
+        (
+            "class A:\n    return 1\n",
+            "SyntaxError: 'return' outside function (line 2: return 1)",
+        ),
         ("def main(:\n  pass\n", "SyntaxError: invalid syntax (line 1: def main(:)"),
     ],
 )
@@ -306,3 +310,76 @@ def test_timeout_fails_the_call_on_time(run_tool: RunTool, on_thread: bool) -> N
 def test_code_within_its_timeout_returns_normally(run_tool: RunTool) -> None:
     out = run_tool("python", {"code": "result = {'x': 1}", "timeout": 5})
     assert out.ok and out.data == {"x": 1}
+
+
+@pytest.mark.parametrize("timeout", ["300ms", "0.3s", {"timeout": "300ms"}])
+def test_timeout_as_a_duration_string(run_tool: RunTool, timeout: object) -> None:
+    config: dict[str, object] = {"code": "import time\nwhile True:\n    time.sleep(0.01)\n"}
+    config["spec" if isinstance(timeout, dict) else "timeout"] = timeout
+    out = run_tool("python", config)
+    assert out.error is not None and out.error.kind == "timeout"
+    assert "timeout of 0.3s" in out.error.message
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"timeout": "30x"}, "tool.timeout: '30x' is not a duration"),
+        ({"spec": {"timeout": "soon"}}, "tool.spec.timeout: 'soon' is not a duration"),
+    ],
+)
+def test_a_timeout_that_is_no_duration_names_the_field(
+    run_tool: RunTool, config: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ToolError, match=message):
+        run_tool("python", {"code": "result = 1", **config})
+
+
+# NoETL's python forms (noetl/tools src/tools/python.rs): `input_data` is a copy of the
+# step's input, `args` the input itself, and code ending in a top-level `return` returns
+# the result; the older forms keep their meaning.
+NOETL_FORMS = [
+    ("return {'sum': input_data['a'] + input_data.get('b', 0)}", {"a": 1, "b": 2}, {"sum": 3}),
+    ("x = input_data.get('missing', 7)\nreturn x", {}, 7),
+    ("result = {'n': input_data['n'], 'same': input_data == args}", {"n": 4}, {"n": 4, "same": 1}),
+    ("if n > 1:\n    return 'many'\nreturn 'one'", {"n": 2}, "many"),
+    ("rows = [r * 2 for r in input_data['rows']]\nreturn rows", {"rows": [1, 2]}, [2, 4]),
+    ("return", {}, None),
+    ("def main(n):\n    return n + 1\n", {"n": 1}, 2),
+    ("result = n * 3", {"n": 2}, 6),
+    # NoETL's text scan stops at the `def` and leaves this a SyntaxError: wrapped here
+    ("def double(v):\n    return v * 2\nreturn double(n)", {"n": 2}, 4),
+]
+
+
+@pytest.mark.parametrize(("code", "given", "expected"), NOETL_FORMS)
+def test_noetl_python_forms(
+    run_tool: RunTool, code: str, given: dict[str, object], expected: object
+) -> None:
+    out = run_tool("python", {"code": code}, input=given)
+    assert out.ok, out.error
+    assert out.data == expected
+
+
+def test_input_data_is_a_copy_of_the_input(run_tool: RunTool) -> None:
+    code = "input_data['x'] = 9\nreturn {'x': x, 'id': input_data, 'args': args}"
+    out = run_tool("python", {"code": code}, input={"x": 1})
+    assert out.ok, out.error
+    assert out.data == {"x": 1, "id": {"x": 9}, "args": {"x": 1}}
+
+
+def test_an_input_key_named_input_data_or_args_wins(run_tool: RunTool) -> None:
+    """NoETL's own fixtures pass `input: {input_data: ...}` and read the value back."""
+    code = "return {'id': input_data, 'args': args}"
+    given = {"input_data": {"name": "Ada"}, "args": [1, 2]}
+    out = run_tool("python", {"code": code}, input=given)
+    assert out.ok, out.error
+    assert out.data == {"id": {"name": "Ada"}, "args": [1, 2]}
+
+
+def test_a_failure_after_a_top_level_return_form_names_the_users_line(
+    run_tool: RunTool,
+) -> None:
+    out = run_tool("python", {"code": "x = 0\nreturn 1 / x\n"})
+    assert out.error is not None and out.error.kind == "python_error"
+    assert out.error.message == "ZeroDivisionError: division by zero (line 2: return 1 / x)"

@@ -53,6 +53,25 @@ def test_noetl_kinds_this_engine_lacks_fail_naming_the_kind(kind: str) -> None:
     assert str(info.value).startswith(f"kind {kind} is not supported by noetl-celery")
 
 
+def test_todays_noetl_kinds_are_listed() -> None:
+    """Every kind of NoETL's Rust server (`ToolKind`, orchestrate-core/src/playbook.rs)
+    and tools crate (src/tools/mod.rs) is run here or listed as NoETL's-only."""
+    server = {
+        "http", "postgres", "duckdb", "ducklake", "python", "workbook", "playbook",
+        "playbooks", "secrets", "iterator", "container", "script", "snowflake", "transfer",
+        "snowflake_transfer", "gcs", "gateway", "nats", "shell", "artifact", "noop",
+        "task_sequence", "rhai", "subscription", "wasm",
+    }  # fmt: skip
+    tools_crate = {
+        "artifact", "container", "duckdb", "ducklake", "http", "mcp", "nats", "noop",
+        "playbook", "postgres", "provider", "python", "result_fetch", "rhai", "script",
+        "shell", "snowflake", "subscription", "task_sequence", "transfer",
+    }  # fmt: skip
+    assert (server | tools_crate | {"agent"}) - TOOL_KINDS == UNSUPPORTED_NOETL_KINDS - {
+        "cursor_worker"
+    }
+
+
 def test_kind_tables_do_not_overlap() -> None:
     """A kind is either run here or listed as NoETL's-only, never both."""
     assert not (UNSUPPORTED_NOETL_KINDS & TOOL_KINDS)
