@@ -165,6 +165,9 @@ class Step(BaseModel):
 
     step: str
     desc: str | None = None
+    # NoETL's enable guard (server `Step.when`): evaluated when the step is reached;
+    # false => `step.skipped`, the step does not run and routing follows its arcs
+    when: str | bool | None = None
     tool: ToolSpec | list[ToolSpec] | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     set: dict[str, Any] = Field(default_factory=dict)

@@ -27,7 +27,7 @@ from noetl_celery.models.yaml_positions import Path
 _TOP_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "executor", "workflow"}
 )
-_STEP_KEYS = frozenset({"step", "desc", "tool", "input", "set", "loop", "next", "spec"})
+_STEP_KEYS = frozenset({"step", "desc", "when", "tool", "input", "set", "loop", "next", "spec"})
 # Step keys NoETL's runtime model rejects outright: an error here as well.
 _REJECTED_KEYS = {
     "args": "pass tool arguments with `input:`",
@@ -36,7 +36,7 @@ _REJECTED_KEYS = {
     "result": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
     "outcome": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
 }
-_CONDITION_KEYS = frozenset({"when", "case", "type"})
+_CONDITION_KEYS = frozenset({"case", "type"})
 _TOOL_FIELDS = frozenset(
     {"kind", "command", "commands", "query", "queries", "cmd", "cmds", "code", "url", "auth"}
 )
@@ -185,8 +185,17 @@ def _check_step(
     if isinstance(raw.get("loop"), dict):
         check_loop(collector, (*path, "loop"), raw["loop"])
     _check_step_timeout(collector, path, raw.get("spec"))
-    for key in ("tool", "input", "set", "loop", "next", "spec"):
+    _check_step_when(collector, path, raw)
+    for key in ("when", "tool", "input", "set", "loop", "next", "spec"):
         check_templates(collector, (*path, key), raw.get(key))
+
+
+def _check_step_when(collector: Collector, path: Path, raw: Mapping[str, Any]) -> None:
+    if "when" in raw and not isinstance(raw["when"], str | bool):
+        collector.error(
+            (*path, "when"),
+            f"a step's `when` is a template or a boolean, not {type(raw['when']).__name__}",
+        )
 
 
 def _check_step_timeout(collector: Collector, path: Path, spec: Any) -> None:
@@ -218,8 +227,8 @@ def _check_step_keys(collector: Collector, path: Path, raw: Mapping[str, Any]) -
             collector.error(
                 where,
                 f"step-level `{key}` is not supported: conditions go on "
-                "arcs (`next.arcs[].when`) and task policies "
-                "(`tool.spec.policy.rules[].when`)",
+                "the step's `when` (an enable guard), arcs (`next.arcs[].when`) "
+                "and task policies (`tool.spec.policy.rules[].when`)",
             )
         elif key in _TOOL_FIELDS:
             collector.warning(

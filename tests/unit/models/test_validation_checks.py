@@ -314,9 +314,19 @@ CASES = [
             - step: a
               tool: {{kind: noop}}
               {key}: x  # <--
-            """), "conditions go on arcs (`next.arcs[].when`)", "a", key)
-        for key in ("when", "case", "type")
+            """), "arcs (`next.arcs[].when`)", "a", key)
+        for key in ("case", "type")
     ],
+    case("step-when-not-a-condition", pb("""
+        - step: a
+          tool: {kind: noop}
+          when: {x: 1}  # <--
+        """), "a step's `when` is a template or a boolean, not dict", "a", "when"),
+    case("step-when-syntax", pb("""
+        - step: a
+          tool: {kind: noop}
+          when: "{{ x == }}"  # <--
+        """), "template syntax error in `when`", "a", "when"),
     case("unknown-step-key", pb("""
         - step: a
           tool: {kind: noop}

