@@ -34,6 +34,9 @@ class ToolSpec(BaseModel):
     spec: ToolOptions | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     output: Any = None
+    # a pipeline task's `set:` (NoETL tools' task_sequence): names bound from this task's
+    # `output` for the tasks after it in the same pipeline (worker.pipeline)
+    set: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def rules(self) -> list[Rule]:
@@ -42,7 +45,8 @@ class ToolSpec(BaseModel):
         return self.spec.policy.rules
 
     def fields(self) -> dict[str, Any]:
-        """The tool mapping as written, minus `spec`/`input`/`output` (rendered separately)."""
+        """The tool mapping as written, minus `spec`/`input`/`output`/`set` (rendered
+        separately)."""
         data: dict[str, Any] = {"kind": self.kind}
         if self.name is not None:
             data["name"] = self.name

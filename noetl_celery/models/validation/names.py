@@ -182,6 +182,12 @@ def _definitions(data: Mapping[str, Any]) -> _Defined:
 
 def _add_tool(defined: _Defined, tool: Mapping[str, Any]) -> None:
     defined.locals.update(str(key) for key in as_dict(tool.get("input")))
+    # a pipeline task's `set:` binds names for the tasks after it
+    for key in as_dict(tool.get("set")):
+        if isinstance(key, str) and key.strip():
+            scope, name = split_set_key(key)
+            head = name.split(".", 1)[0]
+            (defined.iter_keys if scope == "iter" else defined.locals).add(head)
     rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
     for rule in rules:
         rule, otherwise = as_dict(rule), as_dict(as_dict(rule).get("else"))

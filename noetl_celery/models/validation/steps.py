@@ -253,6 +253,12 @@ def _check_step_tool(
         return
     if isinstance(tool, dict):
         check_tool(collector, (*path, "tool"), tool, ToolContext(label, False, workbook))
+        if tool.get("set"):
+            collector.warning(
+                (*path, "tool", "set"),
+                "a tool's `set:` binds names for the tasks after it in a pipeline, and "
+                "a single tool has none: it is ignored; use the step's `set:`",
+            )
     elif isinstance(tool, list):
         if not tool:
             collector.error((*path, "tool"), "`tool` is an empty list; add at least one task")

@@ -26,7 +26,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
 
 def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     report = validate_text(text, "pb.yaml")
-    assert report.ok, report.errors
+    assert report.ok and not report.warnings, report.problems
     eid = engine.start_text(text, payload=payload)
     engine.wait(eid, 60)
     return engine.summary(eid)
@@ -75,3 +75,41 @@ def test_a_true_step_when_runs_the_step(engine: Engine) -> None:
     assert summary["status"] == "COMPLETED", summary["errors"]
     assert summary["steps"]["heavy"] == {"heavy": True}
     assert events_of(engine, summary["execution_id"], "step.skipped") == []
+
+
+PIPELINE_SET = (
+    HEAD
+    + """workload: {base_url: "https://api.example.test"}
+workflow:
+  - step: start
+    tool:
+      - name: fetch
+        kind: python
+        code: "result = {'items': [{'id': 1}, {'id': 2}, {'id': 3}], 'next_page': 2}"
+        set:
+          item_count: "{{ output.items | length }}"
+          paging.next: "{{ output.data.next_page }}"
+      - name: transform
+        kind: python
+        input: {count: "{{ item_count }}", page: "{{ paging.next }}"}
+        code: "result = {'summary': f'{count} items, next page {page}'}"
+        set: {summary: "{{ output.summary }}", ctx.pages_seen: "{{ paging.next }}"}
+      - name: save
+        kind: noop
+        input: {line: "{{ summary }} from {{ base_url }}"}
+    next:
+      arcs:
+        - step: check
+  - step: check
+    tool:
+      kind: python
+      input: {seen: "{{ pages_seen }}", saved: "{{ start.results.transform.summary }}"}
+      code: "result = {'seen': seen, 'saved': saved}"
+"""
+)
+
+
+def test_task_set_binds_names_for_the_following_tasks(engine: Engine) -> None:
+    summary = run(engine, PIPELINE_SET)
+    assert summary["status"] == "COMPLETED", summary["errors"]
+    assert summary["result"] == {"seen": 2, "saved": "3 items, next page 2"}

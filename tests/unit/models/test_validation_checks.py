@@ -322,6 +322,12 @@ CASES = [
           tool: {kind: noop}
           when: {x: 1}  # <--
         """), "a step's `when` is a template or a boolean, not dict", "a", "when"),
+    case("single-tool-set", pb("""
+        - step: a
+          tool:
+            kind: noop
+            set: {x: 1}  # <--
+        """), "a single tool has none: it is ignored", "a", "tool.set", "warning"),
     case("step-when-syntax", pb("""
         - step: a
           tool: {kind: noop}
