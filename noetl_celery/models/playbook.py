@@ -182,10 +182,13 @@ class Step(BaseModel):
     @property
     def is_pipeline(self) -> bool:
         """A list of tools, or a single tool with policy rules (NoETL rewrites it into a
-        one-task pipeline labelled `<step>_task`)."""
+        one-task pipeline labelled `<step>_task`) or under `spec.on_error: retry` (our
+        retry machinery is the pipeline's)."""
         if isinstance(self.tool, list):
             return True
-        return self.tool is not None and bool(self.tool.rules)
+        if self.tool is None:
+            return False
+        return bool(self.tool.rules) or step_on_error(self) == "retry"
 
     def tasks(self) -> list[tuple[str, ToolSpec]]:
         """The pipeline as (label, tool) pairs; unnamed tasks are `task_<index>`."""
@@ -202,6 +205,22 @@ class Step(BaseModel):
     @property
     def exclusive(self) -> bool:
         return self.next is None or self.next.spec.mode == "exclusive"
+
+
+OnError = Literal["fail", "continue", "retry"]
+ON_ERROR_VALUES: tuple[OnError, ...] = ("fail", "continue", "retry")
+
+
+def step_on_error(step: Step) -> OnError:
+    """A step's `spec.on_error` (NoETL server `StepSpec.on_error`; validation checks the
+    value): `fail` (the default), `continue` or `retry`."""
+    spec = step.spec
+    value = spec.get("on_error") if isinstance(spec, dict) else None
+    if isinstance(value, str):
+        for known in ON_ERROR_VALUES:
+            if value.strip().lower() == known:
+                return known
+    return "fail"
 
 
 def step_timeout(step: Step) -> float | None:

@@ -39,7 +39,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import StepError, error_message, output_view
-from noetl_celery.models.playbook import Playbook, Step
+from noetl_celery.models.playbook import Playbook, Step, step_on_error
 from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
@@ -329,7 +329,8 @@ class Pass:
             self.route(step, completion.epoch, output, CALL_DONE)
             return
         st.status = StepStatus.FAILED
-        if not self.route(step, completion.epoch, output, CALL_ERROR):
+        handled = self.route(step, completion.epoch, output, CALL_ERROR)
+        if not handled and step_on_error(step) != "continue":
             self.fail(step.step, completion.epoch, error_message(outcome.error), outcome.error)
 
     # ---- end of pass ------------------------------------------------------------------------

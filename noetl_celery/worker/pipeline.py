@@ -124,6 +124,12 @@ class RunState:
         return cls(**dict(data))
 
 
+# a step's `spec.on_error: retry` (NoETL server StepSpec.on_error): a failed task no rule
+# matched is retried with the defaults of NoETL's `do: retry` (tools' task_sequence
+# parse_control_action: 3 attempts in all, backoff none, 1 s), then fails the step
+ON_ERROR_RETRY = Then(do="retry", attempts=3, backoff="none", delay=1.0, max_delay=None)
+
+
 def task_failed(outcome: ToolOutcome) -> bool:
     """Inside a pipeline only `status: error` in a result counts as an error (NoETL)."""
     if not outcome.ok:
@@ -157,13 +163,17 @@ def run_pipeline(
     limits: PipelineLimits,
     resume: Mapping[str, Any] | None = None,
     stop: StopCheck | None = None,
+    on_error: Then | None = None,
 ) -> Outcome | Suspended | Parked:
     """Run the tasks; return the step's outcome (see models.outcome), `Suspended` or
     `Parked`.
 
     `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
     waited for a sub-playbook, or `{"continuation": RunState, "parked": {...}}` of one
-    that waited out a retry delay (no child: the waiting task simply runs again)."""
+    that waited out a retry delay (no child: the waiting task simply runs again).
+
+    `on_error`: what a failed task no rule matched does instead of failing the pipeline
+    (the step's `spec.on_error: retry` is `ON_ERROR_RETRY`)."""
     labels = [label for label, _ in tasks]
     run, child = _start(resume, iter_scope)
     status: str = "ok"
@@ -193,6 +203,8 @@ def run_pipeline(
                 where_bind = f"step '{step}' task '{label}' set"
                 _bind(tool.set, context, outcome.data, run, where_bind, limits.renderer)
             then = _match(step, label, tool, rule_context, limits.renderer)
+            if then is None and not outcome.ok:
+                then = on_error
             if then is not None and then.set:
                 where_set = f"step '{step}' task '{label}' set"
                 _apply_set(then.set, rule_context, run, where_set, limits.renderer)

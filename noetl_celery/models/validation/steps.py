@@ -17,6 +17,7 @@ from noetl_celery.models.keychain import (
     entry_problems,
     unsupported_message,
 )
+from noetl_celery.models.playbook import ON_ERROR_VALUES
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_step
@@ -186,6 +187,7 @@ def _check_step(
         check_loop(collector, (*path, "loop"), raw["loop"])
     _check_step_timeout(collector, path, raw.get("spec"))
     _check_step_when(collector, path, raw)
+    _check_step_on_error(collector, path, raw.get("spec"))
     for key in ("when", "tool", "input", "set", "loop", "next", "spec"):
         check_templates(collector, (*path, key), raw.get(key))
 
@@ -195,6 +197,17 @@ def _check_step_when(collector: Collector, path: Path, raw: Mapping[str, Any]) -
         collector.error(
             (*path, "when"),
             f"a step's `when` is a template or a boolean, not {type(raw['when']).__name__}",
+        )
+
+
+def _check_step_on_error(collector: Collector, path: Path, spec: Any) -> None:
+    if not isinstance(spec, dict) or "on_error" not in spec:
+        return
+    value = spec["on_error"]
+    if not isinstance(value, str) or value.strip().lower() not in ON_ERROR_VALUES:
+        collector.error(
+            (*path, "spec", "on_error"),
+            f"`spec.on_error` is one of {', '.join(ON_ERROR_VALUES)}, not {value!r}",
         )
 
 

@@ -32,7 +32,7 @@ def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> dic
     return engine.summary(eid)
 
 
-def events_of(engine: Engine, execution_id: str, kind: str) -> list[dict[str, Any]]:
+def events_of(engine: Engine, execution_id: str, kind: str) -> list[Any]:
     return list(engine.events(execution_id, types=[kind]))
 
 
@@ -113,3 +113,61 @@ def test_task_set_binds_names_for_the_following_tasks(engine: Engine) -> None:
     summary = run(engine, PIPELINE_SET)
     assert summary["status"] == "COMPLETED", summary["errors"]
     assert summary["result"] == {"seen": 2, "saved": "3 items, next page 2"}
+
+
+ON_ERROR = (
+    HEAD
+    + """workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {arcs: [{step: flaky}]}
+  - step: flaky
+    spec: {on_error: retry}
+    tool:
+      kind: python
+      input: {db: "{{ db }}"}
+      code: |
+        import json, pathlib
+        marks = pathlib.Path(db)
+        runs = json.loads(marks.read_text()) if marks.exists() else 0
+        marks.write_text(json.dumps(runs + 1))
+        if runs < 1:
+            raise RuntimeError("first run fails")
+        result = {"runs": runs + 1}
+    next: {arcs: [{step: optional}]}
+  - step: optional
+    spec: {on_error: "%s"}
+    tool: {kind: python, code: "raise ValueError('optional failed')"}
+    next:
+      arcs:
+        - {step: report, when: "{{ event.name == 'call.error' and output.status == 'error' }}"}
+        - {step: unreachable}
+  - step: report
+    tool:
+      kind: python
+      input: {runs: "{{ flaky.runs }}", failed: "{{ optional is defined }}"}
+      code: "result = {'runs': runs, 'optional_recorded': failed}"
+  - step: unreachable
+    tool: {kind: noop}
+"""
+)
+
+
+def test_on_error_retry_then_continue(engine: Engine, tmp_path: Path) -> None:
+    marks = str(tmp_path / "runs.json")
+    summary = run(engine, ON_ERROR % "continue", payload={"db": marks})
+    assert summary["status"] == "COMPLETED", summary["errors"]
+    assert summary["result"] == {"runs": 2, "optional_recorded": True}
+
+
+@pytest.mark.parametrize(("on_error", "status"), [("fail", "FAILED"), ("continue", "COMPLETED")])
+def test_an_error_no_arc_catches(
+    engine: Engine, tmp_path: Path, on_error: str, status: str
+) -> None:
+    guard = "event.name == 'call.error' and output.status == 'error'"
+    text = (ON_ERROR % on_error).replace(guard, "false")  # no guarded arc catches it
+    summary = run(engine, text, payload={"db": str(tmp_path / "runs.json")})
+    assert summary["status"] == status
+    assert [e["step"] for e in summary["errors"]] == (["optional"] if status == "FAILED" else [])
+    if status == "COMPLETED":
+        assert summary["result"]["step"] == "unreachable"  # the unconditional arc routed

@@ -328,6 +328,12 @@ CASES = [
             kind: noop
             set: {x: 1}  # <--
         """), "a single tool has none: it is ignored", "a", "tool.set", "warning"),
+    case("on-error-unknown", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec: {on_error: ignore}  # <--
+        """), "`spec.on_error` is one of fail, continue, retry, not 'ignore'", "a",
+        "spec.on_error"),
     case("step-when-syntax", pb("""
         - step: a
           tool: {kind: noop}
