@@ -334,6 +334,16 @@ CASES = [
           spec: {on_error: ignore}  # <--
         """), "`spec.on_error` is one of fail, continue, retry, not 'ignore'", "a",
         "spec.on_error"),
+    case("step-skipped-needs-a-guard", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            arcs:
+              - step: b
+                when: "{{ event.name == 'step.skipped' }}"  # <--
+        - step: b
+          tool: {kind: noop}
+        """), "an event arcs never see", "a", "next.arcs[0].when", "warning"),
     case("step-when-syntax", pb("""
         - step: a
           tool: {kind: noop}
