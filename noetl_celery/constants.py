@@ -27,6 +27,7 @@ class StepStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    SKIPPED = "skipped"  # reached with a false step-level `when`: not run
 
 
 class CommandStatus(StrEnum):
@@ -94,6 +95,8 @@ EV_COMMAND_COMPLETED: Final = "command.completed"
 EV_COMMAND_FAILED: Final = "command.failed"
 EV_LOOP_DONE: Final = "loop.done"
 EV_STEP_FAILED: Final = "step.failed"  # an unhandled step failure, recorded once per epoch
+# a step reached whose step-level `when` (enable guard) was false: it did not run
+EV_STEP_SKIPPED: Final = "step.skipped"
 EV_EXECUTION_COMPLETED: Final = "execution.completed"
 EV_EXECUTION_FAILED: Final = "execution.failed"
 EV_EXECUTION_CANCELLED: Final = "execution.cancelled"
@@ -108,7 +111,14 @@ EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
 )
 EVENT_TYPES: Final = frozenset(
-    {EV_EXECUTION_STARTED, EV_LOOP_DONE, EV_STEP_FAILED, EV_PASS_FAILED, EV_CURSOR_UNFINISHED}
+    {
+        EV_EXECUTION_STARTED,
+        EV_LOOP_DONE,
+        EV_STEP_FAILED,
+        EV_STEP_SKIPPED,
+        EV_PASS_FAILED,
+        EV_CURSOR_UNFINISHED,
+    }
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS
 )

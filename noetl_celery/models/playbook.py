@@ -35,6 +35,9 @@ class ToolSpec(BaseModel):
     spec: ToolOptions | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     output: Any = None
+    # a pipeline task's `set:` (NoETL tools' task_sequence): names bound from this task's
+    # `output` for the tasks after it in the same pipeline (worker.pipeline)
+    set: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def rules(self) -> list[Rule]:
@@ -43,7 +46,8 @@ class ToolSpec(BaseModel):
         return self.spec.policy.rules
 
     def fields(self) -> dict[str, Any]:
-        """The tool mapping as written, minus `spec`/`input`/`output` (rendered separately)."""
+        """The tool mapping as written, minus `spec`/`input`/`output`/`set` (rendered
+        separately)."""
         data: dict[str, Any] = {"kind": self.kind}
         if self.name is not None:
             data["name"] = self.name
@@ -172,6 +176,9 @@ class Step(BaseModel):
 
     step: str
     desc: str | None = None
+    # NoETL's enable guard (server `Step.when`): evaluated when the step is reached;
+    # false => `step.skipped`, the step does not run and routing follows its arcs
+    when: str | bool | None = None
     tool: ToolSpec | list[ToolSpec] | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     set: dict[str, Any] = Field(default_factory=dict)
@@ -182,10 +189,13 @@ class Step(BaseModel):
     @property
     def is_pipeline(self) -> bool:
         """A list of tools, or a single tool with policy rules (NoETL rewrites it into a
-        one-task pipeline labelled `<step>_task`)."""
+        one-task pipeline labelled `<step>_task`) or under `spec.on_error: retry` (our
+        retry machinery is the pipeline's)."""
         if isinstance(self.tool, list):
             return True
-        return self.tool is not None and bool(self.tool.rules)
+        if self.tool is None:
+            return False
+        return bool(self.tool.rules) or step_on_error(self) == "retry"
 
     def tasks(self) -> list[tuple[str, ToolSpec]]:
         """The pipeline as (label, tool) pairs; unnamed tasks are `task_<index>`."""
@@ -202,6 +212,22 @@ class Step(BaseModel):
     @property
     def exclusive(self) -> bool:
         return self.next is None or self.next.spec.mode == "exclusive"
+
+
+OnError = Literal["fail", "continue", "retry"]
+ON_ERROR_VALUES: tuple[OnError, ...] = ("fail", "continue", "retry")
+
+
+def step_on_error(step: Step) -> OnError:
+    """A step's `spec.on_error` (NoETL server `StepSpec.on_error`; validation checks the
+    value): `fail` (the default), `continue` or `retry`."""
+    spec = step.spec
+    value = spec.get("on_error") if isinstance(spec, dict) else None
+    if isinstance(value, str):
+        for known in ON_ERROR_VALUES:
+            if value.strip().lower() == known:
+                return known
+    return "fail"
 
 
 def step_timeout(step: Step) -> float | None:

@@ -31,6 +31,7 @@ from noetl_celery.constants import (
     EV_EXECUTION_COMPLETED,
     EV_EXECUTION_FAILED,
     EV_STEP_FAILED,
+    EV_STEP_SKIPPED,
     FAILED,
     KIND_STEP,
     RUNNING,
@@ -38,7 +39,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import StepError, error_message, output_view
-from noetl_celery.models.playbook import Playbook, Step
+from noetl_celery.models.playbook import Playbook, Step, step_on_error
 from noetl_celery.orchestrator import cursor, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
@@ -91,7 +92,9 @@ class Pass:
         self.loops_before = loops.mirrors_of(state)
         self.finished_loops: list[LoopMirror] = []  # epochs finished in this pass
         self._idle_hops = 0
-        self._entries: deque[str] = deque()
+        # steps to enter, with the `extra` context of the arc that reached them (what
+        # a step-level `when` sees: the routing step's `output`, `event`, `error`)
+        self._entries: deque[tuple[str, Mapping[str, Any] | None]] = deque()
 
     # ---- context ----------------------------------------------------------------------------
     def result_of(self, step: str, epoch: int) -> Any:
@@ -159,18 +162,19 @@ class Pass:
         )
 
     # ---- entering steps ---------------------------------------------------------------------
-    def enter(self, name: str) -> None:
-        self._entries.append(name)
+    def enter(self, name: str, extra: Mapping[str, Any] | None = None) -> None:
+        self._entries.append((name, extra))
 
     def _drain_entries(self) -> None:
         while self._entries:
-            name = self._entries.popleft()
+            name, extra = self._entries.popleft()
             step = self.playbook.step(name)
             issued_before = len(self.decision.commands) + len(self.decision.issues)
-            if step.loop is not None:
-                loops.enter_loop(self, step)
-            else:
-                self._enter_plain(step)
+            if self._enabled(step, extra):
+                if step.loop is not None:
+                    loops.enter_loop(self, step)
+                else:
+                    self._enter_plain(step)
             if len(self.decision.commands) + len(self.decision.issues) == issued_before:
                 self._idle_hops += 1
                 if self._idle_hops > self.limits.max_idle_transitions:
@@ -180,6 +184,58 @@ class Pass:
                         "routing cycle that issues no work (too many transitions)",
                     )
                     self._entries.clear()
+
+    def _enabled(self, step: Step, extra: Mapping[str, Any] | None) -> bool:
+        """Evaluate the step's enable guard (`when`) as NoETL's server does when a step is
+        reached (orchestrate-core `evaluate_step_when`), in the context the arc that
+        reached it saw (after the arc's `set`). False: the step is skipped (no command, no
+        result, a `step.skipped` event) and routing goes on through its arcs."""
+        if step.when is None:
+            return True
+        st = self.state.step(step.step)
+        if st.in_flight > 0 and step.loop is None:
+            return True  # already running: the entry is deduplicated as before
+        where = f"step '{step.step}' when"
+        try:
+            enabled = self.renderer.condition(step.when, self.context(extra), where)
+        except NoetlError as exc:
+            if not playbooks_fault(exc):
+                raise
+            self.fail(step.step, st.epoch, str(exc))
+            return False
+        if not enabled:
+            self._skip(step, extra)
+        return enabled
+
+    def _skip(self, step: Step, extra: Mapping[str, Any] | None) -> None:
+        """A step whose guard is false: record `step.skipped`, then follow the first of
+        its arcs that matches (NoETL's skip chain takes the first match whatever the
+        step's `next.spec.mode`), in the same context with `event.name: step.skipped`.
+        No arc matching ends that path, as a step without arcs does."""
+        st = self.state.step(step.step)
+        if st.status != StepStatus.RUNNING:  # a running loop keeps its status
+            st.status = StepStatus.SKIPPED
+        self.decision.events.append(
+            EngineEvent(EV_STEP_SKIPPED, step.step, st.epoch, {"when": step.when})
+        )
+        chained = {**(extra or {}), "event": {"name": EV_STEP_SKIPPED, "step": step.step}}
+        for index, arc in enumerate(step.arcs):
+            where = f"step '{step.step}' next.arcs[{index}].when"
+            try:
+                if not self.renderer.condition(arc.when, self.context(chained), where):
+                    continue
+                if arc.set:
+                    where_set = f"step '{step.step}' arc set"
+                    context = self.context(chained)
+                    apply_set(self.state.vars, arc.set, context, where_set, renderer=self.renderer)
+                    self.touch()
+            except NoetlError as exc:
+                if not playbooks_fault(exc):
+                    raise
+                self.fail(step.step, st.epoch, str(exc))
+                return
+            self.enter(arc.step, chained)
+            return
 
     def _enter_plain(self, step: Step) -> None:
         st = self.state.step(step.step)
@@ -203,12 +259,12 @@ class Pass:
     def route(self, step: Step, epoch: int, output: Mapping[str, Any], event_name: str) -> bool:
         """Evaluate the step's arcs; return True if a guarded arc matched (handled)."""
         handled = False
+        extra = {
+            "output": output,
+            "event": {"name": event_name, "step": step.step},
+            "error": output.get("error"),
+        }
         for index, arc in enumerate(step.arcs):
-            extra = {
-                "output": output,
-                "event": {"name": event_name, "step": step.step},
-                "error": output.get("error"),
-            }
             where = f"step '{step.step}' next.arcs[{index}].when"
             try:
                 matched = self.renderer.condition(arc.when, self.context(extra), where)
@@ -225,7 +281,7 @@ class Pass:
             if not matched:
                 continue
             handled = handled or arc.when is not None
-            self.enter(arc.step)
+            self.enter(arc.step, extra)
             if step.exclusive:
                 break
         return handled
@@ -273,7 +329,8 @@ class Pass:
             self.route(step, completion.epoch, output, CALL_DONE)
             return
         st.status = StepStatus.FAILED
-        if not self.route(step, completion.epoch, output, CALL_ERROR):
+        handled = self.route(step, completion.epoch, output, CALL_ERROR)
+        if not handled and step_on_error(step) != "continue":
             self.fail(step.step, completion.epoch, error_message(outcome.error), outcome.error)
 
     # ---- end of pass ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE, StepStatus
 from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
-from noetl_celery.models.playbook import Step
+from noetl_celery.models.playbook import Step, step_on_error
 from noetl_celery.orchestrator.decisions import Completion, EngineEvent, IssueRange, LoopMirror
 from noetl_celery.orchestrator.run import Run
 from noetl_celery.orchestrator.state import ItemError, LoopProgress, StepState
@@ -117,11 +117,12 @@ def finish_loop(run: Run, step: Step, st: StepState) -> None:
     run.decision.events.append(event(EV_LOOP_DONE, step.step, progress.epoch, {"stats": stats}))
     run.record_result(step.step, progress.epoch, "ok", aggregate)
     run.state.last_step = step.step
-    if progress.failed:
+    if progress.failed and step_on_error(step) != "continue":
         # NoETL fails the execution on any unhandled iteration error, and so does every
         # peer (Airflow: a failed mapped task fails the run). The loop still completes
         # and routes; the execution ends FAILED once its flow is done. A body policy that
-        # continues past the error (or a retry that succeeds) makes the item a success.
+        # continues past the error (or a retry that succeeds) makes the item a success;
+        # the step's `spec.on_error: continue` handles them all.
         fail_items(run, step, progress)
     output = output_view(Outcome("ok", aggregate))
     run.route(step, progress.epoch, output, LOOP_DONE)

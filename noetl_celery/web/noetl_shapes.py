@@ -51,6 +51,7 @@ from noetl_celery.constants import (
     EV_LOOP_DONE,
     EV_PASS_FAILED,
     EV_STEP_FAILED,
+    EV_STEP_SKIPPED,
     FAILED,
     TERMINAL_STATUSES,
     StepStatus,
@@ -68,6 +69,7 @@ EVENT_NAMES: dict[str, str] = {
     EV_COMMAND_FAILED: "call.error",
     EV_LOOP_DONE: "loop.done",
     EV_STEP_FAILED: "step.failed",
+    EV_STEP_SKIPPED: "step.skipped",
     EV_EXECUTION_COMPLETED: "playbook.completed",
     EV_EXECUTION_FAILED: "playbook.failed",
     EV_EXECUTION_CANCELLED: "execution.cancelled",
@@ -82,6 +84,7 @@ EVENT_STATUS: dict[str, str] = {
     EV_COMMAND_FAILED: FAILED,
     EV_LOOP_DONE: COMPLETED,
     EV_STEP_FAILED: FAILED,
+    EV_STEP_SKIPPED: "SKIPPED",  # NoETL's status of its step.skipped
     EV_EXECUTION_COMPLETED: COMPLETED,
     EV_EXECUTION_FAILED: FAILED,
     EV_EXECUTION_CANCELLED: CANCELLED,

@@ -6,6 +6,13 @@ runs), `jump` to a label, `break`, or `fail`. Without a matching rule a successf
 continues and a failed one fails the pipeline. `set` in a rule writes `iter.*` into the
 iteration scope and `ctx.*` into the pipeline's ctx, returned to the orchestrator.
 
+A task's own `set:` (NoETL's forward-only binding, tools' task_sequence since 92716a5)
+is rendered after the task succeeds, with `output` its result (a mapping also reachable
+as `output.data`), before its rules: bare and dotted names are bound for the tasks after
+it in this pipeline only (`a.b` nests), `iter.*` and `ctx.*` keys write the iteration
+scope and the pipeline's ctx as a rule's `set` does. A task's `input:` is rendered in
+that context, so it reads the names bound before it.
+
 A task that waits for a sub-playbook suspends the pipeline: its whole run state is
 returned as a continuation (plain JSON) and the pipeline resumes from it, with the
 child's outcome as that task's outcome, when the command is issued again.
@@ -101,6 +108,7 @@ class RunState:
     ctx: dict[str, Any] = field(default_factory=dict)
     iter: dict[str, Any] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
+    bound: dict[str, Any] = field(default_factory=dict)  # names tasks' `set:` bound
     prev: Any = None
     runs: int = 0
     jumps: int = 0
@@ -114,6 +122,12 @@ class RunState:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunState:
         return cls(**dict(data))
+
+
+# a step's `spec.on_error: retry` (NoETL server StepSpec.on_error): a failed task no rule
+# matched is retried with the defaults of NoETL's `do: retry` (tools' task_sequence
+# parse_control_action: 3 attempts in all, backoff none, 1 s), then fails the step
+ON_ERROR_RETRY = Then(do="retry", attempts=3, backoff="none", delay=1.0, max_delay=None)
 
 
 def task_failed(outcome: ToolOutcome) -> bool:
@@ -149,13 +163,17 @@ def run_pipeline(
     limits: PipelineLimits,
     resume: Mapping[str, Any] | None = None,
     stop: StopCheck | None = None,
+    on_error: Then | None = None,
 ) -> Outcome | Suspended | Parked:
     """Run the tasks; return the step's outcome (see models.outcome), `Suspended` or
     `Parked`.
 
     `resume` is `{"continuation": RunState, "child": <child summary>}` of a command that
     waited for a sub-playbook, or `{"continuation": RunState, "parked": {...}}` of one
-    that waited out a retry delay (no child: the waiting task simply runs again)."""
+    that waited out a retry delay (no child: the waiting task simply runs again).
+
+    `on_error`: what a failed task no rule matched does instead of failing the pipeline
+    (the step's `spec.on_error: retry` is `ON_ERROR_RETRY`)."""
     labels = [label for label, _ in tasks]
     run, child = _start(resume, iter_scope)
     status: str = "ok"
@@ -181,7 +199,12 @@ def run_pipeline(
         output = _output(outcome, attempt)
         rule_context = {**context, "output": output, "error": output["error"]}
         try:
+            if tool.set and outcome.ok:
+                where_bind = f"step '{step}' task '{label}' set"
+                _bind(tool.set, context, outcome.data, run, where_bind, limits.renderer)
             then = _match(step, label, tool, rule_context, limits.renderer)
+            if then is None and not outcome.ok:
+                then = on_error
             if then is not None and then.set:
                 where_set = f"step '{step}' task '{label}' set"
                 _apply_set(then.set, rule_context, run, where_set, limits.renderer)
@@ -216,6 +239,7 @@ def _task_context(
     return {
         **base,
         **run.results,
+        **run.bound,
         "ctx": {**base_ctx, **run.ctx},
         "iter": run.iter,
         "results": run.results,
@@ -337,6 +361,34 @@ def _apply_set(
     ]
     for (scope, name), value in rendered:
         (run.iter if scope == "iter" else run.ctx)[name] = value
+
+
+def _bind(
+    mapping: Mapping[str, Any],
+    context: Mapping[str, Any],
+    data: Any,
+    run: RunState,
+    where: str,
+    renderer: Renderer,
+) -> None:
+    """A task's `set:`: every value rendered first (against the task's context and its
+    `output`), then bound, so one key never sees another's new value."""
+    output = {**data, "data": data} if isinstance(data, dict) and "data" not in data else data
+    set_context = {**context, "output": output}
+    rendered = [(k, renderer.value(v, set_context, f"{where}.{k}")) for k, v in mapping.items()]
+    for key, value in rendered:
+        if key.startswith(("iter.", "ctx.")):
+            scope, name = split_set_key(key)
+            (run.iter if scope == "iter" else run.ctx)[name] = value
+            continue
+        *parents, last = key.split(".")
+        target = run.bound
+        for part in parents:
+            child = target.get(part)
+            # a copy: the mapping may be a task's result, which a binding must not change
+            child = target[part] = dict(child) if isinstance(child, dict) else {}
+            target = child
+        target[last] = value
 
 
 def _exhausted(outcome: ToolOutcome, attempts: int) -> StepError:

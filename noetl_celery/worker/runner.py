@@ -17,7 +17,7 @@ from noetl_celery.constants import KIND_CLAIM
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
 from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError, normalise_status
-from noetl_celery.models.playbook import Playbook, Step, ToolSpec
+from noetl_celery.models.playbook import Playbook, Step, ToolSpec, step_on_error
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
@@ -28,7 +28,13 @@ from noetl_celery.tools.keychain import KeychainError
 from noetl_celery.tools.redaction import current_masks, mask_command_value
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.claims import HeldFrame, run_claim
-from noetl_celery.worker.pipeline import Parked, PipelineLimits, StopCheck, run_pipeline
+from noetl_celery.worker.pipeline import (
+    ON_ERROR_RETRY,
+    Parked,
+    PipelineLimits,
+    StopCheck,
+    run_pipeline,
+)
 from noetl_celery.worker.subplaybook import Children, Suspend, Suspended, child_outcome
 from noetl_celery.worker.tool_call import run_tool
 
@@ -174,7 +180,15 @@ class StepRunner:
                 return Outcome.failed(StepError("template_error", str(exc)))
             context = {**context, **step_input}
             outcome = run_pipeline(
-                step.step, step.tasks(), context, scope, run_task, self.limits, resume, stop
+                step.step,
+                step.tasks(),
+                context,
+                scope,
+                run_task,
+                self.limits,
+                resume,
+                stop,
+                on_error=ON_ERROR_RETRY if step_on_error(step) == "retry" else None,
             )
         else:
             assert isinstance(step.tool, ToolSpec)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl_celery.constants import CALL_DONE, CALL_ERROR, LOOP_DONE
+from noetl_celery.constants import CALL_DONE, CALL_ERROR, EV_STEP_SKIPPED, LOOP_DONE
 from noetl_celery.models.scopes import split_set_key
 from noetl_celery.models.validation.base import (
     Collector,
@@ -76,6 +76,7 @@ OTHER_EVENTS = frozenset(
     {
         "step.enter",
         "step.exit",
+        EV_STEP_SKIPPED,  # seen by the arcs of a step with a `when` only
         "loop.item",
         "loop.stalled",
         "command.issued",
@@ -125,6 +126,7 @@ class _Where:
     iterator: str | None  # the step's loop iterator; None: not a loop step
     field: str  # the step key the template sits under (`tool`, `next`, ...)
     workbook: bool = False
+    guarded: bool = False  # the step has a `when`: its arcs may see `step.skipped`
 
 
 def check_names(collector: Collector, credentials: CredentialAliases | None = None) -> None:
@@ -136,7 +138,8 @@ def check_names(collector: Collector, credentials: CredentialAliases | None = No
         loop = as_dict(step.get("loop"))
         iterator = loop.get("iterator") if isinstance(loop.get("iterator"), str) else None
         for key in _STEP_FIELDS:
-            where = _Where(iterator if step.get("loop") is not None else None, key)
+            loop_iterator = iterator if step.get("loop") is not None else None
+            where = _Where(loop_iterator, key, guarded="when" in step)
             _check_value(collector, ("workflow", index, key), step.get(key), defined, where)
     for index, entry in enumerate(as_list(data.get("workbook"))):
         where = _Where(None, "tool", workbook=True)
@@ -182,6 +185,12 @@ def _definitions(data: Mapping[str, Any]) -> _Defined:
 
 def _add_tool(defined: _Defined, tool: Mapping[str, Any]) -> None:
     defined.locals.update(str(key) for key in as_dict(tool.get("input")))
+    # a pipeline task's `set:` binds names for the tasks after it
+    for key in as_dict(tool.get("set")):
+        if isinstance(key, str) and key.strip():
+            scope, name = split_set_key(key)
+            head = name.split(".", 1)[0]
+            (defined.iter_keys if scope == "iter" else defined.locals).add(head)
     rules = as_list(as_dict(as_dict(tool.get("spec")).get("policy")).get("rules"))
     for rule in rules:
         rule, otherwise = as_dict(rule), as_dict(as_dict(rule).get("else"))
@@ -303,6 +312,8 @@ def _iter_problem(key: str, defined: _Defined, where: _Where) -> tuple[str | Non
 def _check_events(collector: Collector, path: Path, refs: TemplateRefs, where: _Where) -> None:
     loop_step = where.iterator is not None
     routed = (LOOP_DONE,) if loop_step else (CALL_DONE, CALL_ERROR)
+    if where.guarded:
+        routed = (*routed, EV_STEP_SKIPPED)
     for comparison in refs.events:
         value = comparison.value
         line = collector.document.text_line(path, comparison.line)

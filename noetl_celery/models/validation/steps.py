@@ -18,6 +18,7 @@ from noetl_celery.models.keychain import (
     entry_problems,
     unsupported_message,
 )
+from noetl_celery.models.playbook import ON_ERROR_VALUES
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_step
@@ -28,7 +29,7 @@ from noetl_celery.models.yaml_positions import Path
 _TOP_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "executor", "workflow"}
 )
-_STEP_KEYS = frozenset({"step", "desc", "tool", "input", "set", "loop", "next", "spec"})
+_STEP_KEYS = frozenset({"step", "desc", "when", "tool", "input", "set", "loop", "next", "spec"})
 # Step keys NoETL's runtime model rejects outright: an error here as well.
 _REJECTED_KEYS = {
     "args": "pass tool arguments with `input:`",
@@ -37,7 +38,7 @@ _REJECTED_KEYS = {
     "result": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
     "outcome": "read a step's result by its name (`{{ <step> }}`) or via `output` in `set`/arcs",
 }
-_CONDITION_KEYS = frozenset({"when", "case", "type"})
+_CONDITION_KEYS = frozenset({"case", "type"})
 _TOOL_FIELDS = frozenset(
     {"kind", "command", "commands", "query", "queries", "cmd", "cmds", "code", "url", "auth"}
 )
@@ -188,8 +189,29 @@ def _check_step(
     if isinstance(raw.get("loop"), dict):
         check_loop(collector, (*path, "loop"), raw["loop"])
     _check_step_timeout(collector, path, raw.get("spec"))
-    for key in ("tool", "input", "set", "loop", "next", "spec"):
+    _check_step_when(collector, path, raw)
+    _check_step_on_error(collector, path, raw.get("spec"))
+    for key in ("when", "tool", "input", "set", "loop", "next", "spec"):
         check_templates(collector, (*path, key), raw.get(key))
+
+
+def _check_step_when(collector: Collector, path: Path, raw: Mapping[str, Any]) -> None:
+    if "when" in raw and not isinstance(raw["when"], str | bool):
+        collector.error(
+            (*path, "when"),
+            f"a step's `when` is a template or a boolean, not {type(raw['when']).__name__}",
+        )
+
+
+def _check_step_on_error(collector: Collector, path: Path, spec: Any) -> None:
+    if not isinstance(spec, dict) or "on_error" not in spec:
+        return
+    value = spec["on_error"]
+    if not isinstance(value, str) or value.strip().lower() not in ON_ERROR_VALUES:
+        collector.error(
+            (*path, "spec", "on_error"),
+            f"`spec.on_error` is one of {', '.join(ON_ERROR_VALUES)}, not {value!r}",
+        )
 
 
 def _check_step_timeout(collector: Collector, path: Path, spec: Any) -> None:
@@ -224,8 +246,8 @@ def _check_step_keys(collector: Collector, path: Path, raw: Mapping[str, Any]) -
             collector.error(
                 where,
                 f"step-level `{key}` is not supported: conditions go on "
-                "arcs (`next.arcs[].when`) and task policies "
-                "(`tool.spec.policy.rules[].when`)",
+                "the step's `when` (an enable guard), arcs (`next.arcs[].when`) "
+                "and task policies (`tool.spec.policy.rules[].when`)",
             )
         elif key in _TOOL_FIELDS:
             collector.warning(
@@ -250,6 +272,12 @@ def _check_step_tool(
         return
     if isinstance(tool, dict):
         check_tool(collector, (*path, "tool"), tool, ToolContext(label, False, workbook))
+        if tool.get("set"):
+            collector.warning(
+                (*path, "tool", "set"),
+                "a tool's `set:` binds names for the tasks after it in a pipeline, and "
+                "a single tool has none: it is ignored; use the step's `set:`",
+            )
     elif isinstance(tool, list):
         if not tool:
             collector.error((*path, "tool"), "`tool` is an empty list; add at least one task")

@@ -361,9 +361,41 @@ CASES = [
             - step: a
               tool: {{kind: noop}}
               {key}: x  # <--
-            """), "conditions go on arcs (`next.arcs[].when`)", "a", key)
-        for key in ("when", "case", "type")
+            """), "arcs (`next.arcs[].when`)", "a", key)
+        for key in ("case", "type")
     ],
+    case("step-when-not-a-condition", pb("""
+        - step: a
+          tool: {kind: noop}
+          when: {x: 1}  # <--
+        """), "a step's `when` is a template or a boolean, not dict", "a", "when"),
+    case("single-tool-set", pb("""
+        - step: a
+          tool:
+            kind: noop
+            set: {x: 1}  # <--
+        """), "a single tool has none: it is ignored", "a", "tool.set", "warning"),
+    case("on-error-unknown", pb("""
+        - step: a
+          tool: {kind: noop}
+          spec: {on_error: ignore}  # <--
+        """), "`spec.on_error` is one of fail, continue, retry, not 'ignore'", "a",
+        "spec.on_error"),
+    case("step-skipped-needs-a-guard", pb("""
+        - step: a
+          tool: {kind: noop}
+          next:
+            arcs:
+              - step: b
+                when: "{{ event.name == 'step.skipped' }}"  # <--
+        - step: b
+          tool: {kind: noop}
+        """), "an event arcs never see", "a", "next.arcs[0].when", "warning"),
+    case("step-when-syntax", pb("""
+        - step: a
+          tool: {kind: noop}
+          when: "{{ x == }}"  # <--
+        """), "template syntax error in `when`", "a", "when"),
     case("unknown-step-key", pb("""
         - step: a
           tool: {kind: noop}
