@@ -37,7 +37,8 @@
     ├── ReplayError               a replayed pass asked history a question its record does
     │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist
-    └── ScheduleNotFound          a schedule id that does not exist
+    ├── ScheduleNotFound          a schedule id that does not exist
+    └── CredentialNotFound        an alias that is not in the credentials file
 
 The CLI prints any of these as one line and exits 2; none is shown with a traceback.
 
@@ -244,6 +245,10 @@ class ExecutionNotFound(NoetlError):
 
 class ScheduleNotFound(NoetlError):
     """There is no schedule with this id."""
+
+
+class CredentialNotFound(NoetlError):
+    """There is no alias of this name in the credentials file (NOETL_CREDENTIALS_FILE)."""
 
 
 def playbooks_fault(exc: NoetlError) -> bool:

@@ -25,7 +25,7 @@ from yaml import YAMLError
 
 from noetl_celery.engine import compat
 from noetl_celery.engine.service import Engine
-from noetl_celery.errors import CatalogNotFound
+from noetl_celery.errors import CatalogNotFound, CredentialNotFound
 from noetl_celery.models.validation import CredentialAliases, load_playbook, validate_text
 from noetl_celery.models.yaml_safe import safe_load
 from noetl_celery.settings import Settings
@@ -140,10 +140,6 @@ def stop(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, Any]
 
 
 # ---- credentials ---------------------------------------------------------------------------
-class CredentialNotFound(CatalogNotFound):
-    """A 404 (problems maps CatalogNotFound to it)."""
-
-
 def _credentials(
     engine: Engine, settings: Settings, *, include_data: bool
 ) -> dict[str, dict[str, Any]]:

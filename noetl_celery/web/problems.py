@@ -21,6 +21,7 @@ from noetl_celery.errors import (
     BrokerUnavailable,
     CatalogNotFound,
     ConfigurationError,
+    CredentialNotFound,
     ExecutionNotFound,
     InputInvalid,
     NoetlError,
@@ -35,6 +36,7 @@ STATUS_BY_ERROR: tuple[tuple[type[NoetlError], int], ...] = (
     (ExecutionNotFound, 404),
     (CatalogNotFound, 404),
     (ScheduleNotFound, 404),
+    (CredentialNotFound, 404),
     (PlaybookInvalid, 422),
     (KeychainInvalid, 422),  # a keychain entry of a kind that cannot work here
     (InputInvalid, 422),
