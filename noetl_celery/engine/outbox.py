@@ -32,6 +32,7 @@ from contextlib import contextmanager
 
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.orchestrate import PassDriver
+from noetl_celery.engine.periodic import Periodic
 from noetl_celery.store.outbox import KIND_COMMAND, KIND_WAKE
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow
@@ -205,28 +206,12 @@ class Relay:
         return cleared
 
 
-class RelayThread:
+class RelayThread(Periodic):
+    """`Relay.tick` every `interval` seconds; a failing look (the engine database away)
+    is logged once a minute while it lasts."""
+
     def __init__(self, relay: Relay, interval: float = RELAY_SECONDS) -> None:
+        super().__init__(
+            "noetl-relay", interval, relay.tick, log, "relay: a look at the outbox failed", 60.0
+        )
         self.relay = relay
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="noetl-relay", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        failed_at: float | None = None
-        while not self._stop.wait(self._interval):
-            try:
-                self.relay.tick()
-                failed_at = None
-            except Exception:  # the engine database away: next tick
-                now = time.monotonic()
-                if failed_at is None or now - failed_at >= 60:
-                    failed_at = now
-                    log.warning("relay: a look at the outbox failed", exc_info=True)

@@ -24,7 +24,6 @@ runs it on a thread.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
+from noetl_celery.engine.periodic import Periodic
 from noetl_celery.engine.termination import end_tree
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.store.reaper import LostCommand
@@ -216,25 +216,8 @@ def _about(lost: LostCommand, command_id: str | None = None) -> dict[str, str]:
     }
 
 
-class ReaperThread:
+class ReaperThread(Periodic):
     """Sweeps every `interval` seconds on a daemon thread (the embedded default)."""
 
     def __init__(self, reaper: Reaper, interval: float) -> None:
-        self._reaper = reaper
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="noetl-reaper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._reaper.sweep()
-            except Exception:  # the database may be away for a moment: sweep again later
-                log.warning("reaper sweep failed", exc_info=True)
+        super().__init__("noetl-reaper", interval, reaper.sweep, log, "reaper sweep failed")
