@@ -6,7 +6,9 @@ would wait forever. Until a worker claims one of the execution's commands, `run`
 loop calls a `WorkerCheck` (it acts at most once a second): after a few seconds it asks
 the workers which database they use. None answering is a warning (start one, and the
 run goes on); workers that all use another database end the run with one line naming
-both databases, its execution cancelled so nothing is left RUNNING.
+both databases, its execution cancelled so nothing is left RUNNING. While the
+execution's commands are held for a broker that is away (engine.outbox), the check waits:
+no worker could answer then, and the progress line names the broker instead.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ class WorkerCheck:
         self._next_poll = now + POLL_SECONDS
         if self._engine.store.any_claimed(self._execution_id):
             self._done = True  # a worker of this database exists: nothing more to check
+            return
+        if self._engine.store.outbox.waiting(self._execution_id):
+            # its commands wait for the broker, not for a worker: the progress line says
+            # so, and no worker can answer a broker that is away (engine.outbox)
+            self._started, self._next_ask = now, now + ASK_AFTER_SECONDS
             return
         waited = now - self._started
         if now >= self._next_ask:

@@ -17,9 +17,18 @@ SETTINGS = Settings(database_url="postgresql://u:pw@h:5432/db_a", broker_url="re
 
 
 @dataclass
+class FakeOutbox:
+    held: int = 0  # the execution's commands held for the broker
+
+    def waiting(self, execution_id: str) -> int:
+        return self.held
+
+
+@dataclass
 class FakeStore:
     claimed: bool = False
     asked: int = 0
+    outbox: FakeOutbox = field(default_factory=FakeOutbox)
 
     def any_claimed(self, execution_id: str) -> bool:
         self.asked += 1
@@ -117,3 +126,18 @@ def test_nothing_is_asked_once_a_worker_claimed() -> None:
     check, _, clock, warnings, asks = make([{"hostname": "w", "database_id": "x/y"}], engine)
     run_for(check, clock, 15.0)
     assert asks[0] == 0 and warnings == [] and engine.store.asked == 1
+
+
+def test_commands_held_for_the_broker_wait_for_it_not_for_a_worker() -> None:
+    """While the broker is away nobody can answer: no "no worker answers" warning, no
+    "nothing claimed" warning; the wait is counted again from the broker's return."""
+    engine = FakeEngine()
+    engine.store.outbox.held = 3
+    check, _, clock, warnings, asks = make([], engine)
+    run_for(check, clock, 30.0)
+    assert asks[0] == 0 and warnings == []
+    engine.store.outbox.held = 0  # the relay published them
+    run_for(check, clock, 1.9)  # the last held poll was at most a poll interval ago
+    assert asks[0] == 0 and warnings == []
+    run_for(check, clock, 10.0)
+    assert asks[0] >= 1 and warnings[0].startswith("waiting for a worker")
