@@ -6,7 +6,8 @@ The models accept what NoETL's runtime accepts (unknown tool fields, unknown ste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -286,6 +287,7 @@ class Playbook(BaseModel):
     _steps: dict[str, Step] = PrivateAttr(default_factory=dict)
     _workbook: dict[str, WorkbookTask] = PrivateAttr(default_factory=dict)
     _scripts: StoredScripts = PrivateAttr(default_factory=StoredScripts)
+    _graph: ArcGraph | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any, /) -> None:
         # first definition wins; duplicates are reported by validation
@@ -311,6 +313,13 @@ class Playbook(BaseModel):
     def has_step(self, name: str) -> bool:
         return name in self._steps
 
+    @property
+    def graph(self) -> ArcGraph:
+        """The arc graph (fan-in upstreams, reachability), computed once."""
+        if self._graph is None:
+            self._graph = ArcGraph.of(self._steps)
+        return self._graph
+
     def workbook_task(self, name: str) -> WorkbookTask | None:
         return self._workbook.get(name)
 
@@ -333,3 +342,47 @@ class Playbook(BaseModel):
                     yield step.step, ("workflow", index, "tool", position), tool
         for index, task in enumerate(self.workbook):
             yield task.name, ("workbook", index, "tool"), task.tool
+
+
+@dataclass(frozen=True)
+class ArcGraph:
+    """The playbook's step graph as NoETL's server reads it for its fan-in barrier
+    (orchestrate-core/src/orchestrator.rs `build_incoming_arcs`, `forward_reachable`,
+    server v2.49.0 #142, ai-meta#83): `upstreams[t]` are the steps with an arc to `t`
+    (a step with several arcs to `t` counts once), without back-edges (an upstream that
+    `t` itself reaches again by arcs: a loop's way back); `reach[s]` is every step
+    reachable from `s` by one or more arcs. A fan-in step has two or more upstreams."""
+
+    upstreams: Mapping[str, frozenset[str]]
+    reach: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, steps: Mapping[str, Step]) -> ArcGraph:
+        targets = {
+            name: [arc.step for arc in step.arcs if arc.step in steps]
+            for name, step in steps.items()
+        }
+        reach: dict[str, frozenset[str]] = {}
+        for name in steps:
+            seen: set[str] = set()
+            stack = list(targets[name])
+            while stack:
+                node = stack.pop()
+                if node not in seen:
+                    seen.add(node)
+                    stack.extend(targets[node])
+            reach[name] = frozenset(seen)
+        incoming: dict[str, set[str]] = {}
+        for name, outs in targets.items():
+            for target in outs:
+                if name not in reach[target]:  # not a back-edge
+                    incoming.setdefault(target, set()).add(name)
+        return cls({t: frozenset(ups) for t, ups in incoming.items()}, reach)
+
+    def fan_in(self, step: str) -> frozenset[str]:
+        """The upstreams a fan-in step waits for; empty for any other step."""
+        ups = self.upstreams.get(step, frozenset())
+        return ups if len(ups) > 1 else frozenset()
+
+    def on_cycle(self, step: str) -> bool:
+        return step in self.reach.get(step, frozenset())

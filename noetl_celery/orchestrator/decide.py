@@ -13,6 +13,33 @@ Semantics (reference §1.5-§1.8, §4; design §7):
 - a non-loop step already running is not entered twice; re-entering a finished loop
   starts a new epoch; an empty loop completes at once;
 - the execution is terminal when no command is in flight and the pass issued nothing.
+
+Fan-in barrier (NoETL server orchestrate-core/src/orchestrator.rs, read at 3.83.1:
+`build_incoming_arcs`, `live_reachable` and the "R4 fan-in / reduce barrier" of v2.49.0
+#142, ai-meta#83/#120; `step.skipped` for untaken siblings of v2.57.2, ai-meta#67):
+- a step is a fan-in step when two or more *steps* have arcs to it, not counting
+  back-edges (an arc from a step the target reaches again: a loop's way back, `next:
+  self`); several arcs of one step to it count once (models.playbook `ArcGraph`);
+- an arc of an upstream reaching a fan-in step is an *arrival* (recorded in the state's
+  `joins`); the step is entered once every upstream has arrived or can no longer fire,
+  and its arrivals are then cleared (a later arrival starts the next epoch's barrier);
+- an upstream can still fire when it is running (a command or a loop in flight), is
+  queued to be entered in this pass, or is reachable by arcs from one of those; a
+  skipped step, a step whose arcs did not choose the fan-in step, a failed branch that
+  routed elsewhere and whatever only they lead to can no longer fire (NoETL's
+  `live_reachable` seeds: running steps and the steps entered in the pass);
+- waiting fan-in steps are checked again after each completion, so a branch that ends
+  without arriving releases the barrier; an entry that is not an arc of an upstream
+  (the start, a rerun's entry, a back-edge) passes straight through;
+- an exclusive router's untaken arc targets that were never entered record
+  `step.skipped` (`reason: exclusive`), unless the router is on a cycle (a pagination
+  branch point's exit is "not this iteration", not dead: NoETL skips those too).
+Differences: NoETL never re-enters a finished step except by a loop back-edge; here a
+barrier passed once waits again for the next arrivals (a new epoch). A failed upstream
+that still arrives (an unconditional arc) is an arrival and the execution ends FAILED
+after the joined step, as without a barrier. Exactly one command per barrier pass: passes
+are serialized per execution and the joined step's command id is (execution, step,
+epoch), inserted ON CONFLICT DO NOTHING (tests/integration/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -94,7 +121,8 @@ class Pass:
         self._idle_hops = 0
         # steps to enter, with the `extra` context of the arc that reached them (what
         # a step-level `when` sees: the routing step's `output`, `event`, `error`)
-        self._entries: deque[tuple[str, Mapping[str, Any] | None]] = deque()
+        # and the step whose arc it was (None: not an arc, e.g. the start)
+        self._entries: deque[tuple[str, Mapping[str, Any] | None, str | None]] = deque()
 
     # ---- context ----------------------------------------------------------------------------
     def result_of(self, step: str, epoch: int) -> Any:
@@ -162,28 +190,109 @@ class Pass:
         )
 
     # ---- entering steps ---------------------------------------------------------------------
-    def enter(self, name: str, extra: Mapping[str, Any] | None = None) -> None:
-        self._entries.append((name, extra))
+    def enter(
+        self, name: str, extra: Mapping[str, Any] | None = None, source: str | None = None
+    ) -> None:
+        self._entries.append((name, extra, source))
 
     def _drain_entries(self) -> None:
-        while self._entries:
-            name, extra = self._entries.popleft()
-            step = self.playbook.step(name)
-            issued_before = len(self.decision.commands) + len(self.decision.issues)
-            if self._enabled(step, extra):
-                if step.loop is not None:
-                    loops.enter_loop(self, step)
-                else:
-                    self._enter_plain(step)
-            if len(self.decision.commands) + len(self.decision.issues) == issued_before:
-                self._idle_hops += 1
-                if self._idle_hops > self.limits.max_idle_transitions:
-                    self.fail(
-                        name,
-                        self.state.step(name).epoch,
-                        "routing cycle that issues no work (too many transitions)",
-                    )
-                    self._entries.clear()
+        while True:
+            while self._entries:
+                self._drain_one()
+            if not self._release_joins():
+                return
+
+    def _drain_one(self) -> None:
+        name, extra, source = self._entries.popleft()
+        if source is not None and not self._arrive(name, source):
+            return  # waits at its fan-in barrier
+        step = self.playbook.step(name)
+        issued_before = len(self.decision.commands) + len(self.decision.issues)
+        if self._enabled(step, extra):
+            if step.loop is not None:
+                loops.enter_loop(self, step)
+            else:
+                self._enter_plain(step)
+        if len(self.decision.commands) + len(self.decision.issues) == issued_before:
+            self._idle_hops += 1
+            if self._idle_hops > self.limits.max_idle_transitions:
+                self.fail(
+                    name,
+                    self.state.step(name).epoch,
+                    "routing cycle that issues no work (too many transitions)",
+                )
+                self._entries.clear()
+
+    # ---- fan-in barrier ----------------------------------------------------------------------
+    def _arrive(self, name: str, source: str) -> bool:
+        """Record `source`'s arc reaching `name`; True when `name` may be entered now
+        (not a fan-in step, not one of its upstreams, or the barrier is passed)."""
+        upstreams = self.playbook.graph.fan_in(name)
+        if source not in upstreams:
+            return True
+        arrived = self.state.joins.setdefault(name, [])
+        if source not in arrived:
+            arrived.append(source)
+            arrived.sort()
+        return self._pass_barrier(name)
+
+    def _pass_barrier(self, name: str) -> bool:
+        """True (and the arrivals cleared) when every upstream of fan-in step `name`
+        has arrived or can no longer fire."""
+        arrived = self.state.joins.get(name, [])
+        graph = self.playbook.graph
+        waiting = [u for u in graph.fan_in(name) if u not in arrived]
+        if waiting:
+            live = self._live_steps()
+            reach = graph.reach
+            for upstream in waiting:
+                if upstream in live or any(upstream in reach[s] for s in live):
+                    return False
+        self.state.joins.pop(name, None)
+        return True
+
+    def _live_steps(self) -> set[str]:
+        """Steps that can still route: running (a command or a loop in flight) or queued
+        to be entered in this pass."""
+        live = {
+            name
+            for name, st in self.state.steps.items()
+            if st.in_flight > 0 or st.status == StepStatus.RUNNING
+        }
+        live.update(name for name, _extra, _source in self._entries)
+        return live
+
+    def _release_joins(self) -> bool:
+        """Enter the waiting fan-in steps whose barrier is now passed (a branch ended
+        without arriving); True if any was."""
+        released = [name for name in sorted(self.state.joins) if self._pass_barrier(name)]
+        for name in released:
+            self.enter(name)
+        return bool(released)
+
+    def _skip_untaken(self, step: Step, taken: set[str]) -> None:
+        """An exclusive router's untaken arc targets that were never entered record
+        `step.skipped` (NoETL server v2.57.2); not for a router on a cycle."""
+        graph = self.playbook.graph
+        if graph.on_cycle(step.step):
+            return
+        queued = {name for name, _extra, _source in self._entries}
+        for arc in step.arcs:
+            target = arc.step
+            if target in taken or target in queued or not self.playbook.has_step(target):
+                continue
+            known = self.state.steps.get(target)
+            if known is not None and (
+                known.epoch > 0 or known.in_flight > 0 or known.status != StepStatus.NOT_STARTED
+            ):
+                continue
+            st = self.state.step(target)
+            st.status = StepStatus.SKIPPED
+            self.decision.events.append(
+                EngineEvent(
+                    EV_STEP_SKIPPED, target, st.epoch, {"reason": "exclusive", "by": step.step}
+                )
+            )
 
     def _enabled(self, step: Step, extra: Mapping[str, Any] | None) -> bool:
         """Evaluate the step's enable guard (`when`) as NoETL's server does when a step is
@@ -234,7 +343,7 @@ class Pass:
                     raise
                 self.fail(step.step, st.epoch, str(exc))
                 return
-            self.enter(arc.step, chained)
+            self.enter(arc.step, chained, step.step)
             return
 
     def _enter_plain(self, step: Step) -> None:
@@ -259,6 +368,7 @@ class Pass:
     def route(self, step: Step, epoch: int, output: Mapping[str, Any], event_name: str) -> bool:
         """Evaluate the step's arcs; return True if a guarded arc matched (handled)."""
         handled = False
+        taken: set[str] = set()
         extra = {
             "output": output,
             "event": {"name": event_name, "step": step.step},
@@ -281,9 +391,12 @@ class Pass:
             if not matched:
                 continue
             handled = handled or arc.when is not None
-            self.enter(arc.step, extra)
+            taken.add(arc.step)
+            self.enter(arc.step, extra, step.step)
             if step.exclusive:
                 break
+        if step.exclusive and len(step.arcs) > 1:
+            self._skip_untaken(step, taken)
         return handled
 
     # ---- completions ------------------------------------------------------------------------
@@ -490,6 +603,7 @@ def copy_state(state: ExecutionState) -> ExecutionState:
         steps={name: _copy_step(st) for name, st in state.steps.items()},
         failures=list(state.failures),
         preplanned=dict(state.preplanned),
+        joins={name: list(arrived) for name, arrived in state.joins.items()},
     )
 
 

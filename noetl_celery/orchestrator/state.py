@@ -131,6 +131,9 @@ class ExecutionState:
     # loop steps whose first epoch runs items given at start (a rerun of failed items):
     # step -> item count; the items are planned command rows already
     preplanned: dict[str, int] = field(default_factory=dict)
+    # fan-in steps waiting at their barrier: step -> the upstreams that arrived (sorted)
+    # since the step last passed it (orchestrator.decide `Pass._arrive`)
+    joins: dict[str, list[str]] = field(default_factory=dict)
 
     def step(self, name: str) -> StepState:
         state = self.steps.get(name)
@@ -156,6 +159,7 @@ class ExecutionState:
             "last_step": self.last_step,
             "status": self.status,
             **({"preplanned": self.preplanned} if self.preplanned else {}),
+            **({"joins": self.joins} if self.joins else {}),
         }
 
     @classmethod
@@ -172,4 +176,5 @@ class ExecutionState:
             last_step=data.get("last_step"),
             status=ExecutionStatus(data.get("status", RUNNING)),
             preplanned=dict(data.get("preplanned") or {}),
+            joins={k: list(v) for k, v in (data.get("joins") or {}).items()},
         )

@@ -129,3 +129,66 @@ def test_worker_log_lines_name_execution_step_and_command(
             break
         time.sleep(0.1)
     assert len(lines) == 1 and pattern.search(lines[0]), lines
+
+
+def fan_in_playbook(branches: int) -> str:
+    """`start` forks `branches` branches that each sleep until the same instant (so
+    their completions race into the orchestrator together), then join."""
+    names = [f"b{i}" for i in range(branches)]
+    fork = "".join(f"        - step: {n}\n" for n in names)
+    steps = "".join(
+        f"""  - step: {n}
+    tool:
+      kind: python
+      input: {{at: "{{{{ at }}}}"}}
+      code: |
+        import time
+        time.sleep(max(0.0, float(at) - time.time()))
+        result = {{"branch": "{n}"}}
+    next:
+      arcs:
+        - step: join
+"""
+        for n in names
+    )
+    seen = ", ".join(f"{n}: '{{{{ {n}.branch }}}}'" for n in names)
+    return f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: fan_in_{branches}, path: tests/fan_in_{branches}}}
+workload: {{at: 0}}
+workflow:
+  - step: start
+    tool: {{kind: noop}}
+    next:
+      spec: {{mode: inclusive}}
+      arcs:
+{fork}{steps}  - step: join
+    tool:
+      kind: python
+      input: {{seen: {{{seen}}}}}
+      code: |
+        result = seen
+"""
+
+
+@pytest.mark.parametrize("branches", [2, 3])
+def test_fan_in_issues_the_joined_step_once(
+    engine: Engine, distributed: dict[str, Any], branches: int
+) -> None:
+    """Branches completing at the same instant on two workers: their wake-ups race, the
+    passes are serialized per execution, and the joined step has exactly one command
+    (the barrier holds arrivals in the snapshot; the command id is deterministic)."""
+    eid = engine.start_text(fan_in_playbook(branches), {"at": time.time() + 2.0})
+    row = engine.wait(eid, 60)
+    assert row.status == "COMPLETED", row.error
+    assert engine.summary(eid)["result"] == {f"b{i}": f"b{i}" for i in range(branches)}
+    dsn = distributed["url"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT step, count(*) FROM commands WHERE execution_id = %s GROUP BY step",
+            (eid,),
+        ).fetchall()
+    counts: dict[str, int] = {str(step): int(n) for step, n in rows}
+    assert counts.pop("join") == 1
+    assert counts == {"start": 1, **{f"b{i}": 1 for i in range(branches)}}
+    nothing_left_running(engine, eid)

@@ -78,6 +78,12 @@ def test_the_recorded_passes_cover_the_engines_features() -> None:
     decided = [load(path)["decision"] for path in RECORDS]
     assert {"COMPLETED", "FAILED"} <= {(d["terminal"] or {}).get("status") for d in decided}
     assert any(e["type"] == "loop.done" for d in decided for e in d["events"])
+    # the fan-in barrier: a pass that leaves an arrival waiting, one that passes it
+    assert any((d["state"] or {}).get("joins") for d in decided)
+    assert any(
+        (load(path)["state"] or {}).get("joins") and load(path)["decision"]["commands"]
+        for path in RECORDS
+    )
     assert any(d["plans"] for d in decided) and any(d["issues"] for d in decided)
     assert sum(f.stat().st_size for f in PASSES.rglob("*") if f.is_file()) < 2_000_000
 
