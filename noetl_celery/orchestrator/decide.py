@@ -14,32 +14,7 @@ Semantics (reference §1.5-§1.8, §4; design §7):
   starts a new epoch; an empty loop completes at once;
 - the execution is terminal when no command is in flight and the pass issued nothing.
 
-Fan-in barrier (NoETL server orchestrate-core/src/orchestrator.rs, read at 3.83.1:
-`build_incoming_arcs`, `live_reachable` and the "R4 fan-in / reduce barrier" of v2.49.0
-#142, ai-meta#83/#120; `step.skipped` for untaken siblings of v2.57.2, ai-meta#67):
-- a step is a fan-in step when two or more *steps* have arcs to it, not counting
-  back-edges (an arc from a step the target reaches again: a loop's way back, `next:
-  self`); several arcs of one step to it count once (models.playbook `ArcGraph`);
-- an arc of an upstream reaching a fan-in step is an *arrival* (recorded in the state's
-  `joins`); the step is entered once every upstream has arrived or can no longer fire,
-  and its arrivals are then cleared (a later arrival starts the next epoch's barrier);
-- an upstream can still fire when it is running (a command or a loop in flight), is
-  queued to be entered in this pass, or is reachable by arcs from one of those; a
-  skipped step, a step whose arcs did not choose the fan-in step, a failed branch that
-  routed elsewhere and whatever only they lead to can no longer fire (NoETL's
-  `live_reachable` seeds: running steps and the steps entered in the pass);
-- waiting fan-in steps are checked again after each completion, so a branch that ends
-  without arriving releases the barrier; an entry that is not an arc of an upstream
-  (the start, a rerun's entry, a back-edge) passes straight through;
-- an exclusive router's untaken arc targets that were never entered record
-  `step.skipped` (`reason: exclusive`), unless the router is on a cycle (a pagination
-  branch point's exit is "not this iteration", not dead: NoETL skips those too).
-Differences: NoETL never re-enters a finished step except by a loop back-edge; here a
-barrier passed once waits again for the next arrivals (a new epoch). A failed upstream
-that still arrives (an unconditional arc) is an arrival and the execution ends FAILED
-after the joined step, as without a barrier. Exactly one command per barrier pass: passes
-are serialized per execution and the joined step's command id is (execution, step,
-epoch), inserted ON CONFLICT DO NOTHING (tests/integration/test_distributed.py).
+Fan-in barrier and untaken exclusive branches: orchestrator.joins.
 """
 
 from __future__ import annotations
@@ -58,7 +33,6 @@ from noetl_celery.constants import (
     EV_EXECUTION_COMPLETED,
     EV_EXECUTION_FAILED,
     EV_STEP_FAILED,
-    EV_STEP_SKIPPED,
     FAILED,
     KIND_STEP,
     RUNNING,
@@ -67,7 +41,7 @@ from noetl_celery.constants import (
 from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import StepError, error_message, output_view
 from noetl_celery.models.playbook import Playbook, Step, step_on_error
-from noetl_celery.orchestrator import cursor, loops
+from noetl_celery.orchestrator import cursor, guards, joins, loops
 from noetl_celery.orchestrator.decisions import (
     Completion,
     Decision,
@@ -223,128 +197,37 @@ class Pass:
                 )
                 self._entries.clear()
 
-    # ---- fan-in barrier ----------------------------------------------------------------------
+    # ---- fan-in barrier (orchestrator.joins) ------------------------------------------------
+    def _queued(self) -> set[str]:
+        return {name for name, _extra, _source in self._entries}
+
     def _arrive(self, name: str, source: str) -> bool:
-        """Record `source`'s arc reaching `name`; True when `name` may be entered now
-        (not a fan-in step, not one of its upstreams, or the barrier is passed)."""
-        upstreams = self.playbook.graph.fan_in(name)
-        if source not in upstreams:
-            return True
-        arrived = self.state.joins.setdefault(name, [])
-        if source not in arrived:
-            arrived.append(source)
-            arrived.sort()
-        return self._pass_barrier(name)
-
-    def _pass_barrier(self, name: str) -> bool:
-        """True (and the arrivals cleared) when every upstream of fan-in step `name`
-        has arrived or can no longer fire."""
-        arrived = self.state.joins.get(name, [])
-        graph = self.playbook.graph
-        waiting = [u for u in graph.fan_in(name) if u not in arrived]
-        if waiting:
-            live = self._live_steps()
-            reach = graph.reach
-            for upstream in waiting:
-                if upstream in live or any(upstream in reach[s] for s in live):
-                    return False
-        self.state.joins.pop(name, None)
-        return True
-
-    def _live_steps(self) -> set[str]:
-        """Steps that can still route: running (a command or a loop in flight) or queued
-        to be entered in this pass."""
-        live = {
-            name
-            for name, st in self.state.steps.items()
-            if st.in_flight > 0 or st.status == StepStatus.RUNNING
-        }
-        live.update(name for name, _extra, _source in self._entries)
-        return live
+        return joins.arrive(self.state, self.playbook.graph, name, source, self._queued())
 
     def _release_joins(self) -> bool:
         """Enter the waiting fan-in steps whose barrier is now passed (a branch ended
         without arriving); True if any was."""
-        released = [name for name in sorted(self.state.joins) if self._pass_barrier(name)]
+        released = joins.released(self.state, self.playbook.graph, self._queued())
         for name in released:
             self.enter(name)
         return bool(released)
 
     def _skip_untaken(self, step: Step, taken: set[str]) -> None:
-        """An exclusive router's untaken arc targets that were never entered record
-        `step.skipped` (NoETL server v2.57.2); not for a router on a cycle."""
-        graph = self.playbook.graph
-        if graph.on_cycle(step.step):
-            return
-        queued = {name for name, _extra, _source in self._entries}
-        for arc in step.arcs:
-            target = arc.step
-            if target in taken or target in queued or not self.playbook.has_step(target):
-                continue
-            known = self.state.steps.get(target)
-            if known is not None and (
-                known.epoch > 0 or known.in_flight > 0 or known.status != StepStatus.NOT_STARTED
-            ):
-                continue
-            st = self.state.step(target)
-            st.status = StepStatus.SKIPPED
-            self.decision.events.append(
-                EngineEvent(
-                    EV_STEP_SKIPPED, target, st.epoch, {"reason": "exclusive", "by": step.step}
-                )
-            )
+        queued = self._queued()
+        targets = [a.step for a in step.arcs if self.playbook.has_step(a.step)]
+        for event in joins.skip_untaken(
+            self.state, self.playbook.graph, step.step, targets, taken | queued
+        ):
+            self.decision.events.append(event)
 
     def _enabled(self, step: Step, extra: Mapping[str, Any] | None) -> bool:
-        """Evaluate the step's enable guard (`when`) as NoETL's server does when a step is
-        reached (orchestrate-core `evaluate_step_when`), in the context the arc that
-        reached it saw (after the arc's `set`). False: the step is skipped (no command, no
-        result, a `step.skipped` event) and routing goes on through its arcs."""
-        if step.when is None:
-            return True
-        st = self.state.step(step.step)
-        if st.in_flight > 0 and step.loop is None:
-            return True  # already running: the entry is deduplicated as before
-        where = f"step '{step.step}' when"
-        try:
-            enabled = self.renderer.condition(step.when, self.context(extra), where)
-        except NoetlError as exc:
-            if not playbooks_fault(exc):
-                raise
-            self.fail(step.step, st.epoch, str(exc))
-            return False
-        if not enabled:
-            self._skip(step, extra)
+        """The step's enable guard (orchestrator.guards); a skipped step's chain goes on
+        through the first of its arcs that matches."""
+        enabled, chained = guards.evaluate(self, step, extra)
+        if chained is not None:
+            target, context = chained
+            self.enter(target, context, step.step)
         return enabled
-
-    def _skip(self, step: Step, extra: Mapping[str, Any] | None) -> None:
-        """A step whose guard is false: record `step.skipped`, then follow the first of
-        its arcs that matches (NoETL's skip chain takes the first match whatever the
-        step's `next.spec.mode`), in the same context with `event.name: step.skipped`.
-        No arc matching ends that path, as a step without arcs does."""
-        st = self.state.step(step.step)
-        if st.status != StepStatus.RUNNING:  # a running loop keeps its status
-            st.status = StepStatus.SKIPPED
-        self.decision.events.append(
-            EngineEvent(EV_STEP_SKIPPED, step.step, st.epoch, {"when": step.when})
-        )
-        chained = {**(extra or {}), "event": {"name": EV_STEP_SKIPPED, "step": step.step}}
-        for index, arc in enumerate(step.arcs):
-            where = f"step '{step.step}' next.arcs[{index}].when"
-            try:
-                if not self.renderer.condition(arc.when, self.context(chained), where):
-                    continue
-                if arc.set:
-                    where_set = f"step '{step.step}' arc set"
-                    context = self.context(chained)
-                    apply_set(self.state.vars, arc.set, context, where_set, renderer=self.renderer)
-                    self.touch()
-            except NoetlError as exc:
-                if not playbooks_fault(exc):
-                    raise
-                self.fail(step.step, st.epoch, str(exc))
-                return
-            self.enter(arc.step, chained, step.step)
-            return
 
     def _enter_plain(self, step: Step) -> None:
         st = self.state.step(step.step)
