@@ -73,12 +73,16 @@ CREDENTIAL_SERVICES = (
 URL = re.compile(r"\b(?:https?|wss?|nats|kafka|postgres(?:ql)?)://(?:[^@/\s]+@)?([A-Za-z0-9_.-]+)")
 BARE_CLUSTER_HOST = re.compile(r"\b([a-z0-9-]+\.[a-z0-9-]+\.svc\.cluster\.local)\b")
 OBJECT_URI = {"gs://": "GCS", "s3://": "S3"}
+# SQL on NoETL's own schema (its catalog, events, executions): its server's database
+NOETL_TABLES = re.compile(r"\b(from|join|into|update|table)\s+noetl\.\w+", re.IGNORECASE)
 AUTH_KEY = re.compile(r"(^|_)(auth|credential|credential_name)$")
 TEMPLATE_NAME = re.compile(r"^\{\{\s*([A-Za-z_]\w*)\s*\}\}$")
 TEMPLATE_DEFAULT = re.compile(r"^\{\{.*\|\s*default\(\s*['\"]([\w-]+)['\"]\s*\)\s*\}\}$")
 # host programs a `shell` step drives: a kind cluster and its tools on this machine
 HOST_TOOLS = re.compile(r"\b(kubectl|kind|docker|helm|gcloud)\s")
 NAME = re.compile(r"^[A-Za-z_][\w-]*$")
+NAME_PATH = re.compile(r"^[\w-]+(/[\w-]+)+$")
+SUBSCRIPTION_SERVICE = "NoETL server (subscription delivery)"
 
 
 def document_kind(data: Any) -> str | None:
@@ -86,13 +90,23 @@ def document_kind(data: Any) -> str | None:
     if not isinstance(data, dict):
         return "not a mapping"
     kind, version = data.get("kind"), data.get("apiVersion")
-    if version != API_VERSION:
-        return f"apiVersion {version!r}, not {API_VERSION}" if version else "no apiVersion"
+    if not kind and not version:
+        return "no apiVersion or kind: not a NoETL resource"
     if kind != "Playbook":
-        return f"a {kind} resource, not a Playbook"
+        return f"a {kind} resource ({version}), not a Playbook"
+    if version != API_VERSION:
+        return f"apiVersion {version!r}, not {API_VERSION}"
     if "workflow" not in data:
         return "no workflow"
     return None
+
+
+def subscription_targets(data: Any) -> set[str]:
+    """The catalog paths a `Subscription` resource delivers its messages to: handler
+    playbooks that read `workload.message`, which NoETL's server fills per delivery."""
+    if not (isinstance(data, dict) and data.get("kind") == "Subscription"):
+        return set()
+    return {text for text in strings(data.get("spec")) if NAME_PATH.match(text)}
 
 
 def strings(node: Any) -> Iterator[str]:
@@ -180,6 +194,8 @@ def services(data: dict[str, Any]) -> list[str]:
             service = host_service(host)
             if service:
                 found.add(service)
+        if NOETL_TABLES.search(text):
+            found.add("NoETL server database (noetl.* tables)")
         for prefix, service in OBJECT_URI.items():
             if prefix in text and not text.strip().startswith("#"):
                 found.add(service)

@@ -6,7 +6,13 @@ from typing import Any
 
 import yaml
 
-from bench.fixture_services import document_kind, local_credentials, rewrite, services
+from bench.fixture_services import (
+    document_kind,
+    local_credentials,
+    rewrite,
+    services,
+    subscription_targets,
+)
 
 
 def doc(text: str) -> Any:
@@ -17,12 +23,25 @@ HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: t}\n"
 
 
 def test_documents_that_are_not_playbooks_say_what_they_are() -> None:
-    assert document_kind(doc("version: 1.0\nplaybooks: []")) == "no apiVersion"
+    assert document_kind(doc("version: 1.0\nplaybooks: []")) == (
+        "no apiVersion or kind: not a NoETL resource"
+    )
     sub = document_kind(doc("apiVersion: noetl.io/v1\nkind: Subscription\nspec: {}"))
     assert sub is not None and "noetl.io/v1" in sub
     other = document_kind(doc("apiVersion: noetl.io/v2\nkind: Credential\ndata: {}"))
-    assert other == "a Credential resource, not a Playbook"
+    assert other == "a Credential resource (noetl.io/v2), not a Playbook"
+    old = document_kind(doc("apiVersion: noetl.io/v1\nkind: Playbook\nworkflow: []"))
+    assert old == "apiVersion 'noetl.io/v1', not noetl.io/v2"
     assert document_kind(doc(HEAD + "workflow: []")) is None
+
+
+def test_subscription_targets_are_its_handler_paths() -> None:
+    sub = doc(
+        "apiVersion: noetl.io/v1\nkind: Subscription\nmetadata: {path: subs/a}\n"
+        "spec: {dispatch: {playbook: tests/fixtures/handler, mode: async}}"
+    )
+    assert subscription_targets(sub) == {"tests/fixtures/handler"}
+    assert subscription_targets(doc(HEAD + "workflow: []")) == set()
 
 
 def test_self_contained_playbook_needs_nothing() -> None:
@@ -70,6 +89,8 @@ workflow:
     tool: {kind: http, url: "https://httpbin.org/get"}
   - step: f
     tool: {kind: shell, cmd: "kubectl get pods"}
+  - step: g
+    tool: {kind: postgres, auth: pg_k8s, query: "SELECT count(*) FROM noetl.catalog"}
 """
     )
     assert services(data) == [
@@ -77,6 +98,7 @@ workflow:
         "GCP Secret Manager",
         "GCS",
         "Kafka",
+        "NoETL server database (noetl.* tables)",
         "OpenAI",
         "Snowflake",
         "a kind cluster (kubectl, docker)",
