@@ -13,10 +13,18 @@ in-cluster names of both rewritten (`LOCAL_REWRITES`).
 from __future__ import annotations
 
 import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 API_VERSION = "noetl.io/v2"
+# e2e's own test API server (its Docker image runs `python paginated_api.py 5555`)
+CHECKOUT_API_SERVER = "fixtures/servers/paginated_api.py"
 TEST_SERVER_HOST = "paginated-api.test-server.svc.cluster.local"
 PG_CLUSTER_HOST = "postgres.postgres.svc.cluster.local"
 # hosts a self-contained fixture may name: this machine, the test API server and the
@@ -217,3 +225,52 @@ def rewrite(text: str, api_url: str, pg_host: str = "127.0.0.1") -> str:
     return text.replace(f"http://{TEST_SERVER_HOST}:5555", api_url).replace(
         PG_CLUSTER_HOST, pg_host
     )
+
+
+class CheckoutApiServer:
+    """The checkout's own test API server on a free local port: its routes are the ones
+    its fixtures call (the compat kit's server answers NoETL's older set)."""
+
+    def __init__(self, script: Path, log: Path) -> None:
+        self.script, self.log_path = script, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait_s: float = 30.0) -> None:
+        self.log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(self.script), str(self.port)],
+            cwd=self.script.parent,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.script} did not answer /health (log: {self.log_path})")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.log is not None:
+            self.log.close()
+            self.log = None

@@ -20,10 +20,13 @@ are; playbooks that need a cloud or external service are NEEDS naming it
 (bench.fixture_services); every other playbook runs, whatever its tool kinds (a kind this
 engine lacks fails naming it), with the in-cluster Postgres rewritten to the local one,
 each by itself (e2e's regression runs every fixture alone: there is no CHILD status).
+The test API server is the checkout's own (`fixtures/servers/paginated_api.py`, started
+from the temporary copy; `--api-server kit` for the compat kit's).
 
 One line per playbook: COMPLETED, FAILED (the error's first line), REFUSED (a validation
-problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent)
-or SKIPPED (not self-contained: the reason, and VALID/REFUSED from validation); totals last.
+problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent),
+NEEDS (e2e: the services it needs, and VALID/REFUSED from validation) or SKIPPED (not
+self-contained or not a playbook: the reason, and VALID/REFUSED); totals last.
 """
 
 from __future__ import annotations
@@ -298,6 +301,13 @@ def main(argv: list[str]) -> int:
         default=COMPAT_KIT,
         help="the compat kit's run.py (its test API server and credentials)",
     )
+    ap.add_argument(
+        "--api-server",
+        choices=("auto", "kit", "checkout"),
+        default="auto",
+        help="the test API server: the compat kit's, or the checkout's own "
+        f"({fixture_services.CHECKOUT_API_SERVER}); auto: the checkout's when it has one",
+    )
     ap.add_argument("--json-report", help="also write every result as JSON to this file")
     args = ap.parse_args(argv)
 
@@ -314,14 +324,18 @@ def main(argv: list[str]) -> int:
     names = {n for fx in selected for n in PG_NAME.findall(fx.text)} | set(kit.PG_ALIASES)
     names |= {n for fx in selected for n in fixture_services.local_credentials(fx.data)}
     creds.write_text(json.dumps({n: entry for n in sorted(names)}), encoding="utf-8")
-    server = kit.ApiServer("127.0.0.1")
+    # a NoETL checkout's layout: the playbooks and their scripts at their repository
+    # paths, the runs started from its root
+    root = work / "repo"
+    files = root / fixtures_dir
+    write_support_files(args.noetl_repo, args.commit, root, fixtures_dir)
+    own_server = root / fixture_services.CHECKOUT_API_SERVER
+    if args.api_server == "checkout" or (args.api_server == "auto" and own_server.is_file()):
+        server: Any = fixture_services.CheckoutApiServer(own_server, work / "api-server.log")
+    else:
+        server = kit.ApiServer("127.0.0.1")
     server.start()
     try:
-        # a NoETL checkout's layout: the playbooks and their scripts at their repository
-        # paths, the runs started from its root
-        root = work / "repo"
-        files = root / fixtures_dir
-        write_support_files(args.noetl_repo, args.commit, root, fixtures_dir)
         for fx in selected:
             target = files / fx.path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +349,8 @@ def main(argv: list[str]) -> int:
             f"fixtures {commit_id(args.noetl_repo, args.commit)} ({layout} layout, "
             f"{fixtures_dir}): "
             f"{len(fixtures)} files, {len(selected)} self-contained; "
-            f"template mode {args.template_mode}; work dir {work}",
+            f"template mode {args.template_mode}; test API server {type(server).__name__} "
+            f"{server.url}; work dir {work}",
             flush=True,
         )
         if selected:
