@@ -268,7 +268,26 @@ def load_fixtures(args: argparse.Namespace) -> tuple[str, str, list[Fixture]]:
     for fx in fixtures:  # handlers: their input is a message the server delivers
         if fx.skip is None and fx.catalog_path in targets:
             fx.needs = sorted({*fx.needs, fixture_services.SUBSCRIPTION_SERVICE})
+    inherit_needs(fixtures)
     return layout, fixtures_dir, fixtures
+
+
+def inherit_needs(fixtures: list[Fixture]) -> None:
+    """A playbook that runs a child (`kind: playbook`) needs what that child needs."""
+    by_path = {fx.catalog_path: fx for fx in fixtures if fx.catalog_path}
+    changed = True
+    while changed:
+        changed = False
+        for fx in fixtures:
+            inherited = {
+                service
+                for path in fx.children
+                if path in by_path and path != fx.catalog_path
+                for service in by_path[path].needs
+            }
+            if fx.skip is None and not inherited <= set(fx.needs):
+                fx.needs = sorted({*fx.needs, *inherited})
+                changed = True
 
 
 def main(argv: list[str]) -> int:

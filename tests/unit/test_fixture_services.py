@@ -114,3 +114,20 @@ def test_rewrite_points_in_cluster_names_at_local_services() -> None:
     assert rewrite(text, "http://127.0.0.1:4321") == (
         "url: http://127.0.0.1:4321/api\nhost: 127.0.0.1\n"
     )
+
+
+def test_a_parent_needs_what_its_children_need() -> None:
+    from bench.noetl_fixtures import Fixture, classify_e2e, inherit_needs
+
+    child = Fixture("c.yaml", HEAD.replace("path: t", "path: kids/c") + NEEDS_HTTPBIN)
+    parent = Fixture(
+        "p.yaml", HEAD + "workflow:\n  - step: a\n    tool: {kind: playbook, path: kids/c}\n"
+    )
+    for fx in (child, parent):
+        classify_e2e(fx)
+    assert parent.needs == []
+    inherit_needs([child, parent])
+    assert parent.needs == child.needs == ["public URL httpbin.org"]
+
+
+NEEDS_HTTPBIN = "workflow:\n  - step: a\n    tool: {kind: http, url: 'https://httpbin.org/get'}\n"
