@@ -2,6 +2,7 @@
 
     python -m bench.noetl_fixtures --noetl-repo /work/.mirror/noetl+noetl/repo --commit 832c9a1e
     python -m bench.noetl_fixtures ... --template-mode noetl --only pagination
+    python -m bench.noetl_fixtures --noetl-repo /work/.mirror/noetl+e2e/repo --commit 1e41859c
 
 The playbooks are read from the NoETL git checkout at run time (`git show`) into a
 temporary directory; nothing of NoETL's is copied into this project. Every `.yaml` under
@@ -12,9 +13,20 @@ server's in-cluster address (`paginated-api.test-server...:5555`) is rewritten i
 temporary copy to the server the compat kit starts; credentials come from the kit
 (`pg_k8s`, `pg_local` on a scratch Postgres database).
 
+The e2e repository's layout (noetl/e2e: `fixtures/`, found by itself or `--layout e2e`)
+is read the same way, every `.yaml` under `fixtures/`: documents that are not DSL v2
+playbooks (test configuration, `Subscription` resources) are SKIPPED naming what they
+are; playbooks that need a cloud or external service are NEEDS naming it
+(bench.fixture_services); every other playbook runs, whatever its tool kinds (a kind this
+engine lacks fails naming it), with the in-cluster Postgres rewritten to the local one,
+each by itself (e2e's regression runs every fixture alone: there is no CHILD status).
+The test API server is the checkout's own (`fixtures/servers/paginated_api.py`, started
+from the temporary copy; `--api-server kit` for the compat kit's).
+
 One line per playbook: COMPLETED, FAILED (the error's first line), REFUSED (a validation
-problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent)
-or SKIPPED (not self-contained: the reason, and VALID/REFUSED from validation); totals last.
+problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent),
+NEEDS (e2e: the services it needs, and VALID/REFUSED from validation) or SKIPPED (not
+self-contained or not a playbook: the reason, and VALID/REFUSED); totals last.
 """
 
 from __future__ import annotations
@@ -36,10 +48,12 @@ from typing import Any
 
 import yaml
 
+from bench import fixture_services
 from bench.harness import COMPAT_KIT, env_for, python
 from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 
 FIXTURES = "tests/fixtures/playbooks"
+E2E_FIXTURES = "fixtures"
 RUNNABLE_KINDS = frozenset({"python", "postgres", "duckdb", "noop", "workbook", "playbook", "http"})
 TEST_SERVER = "http://paginated-api.test-server.svc.cluster.local:5555"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "paginated-api.test-server.svc.cluster.local")
@@ -54,13 +68,14 @@ PG_NAME = re.compile(r"\b(pg_\w+|postgres_\w+|\w+_postgres|noetl_connection)\b")
 
 @dataclass
 class Fixture:
-    path: str  # relative to tests/fixtures/playbooks
+    path: str  # relative to the fixtures directory
     text: str
     data: Any = None
     kinds: set[str] = field(default_factory=set)
     children: set[str] = field(default_factory=set)  # catalog paths of `kind: playbook`
     catalog_path: str | None = None
     skip: str | None = None  # why it is not self-contained
+    needs: list[str] = field(default_factory=list)  # e2e: the services it needs
     problems: list[str] = field(default_factory=list)  # validation errors
     warnings: int = 0
     status: str = ""
@@ -77,21 +92,26 @@ def load_kit(path: Path) -> ModuleType:
     return module
 
 
-def fixture_names(repo: str, commit: str) -> list[str]:
+def fixture_names(repo: str, commit: str, fixtures: str = FIXTURES) -> list[str]:
     return subprocess.run(
-        ["git", "-C", repo, "ls-tree", "-r", "--name-only", commit, FIXTURES],
+        ["git", "-C", repo, "ls-tree", "-r", "--name-only", commit, fixtures],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split()
 
 
-def write_support_files(repo: str, commit: str, root: Path) -> int:
+def detect_layout(repo: str, commit: str) -> str:
+    """`noetl` (NoETL's monorepo: tests/fixtures/playbooks) or `e2e` (noetl/e2e: fixtures/)."""
+    return "noetl" if fixture_names(repo, commit, FIXTURES) else "e2e"
+
+
+def write_support_files(repo: str, commit: str, root: Path, fixtures: str = FIXTURES) -> int:
     """The fixtures' other files (the scripts `script:` names) at their repository paths
     under `root`: NoETL resolves `script.uri` against its working directory, the
     repository's root, and the runs here start there too."""
     count = 0
-    for name in fixture_names(repo, commit):
+    for name in fixture_names(repo, commit, fixtures):
         if name.endswith((".yaml", ".yml")):
             continue
         blob = subprocess.run(
@@ -104,9 +124,11 @@ def write_support_files(repo: str, commit: str, root: Path) -> int:
     return count
 
 
-def read_fixtures(repo: str, commit: str, only: str | None) -> list[Fixture]:
+def read_fixtures(
+    repo: str, commit: str, only: str | None, fixtures: str = FIXTURES
+) -> list[Fixture]:
     out = []
-    for name in fixture_names(repo, commit):
+    for name in fixture_names(repo, commit, fixtures):
         if not name.endswith((".yaml", ".yml")) or (only and only not in name):
             continue
         text = subprocess.run(
@@ -115,7 +137,7 @@ def read_fixtures(repo: str, commit: str, only: str | None) -> list[Fixture]:
             capture_output=True,
             text=True,
         ).stdout
-        out.append(Fixture(name[len(FIXTURES) + 1 :], text))
+        out.append(Fixture(name[len(fixtures) + 1 :], text))
     return out
 
 
@@ -156,6 +178,26 @@ def classify(fx: Fixture, noetl_kinds: bool = False) -> None:
         fx.skip = f"kinds {', '.join(foreign)}"
     elif hosts:
         fx.skip = f"external hosts {', '.join(hosts[:3])}"
+
+
+def classify_e2e(fx: Fixture) -> None:
+    """e2e layout: SKIPPED (not a playbook, `skip` says what it is), NEEDS (`needs` names
+    the services) or self-contained, whatever its tool kinds."""
+    try:
+        fx.data = yaml.safe_load(fx.text)
+    except yaml.YAMLError as exc:
+        fx.skip = f"not YAML: {str(exc).splitlines()[0]}"
+        return
+    fx.skip = fixture_services.document_kind(fx.data)
+    if fx.skip is not None:
+        return
+    meta = fx.data.get("metadata")
+    fx.catalog_path = meta.get("path") if isinstance(meta, dict) else None
+    for tool in walk_tools(fx.data.get("workflow")) + walk_tools(fx.data.get("workbook")):
+        fx.kinds.add(tool["kind"])
+        if tool["kind"] == "playbook" and isinstance(tool.get("path"), str):
+            fx.children.add(tool["path"])
+    fx.needs = fixture_services.services(fx.data)
 
 
 def validate(fx: Fixture) -> None:
@@ -207,10 +249,58 @@ def run_one(fx: Fixture, file: Path, env: dict[str, str], timeout: float, cwd: P
         fx.status, fx.detail = "FAILED", first_line(out.get("error") or stderr)
 
 
+def load_fixtures(args: argparse.Namespace) -> tuple[str, str, list[Fixture]]:
+    """(layout, fixtures directory, the fixtures read, classified and validated)."""
+    layout = args.layout
+    if layout == "auto":
+        layout = detect_layout(args.noetl_repo, args.commit)
+    fixtures_dir = args.fixtures_dir or (E2E_FIXTURES if layout == "e2e" else FIXTURES)
+    fixtures = read_fixtures(args.noetl_repo, args.commit, args.only, fixtures_dir)
+    for fx in fixtures:
+        if layout == "e2e":
+            classify_e2e(fx)
+            if fx.skip is None:
+                validate(fx)
+        else:
+            classify(fx, args.noetl_kinds)
+            validate(fx)
+    targets = {p for fx in fixtures for p in fixture_services.subscription_targets(fx.data)}
+    for fx in fixtures:  # handlers: their input is a message the server delivers
+        if fx.skip is None and fx.catalog_path in targets:
+            fx.needs = sorted({*fx.needs, fixture_services.SUBSCRIPTION_SERVICE})
+    inherit_needs(fixtures)
+    return layout, fixtures_dir, fixtures
+
+
+def inherit_needs(fixtures: list[Fixture]) -> None:
+    """A playbook that runs a child (`kind: playbook`) needs what that child needs."""
+    by_path = {fx.catalog_path: fx for fx in fixtures if fx.catalog_path}
+    changed = True
+    while changed:
+        changed = False
+        for fx in fixtures:
+            inherited = {
+                service
+                for path in fx.children
+                if path in by_path and path != fx.catalog_path
+                for service in by_path[path].needs
+            }
+            if fx.skip is None and not inherited <= set(fx.needs):
+                fx.needs = sorted({*fx.needs, *inherited})
+                changed = True
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.noetl_fixtures", description=__doc__)
     ap.add_argument("--noetl-repo", required=True, help="a NoETL git checkout (bare is fine)")
     ap.add_argument("--commit", default="HEAD")
+    ap.add_argument(
+        "--layout",
+        choices=("auto", "noetl", "e2e"),
+        default="auto",
+        help="noetl: tests/fixtures/playbooks; e2e: noetl/e2e's fixtures/; auto: whichever",
+    )
+    ap.add_argument("--fixtures-dir", help="the fixtures directory (default: the layout's)")
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds per playbook run")
     ap.add_argument("--template-mode", choices=("strict", "noetl"), default="strict")
     ap.add_argument(
@@ -230,15 +320,19 @@ def main(argv: list[str]) -> int:
         default=COMPAT_KIT,
         help="the compat kit's run.py (its test API server and credentials)",
     )
+    ap.add_argument(
+        "--api-server",
+        choices=("auto", "kit", "checkout"),
+        default="auto",
+        help="the test API server: the compat kit's, or the checkout's own "
+        f"({fixture_services.CHECKOUT_API_SERVER}); auto: the checkout's when it has one",
+    )
     ap.add_argument("--json-report", help="also write every result as JSON to this file")
     args = ap.parse_args(argv)
 
     kit = load_kit(args.compat_kit)
-    fixtures = read_fixtures(args.noetl_repo, args.commit, args.only)
-    for fx in fixtures:
-        classify(fx, args.noetl_kinds)
-        validate(fx)
-    selected = [fx for fx in fixtures if fx.skip is None]
+    layout, fixtures_dir, fixtures = load_fixtures(args)
+    selected = [fx for fx in fixtures if fx.skip is None and not fx.needs]
     wanted_children = {c for fx in selected for c in fx.children}
 
     work = Path(tempfile.mkdtemp(prefix="noetl-fixtures-"))
@@ -247,27 +341,35 @@ def main(argv: list[str]) -> int:
     creds = work / "credentials.json"
     entry = next(iter(db.credentials().values()))
     names = {n for fx in selected for n in PG_NAME.findall(fx.text)} | set(kit.PG_ALIASES)
+    names |= {n for fx in selected for n in fixture_services.local_credentials(fx.data)}
     creds.write_text(json.dumps({n: entry for n in sorted(names)}), encoding="utf-8")
-    server = kit.ApiServer("127.0.0.1")
+    # a NoETL checkout's layout: the playbooks and their scripts at their repository
+    # paths, the runs started from its root
+    root = work / "repo"
+    files = root / fixtures_dir
+    write_support_files(args.noetl_repo, args.commit, root, fixtures_dir)
+    own_server = root / fixture_services.CHECKOUT_API_SERVER
+    if args.api_server == "checkout" or (args.api_server == "auto" and own_server.is_file()):
+        server: Any = fixture_services.CheckoutApiServer(own_server, work / "api-server.log")
+    else:
+        server = kit.ApiServer("127.0.0.1")
     server.start()
     try:
-        # a NoETL checkout's layout: the playbooks and their scripts at their repository
-        # paths, the runs started from its root
-        root = work / "repo"
-        files = root / FIXTURES
-        write_support_files(args.noetl_repo, args.commit, root)
         for fx in selected:
             target = files / fx.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(fx.text.replace(TEST_SERVER, server.url), encoding="utf-8")
+            target.write_text(fixture_services.rewrite(fx.text, server.url), encoding="utf-8")
         env = env_for(
             NOETL_HOME=str(work / "home"),
             NOETL_CREDENTIALS_FILE=str(creds),
             NOETL_TEMPLATE_MODE=args.template_mode,
         )
         print(
-            f"fixtures {args.commit}: {len(fixtures)} files, {len(selected)} self-contained; "
-            f"template mode {args.template_mode}; work dir {work}",
+            f"fixtures {commit_id(args.noetl_repo, args.commit)} ({layout} layout, "
+            f"{fixtures_dir}): "
+            f"{len(fixtures)} files, {len(selected)} self-contained; "
+            f"template mode {args.template_mode}; test API server {type(server).__name__} "
+            f"{server.url}; work dir {work}",
             flush=True,
         )
         if selected:
@@ -276,7 +378,8 @@ def main(argv: list[str]) -> int:
         for fx in selected:
             if fx.problems:
                 fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
-            elif fx.catalog_path in wanted_children:
+            elif layout != "e2e" and fx.catalog_path in wanted_children:
+                # (e2e's regression runs each of its fixtures by itself: so do we)
                 fx.status = "CHILD"
             else:
                 run_one(fx, files / fx.path, env, args.timeout, root)
@@ -284,6 +387,13 @@ def main(argv: list[str]) -> int:
     finally:
         server.stop()
         db.close()
+    for fx in fixtures:
+        if fx.needs:
+            fx.status = "NEEDS"
+            fx.detail = f"{', '.join(fx.needs)}; " + (
+                "REFUSED: " + first_line(fx.problems[0]) if fx.problems else "VALID"
+            )
+            report_line(fx)
     for fx in fixtures:
         if fx.skip is not None:
             fx.status = "SKIPPED"
@@ -294,11 +404,23 @@ def main(argv: list[str]) -> int:
     totals(fixtures)
     if args.json_report:
         rows = [
-            {k: getattr(fx, k) for k in ("path", "status", "detail", "seconds", "warnings")}
+            {
+                k: getattr(fx, k)
+                for k in ("path", "status", "detail", "needs", "seconds", "warnings")
+            }
             for fx in fixtures
         ]
         Path(args.json_report).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0
+
+
+def commit_id(repo: str, commit: str) -> str:
+    return subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--short=12", f"{commit}^{{commit}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def report_line(fx: Fixture) -> None:
@@ -315,11 +437,20 @@ def totals(fixtures: list[Fixture]) -> None:
     print(
         f"totals: {counts['COMPLETED']} COMPLETED, {counts['FAILED']} FAILED, "
         f"{counts['REFUSED']} REFUSED, {counts['TIMEOUT']} TIMEOUT of {ran} self-contained run; "
-        f"{counts['CHILD']} CHILD; {len(skipped)} SKIPPED ({refused_skipped} of them REFUSED "
+        f"{counts['CHILD']} CHILD; {counts['NEEDS']} NEEDS a service; "
+        f"{len(skipped)} SKIPPED ({refused_skipped} of them REFUSED "
         f"by validation); all files: {sum(1 for fx in fixtures if not fx.problems)} valid, "
         f"{sum(1 for fx in fixtures if fx.problems)} refused",
         flush=True,
     )
+    needs = [fx for fx in fixtures if fx.status == "NEEDS"]
+    if needs:
+        by_service = Counter(service for fx in needs for service in fx.needs)
+        print(
+            f"needs a service: {len(needs)} playbooks; by service (a playbook counts under "
+            f"each it needs): " + ", ".join(f"{s} {n}" for s, n in sorted(by_service.items())),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
