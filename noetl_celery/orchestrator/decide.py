@@ -202,11 +202,12 @@ class Pass:
         return {name for name, _extra, _source in self._entries}
 
     def _arrive(self, name: str, source: str) -> bool:
+        if source not in self.playbook.graph.fan_in(name):
+            return True  # most entries: no barrier, and no set of the queue built
         return joins.arrive(self.state, self.playbook.graph, name, source, self._queued())
 
     def _release_joins(self) -> bool:
-        """Enter the waiting fan-in steps whose barrier is now passed (a branch ended
-        without arriving); True if any was."""
+        """Enter the waiting fan-in steps whose barrier passed (a branch ended); any?"""
         released = joins.released(self.state, self.playbook.graph, self._queued())
         for name in released:
             self.enter(name)
