@@ -143,9 +143,18 @@ def _origin(value: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}".lower()
 
 
-def cross_site(headers: Mapping[str, str], host: str, scheme: str, policy: GuardPolicy) -> bool:
+def _authority(origin: str) -> str:
+    """`host[:port]` of an origin, its scheme's default port left out."""
+    scheme, _, netloc = origin.partition("://")
+    default = {"http": ":80", "https": ":443"}.get(scheme)
+    return netloc[: -len(default)] if default and netloc.endswith(default) else netloc
+
+
+def cross_site(headers: Mapping[str, str], host: str, policy: GuardPolicy) -> bool:
     """Whether a state-changing request came from a page of another site (module
-    docstring, 2). `headers` keys are lower case; `host` is the Host header."""
+    docstring, 2). `headers` keys are lower case; `host` is the Host header. The
+    Origin's scheme is not compared: behind a proxy that ends TLS the server sees http
+    while the page is https, and one host and port cannot serve two schemes."""
     origin = headers.get("origin")
     if origin is not None:
         if origin == "null":  # sandboxed frames, data: URLs, some redirects
@@ -153,7 +162,12 @@ def cross_site(headers: Mapping[str, str], host: str, scheme: str, policy: Guard
         given = _origin(origin)
         if given in policy.trusted_origins:
             return False
-        return given != f"{scheme}://{host.strip().lower()}"
+        own = host.strip().lower()
+        return _authority(given) not in (
+            own,
+            _authority(f"http://{own}"),
+            _authority(f"https://{own}"),
+        )
     return headers.get("sec-fetch-site", "") in ("cross-site", "same-site")
 
 
@@ -183,7 +197,7 @@ def _has_body(headers: Mapping[str, str]) -> bool:
 
 
 def refusal(
-    method: str, path: str, headers: Mapping[str, str], scheme: str, policy: GuardPolicy
+    method: str, path: str, headers: Mapping[str, str], policy: GuardPolicy
 ) -> Refusal | None:
     """Why the request may not pass, or None. `headers` keys are lower case."""
     host = headers.get("host", "")
@@ -201,7 +215,7 @@ def refusal(
             return Refusal(413, body_too_large(policy.max_body_bytes))
     if method not in UNSAFE_METHODS:
         return None
-    if cross_site(headers, host, scheme, policy):
+    if cross_site(headers, host, policy):
         return Refusal(
             403,
             "cross-site request refused: send it from this server's own "
@@ -264,13 +278,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        refused = refusal(
-            scope.get("method", "GET"),
-            path,
-            _headers(scope),
-            scope.get("scheme", "http"),
-            self.policy,
-        )
+        refused = refusal(scope.get("method", "GET"), path, _headers(scope), self.policy)
         if refused is not None:
             await self._answer(send, path, refused)
             return

@@ -84,7 +84,9 @@ HOST = "127.0.0.1:8082"
         ({"sec-fetch-site": "same-site"}, OPEN, True),  # another port of 127.0.0.1
         ({"origin": "http://127.0.0.2:9000"}, OPEN, True),
         ({"origin": "http://127.0.0.1:9000"}, OPEN, True),  # another port: another origin
-        ({"origin": "https://127.0.0.1:8082"}, OPEN, True),  # another scheme
+        # the same host and port under another scheme: a proxy that ends TLS
+        ({"origin": "https://127.0.0.1:8082"}, OPEN, False),
+        ({"origin": "https://noetl.example.com"}, OPEN, True),
         ({"origin": "null"}, OPEN, True),
         ({"origin": f"http://{HOST}"}, OPEN, False),
         ({"origin": f"HTTP://{HOST.upper()}"}, OPEN, False),
@@ -94,7 +96,23 @@ HOST = "127.0.0.1:8082"
     ],
 )
 def test_cross_site(headers: dict[str, str], policy: GuardPolicy, refused: bool) -> None:
-    assert cross_site(headers, HOST, "http", policy) is refused
+    assert cross_site(headers, HOST, policy) is refused
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "refused"),
+    [
+        ("https://noetl.example.com", "noetl.example.com", False),  # TLS ended by a proxy
+        ("https://noetl.example.com", "noetl.example.com:443", False),
+        ("http://noetl.example.com", "noetl.example.com:80", False),
+        ("https://noetl.example.com:8443", "noetl.example.com:8443", False),
+        ("https://noetl.example.com:8443", "noetl.example.com", True),
+        ("https://evil.example.com", "noetl.example.com", True),
+        ("https://noetl.example.com.evil.example", "noetl.example.com", True),
+    ],
+)
+def test_the_origin_names_this_host_and_port(origin: str, host: str, refused: bool) -> None:
+    assert cross_site({"origin": origin}, host, WITH_TOKEN) is refused
 
 
 def test_accepted_types_per_route() -> None:
@@ -108,7 +126,7 @@ def test_accepted_types_per_route() -> None:
 
 def _asked(method: str, path: str, **headers: str) -> tuple[int, str] | None:
     given = {"host": HOST, **{k.replace("_", "-"): v for k, v in headers.items()}}
-    found = refusal(method, path, given, "http", OPEN)
+    found = refusal(method, path, given, OPEN)
     return None if found is None else (found.status, found.message)
 
 
