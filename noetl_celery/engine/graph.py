@@ -13,8 +13,8 @@ NOT_REACHED = "pending"
 
 
 def tool_kind(step: Step) -> str | None:
-    """`python`, `http`, ... for one tool; `pipeline` for a list of tools; None for a
-    step without a tool (a router)."""
+    """`python`, `http`, ... for one tool; `pipeline` for a list of tools (a step
+    without a tool is `noop`: models.playbook)."""
     if step.tool is None:
         return None
     if isinstance(step.tool, list):

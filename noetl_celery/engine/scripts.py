@@ -87,6 +87,11 @@ def _workload_uri(raw_uri: Any, playbook: Playbook) -> str | None:
     return rendered.strip() if isinstance(rendered, str) and not has_template(rendered) else None
 
 
+def _inline(raw: Any) -> bool:
+    source = raw.get("source") if isinstance(raw, dict) else None
+    return isinstance(source, dict) and source.get("type") == "inline"
+
+
 def capture_scripts(
     playbook: Playbook, file: str | None, text: str | None = None
 ) -> StoredScripts | None:
@@ -108,8 +113,8 @@ def capture_scripts(
 
     for step, where, tool in playbook.tools():
         raw = (tool.model_extra or {}).get("script")
-        if tool.kind not in SCRIPT_KINDS or raw is None:
-            continue
+        if tool.kind not in SCRIPT_KINDS or raw is None or _inline(raw):
+            continue  # no script, or its code is in the playbook
         raw_uri = raw.get("uri") if isinstance(raw, dict) else raw
         uri = _workload_uri(raw_uri, playbook)
         if uri is None:
@@ -168,6 +173,8 @@ def script_text(raw: Any, stored: StoredScripts, services: ToolServices, where: 
         raise ScriptFetchError("config_error", f"{where}: {exc}") from None
     if source.type in UNSUPPORTED_TYPES:
         raise ScriptFetchError("config_error", unsupported_message(source.type, where))
+    if source.type == "inline":
+        return source.code or ""
     if source.type == "http":
         return fetch_script(source, services, where)
     text = stored.files.get(source.uri)

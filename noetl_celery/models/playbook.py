@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from noetl_celery.models.durations import OptionalSeconds, to_seconds
 from noetl_celery.models.policy import Policy, Rule
@@ -186,6 +186,14 @@ class Step(BaseModel):
     loop: Loop | None = None
     next: Next | None = None
     spec: Any = None
+
+    @model_validator(mode="after")
+    def _no_tool_is_noop(self) -> Step:
+        """A step without `tool` (NoETL's Python engine: "a terminal/non-actionable
+        transition target") runs as `kind: noop`: its `set` and `next` apply."""
+        if self.tool is None:
+            self.tool = ToolSpec.model_validate({"kind": "noop"})
+        return self
 
     @property
     def is_pipeline(self) -> bool:

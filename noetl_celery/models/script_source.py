@@ -5,14 +5,16 @@ NoETL's form (noetl/core/script/validation.py, noetl/worker/script_loader.py):
     script:
       uri: ./scripts/transform.py        # a path, http(s) URL, gs:// or s3:// URI
       source:
-        type: file                       # file | http | gcs | s3 (guessed from uri if absent)
+        type: file                       # file | http | gcs | s3 | inline (guessed if absent)
+        code: "..."                      # inline: the code itself (NoETL tools' python.rs)
         endpoint: https://host/x.py      # http: the URL to fetch (wins over uri)
         method: GET
         headers: {Authorization: ...}
         timeout: 30
 
 Pure: parsing and checking the mapping. Reading files (engine.scripts) and fetching
-URLs (tools.script_fetch) happen elsewhere.
+URLs (tools.script_fetch) happen elsewhere. An `inline` source carries its code in
+`source.code` (NoETL tools' `PythonScriptSource`; `uri` is only a label then).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from noetl_celery.models.durations import not_a_duration, to_seconds
 
-SOURCE_TYPES = ("file", "http", "gcs", "s3")
+SOURCE_TYPES = ("file", "http", "gcs", "s3", "inline")
 # NoETL reads these with cloud SDKs and credentials noetl-celery does not carry
 UNSUPPORTED_TYPES = frozenset({"gcs", "s3"})
 SCRIPT_KINDS = frozenset({"python", "postgres", "duckdb"})
@@ -48,6 +50,7 @@ class ScriptSource:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_HTTP_TIMEOUT
     encoding: str = "utf-8"
+    code: str | None = None  # an inline source's code
 
     @property
     def url(self) -> str:
@@ -85,16 +88,24 @@ def parse_script(raw: Any) -> ScriptSource:
     endpoint = source.get("endpoint")
     endpoint = endpoint.strip() if isinstance(endpoint, str) and endpoint.strip() else None
     declared = source.get("type")
+    code = source.get("code")
+    if (declared is None or declared == "") and code is not None and not uri:
+        declared = "inline"  # only code: NoETL's python tool takes inline as the default
     if declared is None or declared == "":
         kind = guess_type(uri or endpoint or "")
     elif isinstance(declared, str) and declared.strip().lower() in SOURCE_TYPES:
         kind = declared.strip().lower()
     else:
         raise ScriptConfigError(
-            f"script source type '{declared}' is not one of {', '.join(SOURCE_TYPES)}"
-            + ("; put inline code in `code:`" if declared == "inline" else ""),
+            f"script source type '{declared}' is not one of {', '.join(SOURCE_TYPES)}",
             "source.type",
         )
+    if kind == "inline":
+        if not isinstance(code, str):
+            raise ScriptConfigError(
+                "an inline script needs its code as text in `source.code`", "source.code"
+            )
+        return ScriptSource(type=kind, uri=uri, code=code)
     if kind == "http":
         if not (uri or endpoint):
             raise ScriptConfigError("an http script needs `uri` or `source.endpoint`", "uri")

@@ -241,3 +241,47 @@ def test_a_noetl_kind_not_run_here_warns_then_fails_when_reached(
     assert error["step"] == "reached", error
     assert f"kind {kind} is not supported by noetl-celery" in error["message"]
     assert "skipped" not in summary["steps"]
+
+
+INLINE_AND_TOOLLESS = playbook(
+    "inline_and_toolless",
+    """\
+    - step: start
+      tool:
+        kind: python
+        script:
+          uri: inline
+          source: {type: inline, code: "{{ snippet }}"}
+      next: {arcs: [{step: route}]}
+    - step: route
+      desc: no tool, so it runs as kind noop; its set and next apply
+      set: {ctx.seen: "{{ start.value }}"}
+      next: {arcs: [{step: use}]}
+    - step: use
+      tool:
+        kind: python
+        input: {seen: "{{ ctx.seen }}"}
+        code: "result = {'doubled': seen * 2}"
+      next: {arcs: [{step: end}]}
+    - step: end
+    """,
+    workload="{snippet: \"result = {'value': 21}\"}",
+)
+
+
+def test_inline_script_source_and_steps_without_tool(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    code, output = validate(embedded_env, tmp_path, INLINE_AND_TOOLLESS)
+    assert code == 0, output
+    code, summary, stderr = run(embedded_env, tmp_path, INLINE_AND_TOOLLESS)
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    assert summary["steps"]["start"] == {"value": 21}
+    assert summary["steps"]["use"] == {"doubled": 42}
+    assert "end" in summary["steps"]
+
+
+def test_a_misspelled_tool_key_is_refused(embedded_env: dict[str, str], tmp_path: Path) -> None:
+    text = INLINE_AND_TOOLLESS.replace("- step: end", "- step: end\n    tol: {kind: noop}")
+    code, output = validate(embedded_env, tmp_path, text)
+    assert code == 2 and "`tol` looks like a misspelling of `tool`" in output, output

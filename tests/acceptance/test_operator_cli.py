@@ -81,7 +81,8 @@ def test_status_prints_a_table(embedded_env: dict[str, str]) -> None:
 def test_register_and_upgrade_speak_json(embedded_env: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "ok.yaml").write_text(HELLO.read_text())
     (tmp_path / "bad.yaml").write_text(
-        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow:\n  - step: a\n"
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow:\n"
+        "  - step: a\n    tol: {kind: noop}\n"
     )
     rows = run_json(["catalog", "register", str(tmp_path), "--json"], embedded_env, code=2)
     by_file = {Path(r["file"]).name: r for r in rows}
@@ -89,7 +90,8 @@ def test_register_and_upgrade_speak_json(embedded_env: dict[str, str], tmp_path:
     assert by_file["bad.yaml"]["skipped"] is True
     [problem] = by_file["bad.yaml"]["problems"]
     assert problem["step"] == "a" and problem["line"] == 5 and problem["severity"] == "error"
-    assert "has no `tool`" in problem["message"] and problem["file"] == str(tmp_path / "bad.yaml")
+    assert "misspelling of `tool`" in problem["message"]
+    assert problem["file"] == str(tmp_path / "bad.yaml")
     assert by_file["ok.yaml"]["created"] is True and by_file["ok.yaml"]["version"] == 1
     assert run_json(["db", "upgrade", "--json"], embedded_env) == {"revision": SCHEMA_REVISION}
 

@@ -7,6 +7,7 @@ document; a value of the wrong shape is skipped because the schema layer already
 from __future__ import annotations
 
 from collections.abc import Mapping
+from difflib import get_close_matches
 from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
@@ -183,7 +184,10 @@ def _check_step(
 ) -> None:
     name = raw.get("step") if isinstance(raw.get("step"), str) else None
     _check_step_keys(collector, path, raw)
-    _check_step_tool(collector, path, raw.get("tool"), name or _step_label(path), workbook)
+    if raw.get("tool") is None:
+        _check_toolless(collector, path, raw)
+    else:
+        _check_step_tool(collector, path, raw["tool"], name or _step_label(path), workbook)
     check_set_keys(collector, (*path, "set"), raw.get("set"))
     check_arcs(collector, (*path, "next"), raw.get("next"), names)
     if isinstance(raw.get("loop"), dict):
@@ -249,27 +253,42 @@ def _check_step_keys(collector: Collector, path: Path, raw: Mapping[str, Any]) -
                 "the step's `when` (an enable guard), arcs (`next.arcs[].when`) "
                 "and task policies (`tool.spec.policy.rules[].when`)",
             )
+        elif key in _TOOL_FIELDS and raw.get("tool") is None and "kind" in raw:
+            continue  # the missing tool's error says where they belong
         elif key in _TOOL_FIELDS:
             collector.warning(
                 where,
                 f"step-level `{key}` is ignored: it belongs inside "
                 "`tool:` (indent it under the tool)",
             )
+        elif raw.get("tool") is None and _near_tool(key):
+            continue  # the missing tool's error names it
         else:
             hint = _IGNORED_HINTS.get(key, f"known keys: {names_list(sorted(_STEP_KEYS))}")
             collector.warning(where, f"unknown step key `{key}` is ignored; {hint}")
 
 
+def _check_toolless(collector: Collector, path: Path, raw: Mapping[str, Any]) -> None:
+    """A step without `tool` runs as `kind: noop` (NoETL's Python engine takes it as a
+    transition target that runs nothing); an error only when a key says a tool was meant:
+    a misspelling of `tool` or a tool field at step level."""
+    typo = next((k for k in raw if k not in _STEP_KEYS and _near_tool(k)), None)
+    if typo is not None:
+        message = f"the step has no `tool`; `{typo}` looks like a misspelling of `tool`"
+    elif "kind" in raw:
+        message = "the step has no `tool`; indent `kind` and the tool's fields under `tool:`"
+    else:
+        return
+    collector.error((*path, "tool"), message)
+
+
+def _near_tool(key: Any) -> bool:
+    return isinstance(key, str) and bool(get_close_matches(key.lower(), ["tool"], cutoff=0.7))
+
+
 def _check_step_tool(
     collector: Collector, path: Path, tool: Any, label: str, workbook: tuple[str, ...]
 ) -> None:
-    if tool is None:
-        collector.error(
-            (*path, "tool"),
-            "the step has no `tool`; add one (use `tool: {kind: noop}` for "
-            "a step that only routes)",
-        )
-        return
     if isinstance(tool, dict):
         check_tool(collector, (*path, "tool"), tool, ToolContext(label, False, workbook))
         if tool.get("set"):

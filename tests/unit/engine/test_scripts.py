@@ -125,6 +125,10 @@ def test_no_file_scripts_store_nothing() -> None:
     script: {uri: "http://127.0.0.1:9/x.py"}
 - step: other
   tool: {kind: python, code: "result = 1"}
+- step: inline
+  tool:
+    kind: python
+    script: {uri: inline, source: {type: inline, code: "result = 2"}}
 """
     assert capture_scripts(playbook(steps), None) is None
 
@@ -159,6 +163,11 @@ def test_script_text_from_the_stored_files(services: ToolServices) -> None:
     assert script_text({"uri": "./x.py"}, stored, services, "step 'a'") == "result = 3"
 
 
+def test_script_text_of_an_inline_source(services: ToolServices) -> None:
+    raw = {"uri": "inline", "source": {"type": "inline", "code": "result = 5"}}
+    assert script_text(raw, StoredScripts(), services, "step 'a'") == "result = 5"
+
+
 def test_script_text_reads_beside_the_original_location(
     tmp_path: Path, services: ToolServices
 ) -> None:
@@ -173,7 +182,7 @@ def test_script_text_reads_beside_the_original_location(
         ({"uri": "gs://b/x.py"}, "step 'a': script source 'gcs' is not supported by noetl-celery"),
         ({"uri": "s3://b/x.sql", "source": {"type": "s3"}}, "script source 's3' is not supported"),
         ({"uri": "gone.py"}, "step 'a': script file 'gone.py' was not stored"),
-        ({"uri": "x", "source": {"type": "inline"}}, "step 'a': script source type 'inline'"),
+        ({"uri": "x", "source": {"type": "inline"}}, "step 'a': an inline script needs its code"),
         ({"uri": "ftp://h/x", "source": {"type": "http"}}, "is not an http(s) URL"),
     ],
 )

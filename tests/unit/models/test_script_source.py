@@ -57,12 +57,21 @@ def test_http_endpoint_wins_over_uri() -> None:
     assert parse_script({"source": {"endpoint": "http://h/z.py"}}).type == "http"
 
 
+def test_inline_source_carries_its_code() -> None:
+    # NoETL tools' python.rs: `source.type: inline` with the code in `source.code`
+    found = parse_script({"uri": "inline", "source": {"type": "inline", "code": "result = 1"}})
+    assert (found.type, found.code, found.uri) == ("inline", "result = 1", "inline")
+    assert parse_script({"source": {"code": "x = 2"}}).type == "inline"  # no uri, no type
+    assert parse_script({"uri": "a.py", "source": {"code": "x"}}).type == "file"
+
+
 @pytest.mark.parametrize(
     ("raw", "needle", "field"),
     [
         (["x.py"], "`script` must be a mapping", ""),
         ({"uri": "x", "source": "file"}, "`script.source` must be a mapping", "source"),
-        ({"uri": "x", "source": {"type": "inline"}}, "put inline code in `code:`", "source.type"),
+        ({"uri": "x", "source": {"type": "inline"}}, "needs its code as text", "source.code"),
+        ({"source": {"type": "inline", "code": 3}}, "needs its code as text", "source.code"),
         ({"uri": "x", "source": {"type": "ftp"}}, "'ftp' is not one of file, http", "source.type"),
         ({"source": {"type": "file"}}, "a file script needs `uri`", "uri"),
         ({"source": {"type": "gcs"}}, "a gcs script needs `uri`", "uri"),

@@ -162,9 +162,9 @@ def test_load_playbook_raises_on_yaml_error() -> None:
 
 
 def test_schema_and_semantic_checks_both_run_on_a_broken_document() -> None:
-    # the model fails on `kind`; the per-step checks still find the missing tool
+    # the model fails on `kind`; the per-step checks still find the misspelled tool
     text = VALID.replace("kind: Playbook", "kind: Workflow").replace(
-        '    tool: {kind: duckdb, query: "SELECT 1"}\n', "    desc: no tool\n"
+        'tool: {kind: duckdb, query: "SELECT 1"}', 'tol: {kind: duckdb, query: "SELECT 1"}'
     )
     report = validate_text(text)
     fields = sorted(p.field or "" for p in report.errors)

@@ -339,10 +339,15 @@ CASES = [
           tool: {kind: noop}
         """), "contains `:`, which is reserved", "a:b", "step"),
     # --- 5. tool required -------------------------------------------------------------------
-    case("step-without-tool", pb("""
+    case("misspelled-tool", pb("""
         - step: a  # <--
-          desc: nothing to run
-        """), "the step has no `tool`", "a", "tool"),
+          tol: {kind: noop}
+        """), "`tol` looks like a misspelling of `tool`", "a", "tool"),
+    case("tool-fields-at-step-level", pb("""
+        - step: a  # <--
+          kind: python
+          code: "result = 1"
+        """), "indent `kind` and the tool's fields under `tool:`", "a", "tool"),
     case("empty-pipeline", pb("""
         - step: a
           tool: []  # <--
@@ -488,10 +493,10 @@ CASES = [
             kind: python
             script:
               uri: inline
-              source:
-                type: inline  # <--
-        """), "script source type 'inline' is not one of file, http, gcs, s3; put inline code",
-         "a", "tool.script.source.type"),
+              source:  # <--
+                type: inline
+        """), "an inline script needs its code as text in `source.code`",
+         "a", "tool.script.source.code"),
     case("duckdb-script-without-uri", pb("""
         - step: a
           tool:
