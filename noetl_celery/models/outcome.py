@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
 
+from noetl_celery.models.shapes import with_read_aliases
+
 # Every error kind the package emits. Policies and arcs match on `output.error.kind`, so
 # this is the one list: a kind not here does not type-check at its producer (and
 # tests/unit/models/test_outcome.py scans the source for kinds written as literals).
@@ -243,11 +245,13 @@ def output_view(outcome: Outcome, *, step_level: bool = True) -> dict[str, Any]:
     """The `output` object of arcs, step `set` and policies.
 
     Inside a pipeline (`step_level=False`) `output.data` is the task's whole tool result
-    (for HTTP: `{status_code, headers, data: body}`), as in NoETL.
+    (for HTTP: `{status_code, headers, data: body}`, `body` read as `data`), as in NoETL.
+    NoETL's names for the result (models.shapes) are read-only aliases, never stored.
     """
+    result = with_read_aliases(outcome.result)
     view: dict[str, Any] = {
         "status": "ok" if outcome.ok else "error",
-        "data": output_data(outcome.result) if step_level else outcome.result,
+        "data": output_data(result) if step_level else result,
         "error": outcome.error.to_json() if outcome.error is not None else None,
         "meta": dict(outcome.meta),
     }

@@ -3,12 +3,17 @@
 NoETL wraps step results in a proxy: `{{ step.data.rows }}` works even when the result has
 no `data` key (it falls back to the result itself), so both spellings seen in playbooks,
 `{{ claim.rows }}` and `{{ claim.data.rows }}`, read the same rows. `ResultView` is that
-proxy as a plain dict subclass (cheap, JSON-serialisable).
+proxy as a plain dict subclass (cheap, JSON-serialisable). It also carries NoETL's names
+for the stored result (models.shapes: an HTTP result's `body`, a postgres result's
+`command_<i>`) as second keys for the same objects, so `{{ fetch_page }}` handed whole to
+a python step has the `body` its code reads; the results row stays as stored.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from noetl_celery.models.shapes import read_aliases
 
 _FALLBACK_ATTRS = frozenset({"data", "result"})
 
@@ -25,7 +30,11 @@ class ResultView(dict[str, Any]):
 
 
 def wrap(result: Any) -> Any:
-    return ResultView(result) if isinstance(result, dict) else result
+    if not isinstance(result, dict):
+        return result
+    view = ResultView(result)
+    view.update(read_aliases(result))
+    return view
 
 
 def unwrap(value: Any) -> Any:
