@@ -162,7 +162,9 @@ def test_register_skips_invalid_files_and_shared_paths(
 ) -> None:
     (tmp_path / "a_ok.yaml").write_text(VERSIONED.format(v=1))
     (tmp_path / "b_bad.yaml").write_text(
-        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow:\n  - step: a\n"
+        # a misspelled `tool:` (a step without any tool is a noop, as in NoETL's engine)
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow:\n"
+        "  - step: a\n    tol: {kind: noop}\n"
     )
     twin = VERSIONED.format(v=1).replace("tests/versioned", "tests/twin")
     (tmp_path / "c_twin.yaml").write_text(twin)
