@@ -46,6 +46,8 @@ SERVICE_KINDS = {
     "agent": "an LLM agent service",
     "mcp": "an MCP server",
     "subscription": "NoETL server (subscriptions)",
+    # DuckLake is a DuckDB extension fetched from extensions.duckdb.org on first use
+    "ducklake": "DuckDB's ducklake extension (downloaded from extensions.duckdb.org)",
 }
 # keychain entries: (kind, provider) -> service
 KEYCHAIN_SERVICES: dict[tuple[Any, Any], str] = {

@@ -19,12 +19,15 @@ playbooks (test configuration, `Subscription` resources) are SKIPPED naming what
 are; playbooks that need a cloud or external service are NEEDS naming it
 (bench.fixture_services); every other playbook runs, whatever its tool kinds (a kind this
 engine lacks fails naming it), with the in-cluster Postgres rewritten to the local one,
-each by itself (e2e's regression runs every fixture alone: there is no CHILD status).
+each by itself except sub-playbooks of another fixture (CHILD: run by their parent, whose
+status they show). Fixtures meant to fail, or needing state outside this machine, or whose
+checks fail on NoETL too, are judged by bench.fixture_intents (each entry with evidence).
 The test API server is the checkout's own (`fixtures/servers/paginated_api.py`, started
 from the temporary copy; `--api-server kit` for the compat kit's).
 
-One line per playbook: COMPLETED, FAILED (the error's first line), REFUSED (a validation
-problem), TIMEOUT, CHILD (a sub-playbook of a selected one: registered, run by its parent),
+One line per playbook: COMPLETED, FAILED (the error's first line), FAILED-AS-MEANT and
+UPSTREAM (fixture_intents), REFUSED (a validation problem), TIMEOUT, CHILD (a sub-playbook
+of a selected one: registered, run by its parent),
 NEEDS (e2e: the services it needs, and VALID/REFUSED from validation) or SKIPPED (not
 self-contained or not a playbook: the reason, and VALID/REFUSED); totals last.
 """
@@ -48,7 +51,7 @@ from typing import Any
 
 import yaml
 
-from bench import fixture_services
+from bench import fixture_intents, fixture_services
 from bench.harness import COMPAT_KIT, env_for, python
 from noetl_celery.constants import UNSUPPORTED_NOETL_KINDS
 
@@ -198,6 +201,9 @@ def classify_e2e(fx: Fixture) -> None:
         if tool["kind"] == "playbook" and isinstance(tool.get("path"), str):
             fx.children.add(tool["path"])
     fx.needs = fixture_services.services(fx.data)
+    outside = fixture_intents.needs(fx.path)
+    if outside is not None:
+        fx.needs = sorted({*fx.needs, outside})
 
 
 def validate(fx: Fixture) -> None:
@@ -269,7 +275,18 @@ def load_fixtures(args: argparse.Namespace) -> tuple[str, str, list[Fixture]]:
         if fx.skip is None and fx.catalog_path in targets:
             fx.needs = sorted({*fx.needs, fixture_services.SUBSCRIPTION_SERVICE})
     inherit_needs(fixtures)
+    if layout == "e2e":
+        needs_of_parents(fixtures)
     return layout, fixtures_dir, fixtures
+
+
+def needs_of_parents(fixtures: list[Fixture]) -> None:
+    """A sub-playbook whose every parent needs a service is run by none here: it needs
+    what they need (alone it reads tables its parent creates)."""
+    for fx in fixtures:
+        parents = [p for p in fixtures if fx.catalog_path in p.children and p is not fx]
+        if fx.skip is None and not fx.needs and parents and all(p.needs for p in parents):
+            fx.needs = sorted({f"its parent's {s}" for p in parents for s in p.needs})
 
 
 def inherit_needs(fixtures: list[Fixture]) -> None:
@@ -301,7 +318,12 @@ def main(argv: list[str]) -> int:
         help="noetl: tests/fixtures/playbooks; e2e: noetl/e2e's fixtures/; auto: whichever",
     )
     ap.add_argument("--fixtures-dir", help="the fixtures directory (default: the layout's)")
-    ap.add_argument("--timeout", type=float, default=90.0, help="seconds per playbook run")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds per playbook run (default 90; e2e: 300, its playbook_test_config's "
+        "default_timeout)",
+    )
     ap.add_argument("--template-mode", choices=("strict", "noetl"), default="strict")
     ap.add_argument(
         "--noetl-kinds",
@@ -332,8 +354,10 @@ def main(argv: list[str]) -> int:
 
     kit = load_kit(args.compat_kit)
     layout, fixtures_dir, fixtures = load_fixtures(args)
+    if args.timeout is None:
+        args.timeout = 300.0 if layout == "e2e" else 90.0
     selected = [fx for fx in fixtures if fx.skip is None and not fx.needs]
-    wanted_children = {c for fx in selected for c in fx.children}
+    wanted_children = {c for fx in selected for c in fx.children if c != fx.catalog_path}
 
     work = Path(tempfile.mkdtemp(prefix="noetl-fixtures-"))
     db = kit.Database(f"postgresql://postgres@127.0.0.1:5432/{args.data_db}")
@@ -375,15 +399,7 @@ def main(argv: list[str]) -> int:
         if selected:
             register = [python(), "-m", "noetl_celery.cli.main", "catalog", "register", str(files)]
             subprocess.run(register, env=env, cwd=root, capture_output=True, timeout=600)
-        for fx in selected:
-            if fx.problems:
-                fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
-            elif layout != "e2e" and fx.catalog_path in wanted_children:
-                # (e2e's regression runs each of its fixtures by itself: so do we)
-                fx.status = "CHILD"
-            else:
-                run_one(fx, files / fx.path, env, args.timeout, root)
-            report_line(fx)
+        run_selected(selected, wanted_children, files, env, args.timeout, root)
     finally:
         server.stop()
         db.close()
@@ -414,6 +430,31 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def run_selected(
+    selected: list[Fixture],
+    wanted_children: set[str],
+    files: Path,
+    env: dict[str, str],
+    timeout: float,
+    root: Path,
+) -> None:
+    for fx in selected:
+        if fx.catalog_path in wanted_children and not fx.problems:
+            fx.status = "CHILD"  # alone it reads tables its parent creates
+            continue
+        if fx.problems:
+            fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
+        else:
+            run_one(fx, files / fx.path, env, timeout, root)
+        fx.status, fx.detail = fixture_intents.judge(fx.path, fx.status, fx.detail)
+        report_line(fx)
+    for fx in selected:
+        if fx.status == "CHILD":
+            parents = [p for p in selected if fx.catalog_path in p.children and p is not fx]
+            fx.detail = "run by " + ", ".join(f"{p.path} ({p.status})" for p in parents)
+            report_line(fx)
+
+
 def commit_id(repo: str, commit: str) -> str:
     return subprocess.run(
         ["git", "-C", repo, "rev-parse", "--short=12", f"{commit}^{{commit}}"],
@@ -431,11 +472,13 @@ def report_line(fx: Fixture) -> None:
 
 def totals(fixtures: list[Fixture]) -> None:
     counts = Counter(fx.status for fx in fixtures)
-    ran = sum(counts[s] for s in ("COMPLETED", "FAILED", "TIMEOUT", "REFUSED"))
+    ran_as = ("COMPLETED", "FAILED-AS-MEANT", "UPSTREAM", "FAILED", "TIMEOUT", "REFUSED")
+    ran = sum(counts[s] for s in ran_as)
     skipped = [fx for fx in fixtures if fx.status == "SKIPPED"]
     refused_skipped = sum(1 for fx in skipped if fx.problems)
     print(
-        f"totals: {counts['COMPLETED']} COMPLETED, {counts['FAILED']} FAILED, "
+        f"totals: {counts['COMPLETED']} COMPLETED, {counts['FAILED-AS-MEANT']} "
+        f"FAILED-AS-MEANT, {counts['UPSTREAM']} UPSTREAM, {counts['FAILED']} FAILED, "
         f"{counts['REFUSED']} REFUSED, {counts['TIMEOUT']} TIMEOUT of {ran} self-contained run; "
         f"{counts['CHILD']} CHILD; {counts['NEEDS']} NEEDS a service; "
         f"{len(skipped)} SKIPPED ({refused_skipped} of them REFUSED "

@@ -152,7 +152,7 @@ PIPELINE_STATUS_FAILED: Final = "failed"
 # Tool kinds the engine runs. `workbook` and `playbook` are resolved by the runner and the
 # engine; the rest are `noetl_celery.tools` implementations.
 TOOL_KINDS: Final = frozenset(
-    {"python", "http", "postgres", "duckdb", "noop", "workbook", "playbook"}
+    {"python", "http", "postgres", "duckdb", "noop", "workbook", "playbook", "artifact"}
 )
 # Kinds NoETL has that this engine does not run. A playbook containing such a step is
 # valid (with a warning) and runs until the step is reached, which then fails naming it.
@@ -164,7 +164,6 @@ TOOL_KINDS: Final = frozenset(
 UNSUPPORTED_NOETL_KINDS: Final = frozenset(
     {
         "agent",
-        "artifact",
         "container",
         "cursor_worker",
         "ducklake",

@@ -9,7 +9,8 @@
     │   ├── KeychainInvalid       (models.keychain) a keychain entry unusable as written
     │   └── DurationInvalid       (models.durations) a field of seconds that is no duration
     ├── TemplateError             a Jinja template failed to render
-    │   └── UndefinedVariable     the template used a name that does not exist
+    │   ├── UndefinedVariable     the template used a name that does not exist
+    │   └── UnsafeCodeValue       a `{{ }}` in python code rendered text that could change it
     ├── ToolError                 a tool could not be set up (not a tool *result* error)
     │   ├── UnknownTool           `kind` names no registered tool
     │   ├── CredentialError       an `auth` alias that cannot be resolved
@@ -161,6 +162,11 @@ class UndefinedVariable(TemplateError):
     ) -> None:
         super().__init__(message, template)
         self.is_attribute = is_attribute
+
+
+class UnsafeCodeValue(TemplateError):
+    """A placeholder in python `code:` rendered a value that could change the code around
+    it (templating.code_template): the step fails instead of running data as code."""
 
 
 class ToolError(NoetlError):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from noetl_celery.models.durations import OptionalSeconds, to_seconds
 from noetl_celery.models.policy import Policy, Rule
+from noetl_celery.models.previous_result import reads_previous_result
 from noetl_celery.models.script_source import StoredScripts
 
 
@@ -296,6 +297,7 @@ class Playbook(BaseModel):
     _workbook: dict[str, WorkbookTask] = PrivateAttr(default_factory=dict)
     _scripts: StoredScripts = PrivateAttr(default_factory=StoredScripts)
     _graph: ArcGraph | None = PrivateAttr(default=None)
+    _reads_result: dict[str, bool] = PrivateAttr(default_factory=dict)
 
     def model_post_init(self, context: Any, /) -> None:
         # first definition wins; duplicates are reported by validation
@@ -327,6 +329,14 @@ class Playbook(BaseModel):
         if self._graph is None:
             self._graph = ArcGraph.of(self._steps)
         return self._graph
+
+    def reads_previous_result(self, name: str) -> bool:
+        """Whether step `name` renders bare `{{ result }}` (models.previous_result)."""
+        found = self._reads_result.get(name)
+        if found is None:
+            dumped = self.step(name).model_dump(mode="json", exclude_none=True)
+            found = self._reads_result[name] = reads_previous_result(dumped)
+        return found
 
     def workbook_task(self, name: str) -> WorkbookTask | None:
         return self._workbook.get(name)

@@ -186,7 +186,7 @@ class Pass:
             if step.loop is not None:
                 loops.enter_loop(self, step)
             else:
-                self._enter_plain(step)
+                self._enter_plain(step, source)
         if len(self.decision.commands) + len(self.decision.issues) == issued_before:
             self._idle_hops += 1
             if self._idle_hops > self.limits.max_idle_transitions:
@@ -230,7 +230,7 @@ class Pass:
             self.enter(target, context, step.step)
         return enabled
 
-    def _enter_plain(self, step: Step) -> None:
+    def _enter_plain(self, step: Step, source: str | None = None) -> None:
         st = self.state.step(step.step)
         if st.in_flight > 0:
             return  # already issued and not finished: NoETL deduplicates the entry
@@ -245,6 +245,12 @@ class Pass:
                 kind=KIND_STEP,
                 epoch=st.epoch,
                 ctx_version=self.ctx_version(),
+                # `{{ result }}` in its fields: the routing step's result (models.previous_result)
+                meta=(
+                    {"prev": source}
+                    if source is not None and self.playbook.reads_previous_result(step.step)
+                    else None
+                ),
             )
         )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_celery.templating.result_view import wrap
+from noetl_celery.templating.result_view import result_ref, wrap
 
 
 def build_context(
@@ -21,7 +21,7 @@ def build_context(
     execution_id: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    wrapped = {name: wrap(value) for name, value in results.items()}
+    wrapped = {name: wrap(value, result_ref(execution_id, name)) for name, value in results.items()}
     context: dict[str, Any] = dict(variables)
     context.update(wrapped)
     # `ctx` / `workload` are the flat variable map; step results are mirrored into it

@@ -239,6 +239,9 @@ class NoetlEnvironment(SandboxedEnvironment):
         if isinstance(obj, Mapping):
             if attribute in obj:
                 return obj[attribute]
+            ref = getattr(obj, "ref", None) if attribute == "_ref" else None
+            if ref is not None:
+                return ref  # a stored step result's reference (templating.result_view)
             if self.envelope_fallthrough and (found := _body_field(obj, attribute)) is not missing:
                 return found
         return super().getattr(obj, attribute)

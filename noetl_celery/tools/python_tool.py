@@ -27,7 +27,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from noetl_celery.errors import TemplateError
 from noetl_celery.models.python_code import compile_step_code
+from noetl_celery.templating.code_template import render_code
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import make_serializable, to_jsonable
 from noetl_celery.tools.python_args import main_arguments
@@ -56,8 +58,12 @@ class PythonTool:
         try:
             code = _source(call.config)
             libs = _import_libs(call.config.get("libs"))
+            if "code" in call.config:  # NoETL renders `{{ … }}` in code (code_template)
+                code = render_code(code, call.context, f"step '{call.step}'")
         except _ConfigProblem as exc:
             return ToolOutcome.failure("config_error", redact(str(exc)))
+        except TemplateError as exc:
+            return ToolOutcome.failure("template_error", redact(str(exc)))
         filename = register_source(call.step, code)
         if call.timeout:
             return _with_timeout(lambda: self._execute(call, code, libs, filename), call.timeout)

@@ -21,6 +21,7 @@ _IMPLEMENTATIONS: dict[str, tuple[str, str]] = {
     "postgres": ("noetl_celery.tools.postgres_tool", "PostgresTool"),
     "duckdb": ("noetl_celery.tools.duckdb_tool", "DuckdbTool"),
     "noop": ("noetl_celery.tools.noop", "NoopTool"),
+    "artifact": ("noetl_celery.tools.artifact_tool", "ArtifactTool"),
 }
 # Step kinds that exist in the DSL but are executed by the runner itself.
 _RUNNER_KINDS = frozenset({"workbook", "playbook"})

@@ -7,11 +7,12 @@ continues and a failed one fails the pipeline. `set` in a rule writes `iter.*` i
 iteration scope and `ctx.*` into the pipeline's ctx, returned to the orchestrator.
 
 A task's own `set:` (NoETL's forward-only binding, tools' task_sequence since 92716a5)
-is rendered after the task succeeds, with `output` its result (a mapping also reachable
-as `output.data`), before its rules: bare and dotted names are bound for the tasks after
-it in this pipeline only (`a.b` nests), `iter.*` and `ctx.*` keys write the iteration
-scope and the pipeline's ctx as a rule's `set` does. A task's `input:` is rendered in
-that context, so it reads the names bound before it.
+is rendered after the task runs, with `output` its result (a mapping also reachable
+as `output.data`; after a failure, its `{status, data, error}` envelope, so a rule that
+continues past the failure passes it on), before its rules: bare and dotted names are
+bound for the tasks after it in this pipeline only (`a.b` nests), `iter.*` and `ctx.*`
+keys write the iteration scope and the pipeline's ctx as a rule's `set` does. A task's
+`input:` is rendered in that context, so it reads the names bound before it.
 
 A task that waits for a sub-playbook suspends the pipeline: its whole run state is
 returned as a continuation (plain JSON) and the pipeline resumes from it, with the
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import NoetlError, UndefinedVariable
 from noetl_celery.models.outcome import (
     Detail,
     ErrorKind,
@@ -199,9 +200,10 @@ def run_pipeline(
         output = _output(outcome, attempt)
         rule_context = {**context, "output": output, "error": output["error"]}
         try:
-            if tool.set and outcome.ok:
+            if tool.set:  # after a failure too (NoETL's task_sequence), `output` its envelope
                 where_bind = f"step '{step}' task '{label}' set"
-                _bind(tool.set, context, outcome.data, run, where_bind, limits.renderer)
+                bound = outcome.data if outcome.ok else output
+                _bind(tool.set, context, bound, run, where_bind, limits.renderer, outcome.ok)
             then = _match(step, label, tool, rule_context, limits.renderer)
             if then is None and not outcome.ok:
                 then = on_error
@@ -370,12 +372,21 @@ def _bind(
     run: RunState,
     where: str,
     renderer: Renderer,
+    succeeded: bool = True,
 ) -> None:
     """A task's `set:`: every value rendered first (against the task's context and its
-    `output`), then bound, so one key never sees another's new value."""
+    `output`), then bound, so one key never sees another's new value. After a failure a
+    key whose template reads what the failure lacks (`output.rows`) is not bound: a set
+    written for the success does not turn a retried failure into a template error."""
     output = {**data, "data": data} if isinstance(data, dict) and "data" not in data else data
     set_context = {**context, "output": output}
-    rendered = [(k, renderer.value(v, set_context, f"{where}.{k}")) for k, v in mapping.items()]
+    rendered: list[tuple[str, Any]] = []
+    for key, template in mapping.items():
+        try:
+            rendered.append((key, renderer.value(template, set_context, f"{where}.{key}")))
+        except UndefinedVariable:
+            if succeeded:
+                raise
     for key, value in rendered:
         if key.startswith(("iter.", "ctx.")):
             scope, name = split_set_key(key)

@@ -18,11 +18,13 @@ from noetl_celery.errors import NoetlError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
 from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError, normalise_status
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec, step_on_error
+from noetl_celery.models.previous_result import PREVIOUS_RESULT
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context, iteration_names
+from noetl_celery.templating.result_view import wrap
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.keychain import KeychainError
 from noetl_celery.tools.redaction import current_masks, mask_command_value
@@ -86,9 +88,12 @@ class StepRunner:
             )
             scope = names["iter"]
             extra.update(names)
-        context = build_context(
-            snapshot.get("vars") or {}, results, execution_id=command.execution_id, extra=extra
-        )
+        prev = (command.meta or {}).get("prev")
+        variables = snapshot.get("vars") or {}
+        if prev in results and PREVIOUS_RESULT not in results and PREVIOUS_RESULT not in variables:
+            # the routing step's result, NoETL's injected `result` (models.previous_result)
+            extra[PREVIOUS_RESULT] = wrap(results[prev])
+        context = build_context(variables, results, execution_id=command.execution_id, extra=extra)
         return context, scope
 
     def _needs_keychain(self, playbook: Playbook, catalog_id: int, step: Step) -> bool:

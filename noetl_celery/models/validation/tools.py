@@ -165,8 +165,8 @@ def _require_sql(collector: Collector, path: Path, tool: Mapping[str, Any], kind
     if given:
         return
     message = (
-        f"a {kind} tool needs SQL in `command:` (or `query`, `commands`, `queries`, or "
-        "`script:` naming a file or URL)"
+        f"no SQL command provided: a {kind} tool needs SQL in `command:` (or `query`, "
+        "`commands`, `queries`, or `script:` naming a file or URL)"
     )
     collector.error((*path, "command"), message)
 

@@ -426,7 +426,7 @@ CASES = [
         - step: a
           tool:
             kind: bash  # <--
-        """), "`kind: bash` is not a tool kind; use one of: duckdb, http, noop", "a",
+        """), "`kind: bash` is not a tool kind; use one of: artifact, duckdb, http, noop", "a",
          "tool.kind"),
     case("unsupported-noetl-kind", pb("""
         - step: a
@@ -451,7 +451,7 @@ CASES = [
             ("container", "image: busybox"),
             ("transfer", "source: {kind: http}"),
             ("result_fetch", "ref: r"),
-            ("artifact", "path: a"),
+            ("ducklake", "catalog: c"),
             ("agent", "model: m"),
         ]
     ],

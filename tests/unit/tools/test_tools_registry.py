@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_kinds() -> None:
-    assert tool_kinds() == {"python", "http", "postgres", "duckdb", "noop"}
+    assert tool_kinds() == {"python", "http", "postgres", "duckdb", "noop", "artifact"}
 
 
-@pytest.mark.parametrize("kind", ["python", "http", "postgres", "duckdb", "noop"])
+@pytest.mark.parametrize("kind", ["python", "http", "postgres", "duckdb", "noop", "artifact"])
 def test_instances_are_cached_and_declare_their_kind(kind: str) -> None:
     tool = get_tool(kind)
     assert tool is get_tool(kind)

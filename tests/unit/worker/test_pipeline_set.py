@@ -89,12 +89,12 @@ def test_scoped_keys_write_ctx_and_iter_as_a_rule_set_does() -> None:
     assert result["iter"] == {"page": 2}
 
 
-def test_a_failed_task_binds_nothing_and_its_policy_still_decides() -> None:
+def test_a_failed_task_binds_only_what_its_failure_has_and_its_policy_still_decides() -> None:
     tasks = """
     - name: fetch
       kind: http
       url: x
-      set: {rows: "{{ output.rows }}"}
+      set: {rows: "{{ output.rows }}", last_status: "{{ output.status }}"}
       spec:
         policy:
           rules:
@@ -102,14 +102,35 @@ def test_a_failed_task_binds_nothing_and_its_policy_still_decides() -> None:
               then: {do: retry, attempts: 2, delay: 0}
     - name: use
       kind: noop
-      input: {rows: "{{ rows }}"}
+      input: {rows: "{{ rows }}", last: "{{ last_status }}"}
     """
     failed = ToolOutcome.failure("server_error", "HTTP 500", retryable=True)
-    script = Script({"fetch": [failed, ToolOutcome.success({"rows": [7]})]})
+    script = Script({"fetch": [failed, ToolOutcome.success({"rows": [7], "status": "ok"})]})
     result = run(tasks, script)
     assert result["status"] == "ok"
     assert [name for name, _ in script.seen] == ["fetch", "fetch", "use"]
-    assert script.context_of("use")["input"] == {"rows": [7]}
+    assert script.context_of("use")["input"] == {"rows": [7], "last": "ok"}
+
+
+def test_a_failed_task_that_continues_passes_its_envelope_on() -> None:
+    tasks = """
+    - name: fetch
+      kind: http
+      url: x
+      set: {rows: "{{ output.rows }}", failed: "{{ output }}"}
+      spec:
+        policy:
+          rules:
+            - else: {then: {do: continue}}
+    - name: use
+      kind: noop
+      input: {kind: "{{ failed.error.kind }}", has_rows: "{{ rows is defined }}"}
+    """
+    failed = ToolOutcome.failure("server_error", "HTTP 500", retryable=True)
+    script = Script({"fetch": [failed]})
+    result = run(tasks, script)
+    assert result["status"] == "ok"
+    assert script.context_of("use")["input"] == {"kind": "server_error", "has_rows": False}
 
 
 def test_a_set_template_error_fails_the_pipeline_naming_the_task() -> None:
