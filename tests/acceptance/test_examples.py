@@ -1,5 +1,6 @@
-"""The bundled examples as the README tells users to run them: `noetl-celery example-api`
-serving the local API, `api_to_postgres.yaml` with the sample credentials file."""
+"""The bundled examples as the tutorial (docs/tutorial.md) tells users to run them:
+`noetl-celery example-api` serving the local API, `api_to_postgres.yaml` with the sample
+credentials file."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from tests.support.workers import run_cli
 pytestmark = pytest.mark.acceptance
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "playbooks" / "examples"
-# what the README's Examples section says to type (checked below, so neither drifts)
-README_COMMANDS = (
+# what the tutorial's "Run it, embedded" says to type (checked below, so neither drifts)
+TUTORIAL_COMMANDS = (
     "noetl-celery example-api &",
     "export NOETL_CREDENTIALS_FILE=playbooks/examples/credentials.example.json",
     "noetl-celery run playbooks/examples/api_to_postgres.yaml",
@@ -67,12 +68,20 @@ def test_api_to_postgres_runs_here_without_internet(
     assert writers == [(second["execution_id"],)]
 
 
-def test_the_readme_gives_these_commands() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Examples\n", 1)[1].split("\n## ", 1)[0]
-    lines = {line.split("#")[0].strip() for line in section.splitlines()}
-    for command in README_COMMANDS:
+def test_the_tutorial_gives_these_commands() -> None:
+    tutorial = (ROOT / "docs" / "tutorial.md").read_text()
+    lines = {line.split("#")[0].strip() for line in tutorial.splitlines()}
+    for command in TUTORIAL_COMMANDS:
         assert command in lines, command
+    # the numbers the tutorial promises are the ones test_api_to_postgres_... checks
+    flat = " ".join(tutorial.split())
+    for promise in (
+        "{orders: 50, shops: 3, amount: 2662.72}",
+        "23 + 12 + 15 = 50",
+        "11 requests (1 + 7 pages + 3 retries), 3 of them answered 503",
+        "{total: 3, success: 3, failed: 0}",
+    ):
+        assert promise in flat, promise
 
 
 def test_the_example_api(example_api: ExampleApi) -> None:
