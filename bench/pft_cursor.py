@@ -52,7 +52,7 @@ from noetl_celery.settings import DEFAULT_BATCH_SIZE
 DATA_DSN = "postgresql://postgres@127.0.0.1:5432/noetl_compat" + os.environ.get(
     "NOETL_BENCH_DB_SUFFIX", ""
 )
-# full size: pages per data type for patient ids 1..10000 (reference §8.1)
+# full size: pages per data type for patient ids 1..10000 (NoETL's pft_flow_test fixture)
 EXPECTED = {
     "pftc_patient_assessments": 29_898,
     "pftc_patient_conditions": 19_907,

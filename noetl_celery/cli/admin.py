@@ -38,9 +38,24 @@ def banner(role: str, settings: Settings, database_id: str | None) -> str:
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED, metavar="[CELERY OPTIONS]...")
 def worker(celery_args: tuple[str, ...]) -> None:
-    """Start a Celery worker on the engine's queues (extra options go to Celery)."""
+    """Start a Celery worker on the engine's queues (extra options go to Celery).
+
+    Needs NOETL_DATABASE_URL (Postgres, at this version's revision: `db upgrade`) and
+    NOETL_BROKER_URL. Every option but -h/--help goes to Celery's worker unchanged; the
+    ones a deployment sets:
+
+    \b
+      -c, --concurrency N   commands run at once (default: the number of CPUs)
+      -P, --pool POOL       prefork (the default: CPU-heavy steps) or threads
+                            (playbooks that wait on HTTP APIs; with a large -c)
+      -Q, --queues Q,...    queues to consume (default: noetl.commands,noetl.orchestrate)
+      -n, --hostname NAME   this worker's name in Flower and logs (e.g. api@%h)
+      -l, --loglevel LEVEL  INFO by default; DEBUG also shows every task received
+
+    The rest: `celery worker --help`.
+    """
     settings, database_id = _fleet_settings()
     click.echo(banner("worker", settings, database_id), err=True)
     from noetl_celery.tasks import fleet
@@ -61,7 +76,7 @@ def worker(celery_args: tuple[str, ...]) -> None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED, metavar="[CELERY OPTIONS]...")
 def beat(celery_args: tuple[str, ...]) -> None:
     """Start celery beat with the engine's schedule: the reaper every
     NOETL_REAPER_INTERVAL_SECONDS (extra options go to Celery). Run one or more; the

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from noetl_celery import __version__
-from noetl_celery.cli import quick_exit
+from noetl_celery.cli import helptext, quick_exit
 from noetl_celery.cli.common import EXIT_INVALID, setup_logging
 from noetl_celery.errors import NoetlError
 
@@ -33,7 +33,8 @@ CELERY_COMMANDS = frozenset({"worker", "beat", "flower"})
 SERVICES = frozenset({*CELERY_COMMANDS, "serve", "example-api"})
 
 
-# name -> "module:attribute" of every command (`--help` lists them sorted)
+# name -> "module:attribute" of every command (`--help` lists them by section:
+# cli.helptext.SECTIONS)
 COMMANDS = {
     "run": "noetl_celery.cli.run:run",
     "watch": "noetl_celery.cli.watch:watch",
@@ -75,11 +76,22 @@ class LazyGroup(click.Group):
         _started()
         if not isinstance(command, click.Command):  # a wrong table entry, not user input
             raise TypeError(f"{target} is not a click command")
+        helptext.teach(command, cmd_name)
         self.commands[cmd_name] = command
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        helptext.format_sections(self, ctx, formatter)
 
-@click.group(cls=LazyGroup, lazy=COMMANDS)
+
+# `-h` everywhere: subcommands inherit the root context's help option names
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="\b\nExample:\n  noetl-celery run playbooks/examples/hello_world.yaml\n\n"
+    "Run `noetl-celery COMMAND -h` for a command's options and an example.",
+)
 # the package's location too: "which install is this?" is the first question when a
 # deployment misbehaves (an editable checkout, a wheel, a stale copy)
 @click.version_option(

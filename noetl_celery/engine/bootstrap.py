@@ -3,7 +3,7 @@ worker runtime each name their role, and the table below says what that role may
 the engine tables and where its commands go.
 
 The Celery dispatcher is handed in by the caller (a `BrokerFactory`): the engine sits
-below tasks/, the only Celery importer, so it cannot build one itself (design §5).
+below tasks/, the only Celery importer, so it cannot build one itself (docs/design.md §5).
 """
 
 from __future__ import annotations

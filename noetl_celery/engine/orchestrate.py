@@ -1,4 +1,4 @@
-"""Driving orchestration passes for one execution (design §3).
+"""Driving orchestration passes for one execution (docs/design.md §3).
 
 A pass locks the execution row (Postgres `FOR UPDATE`, SKIP LOCKED when called from a
 worker; SQLite's write lock), folds the waiting completions, persists the decision and

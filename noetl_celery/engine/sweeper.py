@@ -1,4 +1,4 @@
-"""The reaper: puts back what crashes and a wiped broker took away (design §3).
+"""The reaper: puts back what crashes and a wiped broker took away (docs/design.md §3).
 
 One sweep, run by one process at a time (a lease row in Postgres):
 1. `issued` commands nobody started within the grace period are published again (a

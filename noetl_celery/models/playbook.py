@@ -1,4 +1,4 @@
-"""Pydantic models of a NoETL DSL v2 playbook (reference §1).
+"""Pydantic models of a NoETL DSL v2 playbook (docs/reference/dsl.md §1).
 
 The models accept what NoETL's runtime accepts (unknown tool fields, unknown step keys);
 `noetl_celery.models.validation` turns unknown or wrong keys into located problems.

@@ -1,4 +1,4 @@
-"""Task policies: `spec.policy.rules` of a tool or pipeline task (reference §5.1)."""
+"""Task policies: `spec.policy.rules` of a tool or pipeline task (docs/reference/dsl.md §5.1)."""
 
 from __future__ import annotations
 

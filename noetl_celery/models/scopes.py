@@ -1,4 +1,4 @@
-"""`set:` keys and where they write (reference §1.6).
+"""`set:` keys and where they write (docs/reference/dsl.md §1.6).
 
 `ctx.<k>`, `step.<k>` and bare `<k>` all write the execution's flat variable map;
 `iter.<k>` writes the running iteration's scope; `workload.<k>` is the same flat map.

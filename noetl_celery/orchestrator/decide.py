@@ -4,7 +4,7 @@ Pure: it reads immutable history through `Facts` and returns what to write and i
 the engine persists the decision in one transaction. Called with the same inputs it
 returns the same decision, which is what makes a crashed pass safe to redo.
 
-Semantics (reference §1.5-§1.8, §4; design §7):
+Semantics (docs/reference/dsl.md §1.5-§1.8, §4; docs/design.md §7):
 - arcs are evaluated after a non-loop step's `call.done` *and* `call.error`, and after a
   loop step's `loop.done` only; `exclusive` fires the first match, `inclusive` all;
 - a failure is *handled* when a guarded arc (one with `when`) matched it; an unhandled

@@ -1,4 +1,4 @@
-"""Deterministic command ids (design §2.2).
+"""Deterministic command ids (docs/design.md §2.2).
 
 A command id is its logical coordinate, so re-running a decision yields the same id and
 the primary key turns the duplicate insert into a no-op. `:` cannot appear in a step name

@@ -4,7 +4,7 @@ It is deliberately small and bounded by the playbook's size, not by the executio
 history: variables, per-step counters and pointers to results (the results themselves
 live in the `results` table, immutable per (step, epoch)), and counters of the loop
 epochs in progress (the items are planned command rows). It is rewritten once per
-orchestration pass, so its size is the per-pass cost (design §2.6).
+orchestration pass, so its size is the per-pass cost (docs/design.md §2.6).
 """
 
 from __future__ import annotations

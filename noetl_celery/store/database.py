@@ -1,7 +1,7 @@
 """Connections to the engine's database: Postgres (deployments) or SQLite (embedded).
 
 SQLite has no row locks, so every write transaction starts with `BEGIN IMMEDIATE`: the
-database-wide write lock is what serialises orchestration passes there (design §2.5
+database-wide write lock is what serialises orchestration passes there (docs/design.md §2.5
 asks for serialisation in the database, never in process memory). Reads use a second
 engine with plain deferred transactions so polling does not take the write lock.
 

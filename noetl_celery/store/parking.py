@@ -1,4 +1,4 @@
-"""Parking a command that waits out a retry delay (design §2.7: no worker slot is held
+"""Parking a command that waits out a retry delay (docs/design.md §2.7: no worker slot is held
 while waiting). The row becomes `delayed` with its due time in `issued_at` and the
 pipeline's continuation in `resume`; the reaper's sweep issues it when due
 (`ReaperManager.release_delayed`), and a cancel of its execution cancels it like any

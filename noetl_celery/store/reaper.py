@@ -1,4 +1,4 @@
-"""The reaper's queries: what was lost, and putting it back (design §3).
+"""The reaper's queries: what was lost, and putting it back (docs/design.md §3).
 
 - an `issued` command nobody started within the grace period (lost message, flushed
   broker) is published again; duplicates are harmless (conditional claim)

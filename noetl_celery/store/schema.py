@@ -2,7 +2,7 @@
 embedded default. The alembic migrations in `noetl_celery/store/migrations/versions`
 create exactly this.
 
-Invariants enforced here rather than in process memory (design §2):
+Invariants enforced here rather than in process memory (docs/design.md §2):
 - one terminal event per command          -> ux_events_command_terminal
 - one `loop.done` per loop epoch          -> ux_events_loop_done
 - one terminal event per execution        -> ux_events_execution_terminal

@@ -1,4 +1,4 @@
-"""The Celery tasks; thin adapters over the engine (design §3).
+"""The Celery tasks; thin adapters over the engine (docs/design.md §3).
 
 Each message names the engine database it was minted against (`db`, tasks.dispatcher).
 A worker on another database must not claim anything: in its own database the command

@@ -1,4 +1,4 @@
-"""The names a template can use (reference §3.2), built the same way on both sides:
+"""The names a template can use (docs/reference/dsl.md §3.2), built the same way on both sides:
 the orchestrator (arc guards, `set`, `loop.in`) and the worker (tool fields, input).
 
 Precedence, lowest first: variables, then step results by step name, then the engine's

@@ -1,7 +1,7 @@
 """`Renderer`: the rendering rules one caller uses.
 
 - `strict` (the default): an undefined name or attribute fails with a message naming
-  the template and where it sits (design §7).
+  the template and where it sits (docs/design.md §7).
 - `noetl`: NoETL's own behaviour, for playbooks that rely on it (`NOETL_TEMPLATE_MODE=
   noetl`): a template that fails to render is kept as its raw text, and on the worker
   (`lenient`) an undefined value renders as "" (its length is 0). Guards are false

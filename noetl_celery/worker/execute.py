@@ -1,4 +1,4 @@
-"""`execute_command`: claim, run, complete, then orchestrate in place (design §3).
+"""`execute_command`: claim, run, complete, then orchestrate in place (docs/design.md §3).
 
 Running the orchestration pass in the worker that just finished (when the execution's
 lock is free) saves a broker round trip per completion; if another process holds the
@@ -132,7 +132,7 @@ class CommandExecutor:
                 extra=of_command(more.command_id),
             )
         # the passes of the chain left their re-checks to the next command's pass: the
-        # last one's is made here (holder of the lock, design §2.5)
+        # last one's is made here (holder of the lock, docs/design.md §2.5)
         self.orchestrator.drive(report.execution_id, wait=False, recheck_first=True)
         return report
 

@@ -1,4 +1,4 @@
-"""A batch hands its unstarted commands back while a slow one still runs (design §2).
+"""A batch hands its unstarted commands back while a slow one still runs (docs/design.md §10).
 
 A batch runs its commands one after another. Checking the clock only between commands
 let one slow command (an API that takes seconds to answer) hold the batch's other

@@ -1,4 +1,4 @@
-"""A pipeline waiting out a long retry delay gives its worker slot back (design §2.7).
+"""A pipeline waiting out a long retry delay gives its worker slot back (docs/design.md §2.7).
 
 `run_pipeline` answers `Parked` (its run state, the waiting task, the delay) when a
 retry's delay, its backoff or the server's `Retry-After`, is above

@@ -1,4 +1,4 @@
-"""A pipeline (task sequence) runs start to finish on one worker (reference §1.4, §5.1).
+"""A pipeline (task sequence) runs start to finish on one worker (docs/reference/dsl.md §1.4, §5.1).
 
 After every task the task's policy rules are evaluated in order against its `output`;
 the first match (or the `else` rule) decides: `continue`, `retry` (attempts count total
@@ -20,7 +20,7 @@ child's outcome as that task's outcome, when the command is issued again.
 
 A retry that must wait longer than `PipelineLimits.park_after` seconds (a long backoff,
 an HTTP `Retry-After`) parks the pipeline the same way instead of sleeping in the
-worker's slot (design §2.7): `Parked` carries the run state, with the waiting task's
+worker's slot (docs/design.md §2.7): `Parked` carries the run state, with the waiting task's
 attempt already counted, and the wait; the command resumes at that task when it is due.
 """
 

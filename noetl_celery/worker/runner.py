@@ -69,7 +69,8 @@ class StepRunner:
         if command.iteration is not None and step.loop is not None:
             meta = command.meta or {}
             cursor_row = None
-            if "lane" in meta:  # a cursor body: where its row came from (reference §4.6)
+            # a cursor body: where its row came from (docs/reference/dsl.md §4.6)
+            if "lane" in meta:
                 slot = f"{command.epoch}:slot-{meta['lane']}"
                 cursor_row = {
                     "_worker_slot_id": slot,

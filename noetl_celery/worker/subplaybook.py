@@ -1,4 +1,4 @@
-"""`tool.kind: playbook` (reference §2.6): run another registered playbook as a child.
+"""`tool.kind: playbook` (docs/reference/dsl.md §2.6): run another registered playbook as a child.
 
 With `return_step` the caller waits for the child without holding a worker slot: the
 task raises `Suspend`, the worker parks its command (`waiting`) and creates the child in

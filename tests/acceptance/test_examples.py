@@ -1,5 +1,6 @@
-"""The bundled examples as the README tells users to run them: `noetl-celery example-api`
-serving the local API, `api_to_postgres.yaml` with the sample credentials file."""
+"""The bundled examples as the tutorial (docs/tutorial.md) tells users to run them:
+`noetl-celery example-api` serving the local API, `api_to_postgres.yaml` with the sample
+credentials file."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from tests.support.workers import run_cli
 pytestmark = pytest.mark.acceptance
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "playbooks" / "examples"
-# what the README's Examples section says to type (checked below, so neither drifts)
-README_COMMANDS = (
+# what the tutorial's "Run it, embedded" says to type (checked below, so neither drifts)
+TUTORIAL_COMMANDS = (
     "noetl-celery example-api &",
     "export NOETL_CREDENTIALS_FILE=playbooks/examples/credentials.example.json",
     "noetl-celery run playbooks/examples/api_to_postgres.yaml",
+    # "When it fails"
+    "noetl-celery run playbooks/examples/api_to_postgres.yaml --set page_size=101 --json",
+    "noetl-celery rerun ID --failed-items --set page_size=10",
 )
 
 
@@ -67,12 +71,54 @@ def test_api_to_postgres_runs_here_without_internet(
     assert writers == [(second["execution_id"],)]
 
 
-def test_the_readme_gives_these_commands() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Examples\n", 1)[1].split("\n## ", 1)[0]
-    lines = {line.split("#")[0].strip() for line in section.splitlines()}
-    for command in README_COMMANDS:
+def test_the_tutorials_failure_and_its_repair(
+    example_api: ExampleApi,
+    embedded_env: dict[str, str],
+    sample_credentials: Path,
+    data_db: str,
+) -> None:
+    """docs/tutorial.md "When it fails": pages the API refuses fail every shop, the loop
+    still completes, `give_up` fails the run; a rerun of the failed items repairs it."""
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS example_orders")
+    env = {**embedded_env, "NOETL_CREDENTIALS_FILE": str(sample_credentials)}
+    api = ["--set", f"api_url={example_api.url}"]
+    playbook = str(EXAMPLES / "api_to_postgres.yaml")
+    failed = run_cli(["run", playbook, *api, "--set", "page_size=101", "--json"], env)
+    assert failed.returncode == 1, failed.stderr
+    summary = json.loads(failed.stdout)
+    assert (summary["status"], summary["result"]) == ("FAILED", None)
+    assert summary["steps"]["load_shop"]["stats"] == {"total": 3, "success": 0, "failed": 3}
+    kinds = [(e["step"], e["kind"]) for e in summary["errors"]]
+    assert kinds == [("load_shop", "client_error")] * 3 + [("give_up", "python_error")]
+    assert "3 shop(s) could not be loaded" in summary["errors"][-1]["message"]
+
+    rerun = run_cli(
+        ["rerun", summary["execution_id"], "--failed-items", "--set", "page_size=10", "--json"],
+        env,
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    repaired = json.loads(rerun.stdout)
+    assert repaired["result"]["rows"] == [{"orders": 50, "shops": 3, "amount": 2662.72}]
+    assert orders_by_shop(data_db) == {"amsterdam": (23, 1), "berlin": (12, 1), "lisbon": (15, 1)}
+
+
+def test_the_tutorial_gives_these_commands() -> None:
+    tutorial = (ROOT / "docs" / "tutorial.md").read_text()
+    lines = {line.split("#")[0].strip() for line in tutorial.splitlines()}
+    for command in TUTORIAL_COMMANDS:
         assert command in lines, command
+    # the numbers the tutorial promises are the ones test_api_to_postgres_... checks
+    flat = " ".join(tutorial.split())
+    for promise in (
+        "{orders: 50, shops: 3, amount: 2662.72}",
+        "23 + 12 + 15 = 50",
+        "11 requests (1 + 7 pages + 3 retries), 3 of them answered 503",
+        "{total: 3, success: 3, failed: 0}",
+        "{total: 3, success: 0, failed: 3}",
+        "3 shop(s) could not be loaded",
+    ):
+        assert promise in flat, promise
 
 
 def test_the_example_api(example_api: ExampleApi) -> None:

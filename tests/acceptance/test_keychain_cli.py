@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.readme import examples
+from tests.support.readme import DOCS, examples
 from tests.support.token_server import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -159,15 +159,15 @@ def test_keychain_is_not_readable_where_the_engine_decides(
     assert "'keychain' is undefined" in json.dumps(summary["errors"]), summary
 
 
-def test_the_readme_example_runs(
+def test_the_docs_example_runs(
     embedded_env: dict[str, str], tmp_path: Path, tokens: TokenServer
 ) -> None:
-    [example] = [e for e in examples() if e.section == "Keychain"]
+    [example] = examples(DOCS / "reference" / "keychain.md")
     credentials = tmp_path / "credentials.json"
     vendor = {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "signing_key": STATIC}
     credentials.write_text(json.dumps({"vendor_oauth": vendor}))
     env = {**embedded_env, "NOETL_CREDENTIALS_FILE": str(credentials)}
-    file = tmp_path / "readme.yaml"
+    file = tmp_path / "keychain_example.yaml"
     file.write_text(example.playbook())
     code, summary, stderr = run_json(
         ["run", str(file), "--json", "--set", f"vendor_url={tokens.url}"], env

@@ -1,4 +1,5 @@
-"""Every example of the README's Tools section runs and returns what the README says."""
+"""Every example of the docs' Tools page (docs/reference/tools.md) runs and returns what
+the page says."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 from noetl_celery.engine.service import Engine
 from tests.support.engines import embedded_engine
 from tests.support.example_api import ExampleApi
-from tests.support.readme import Example, contained, examples
+from tests.support.readme import DOCS, Example, contained, examples
 
 pytestmark = pytest.mark.acceptance
 HELLO = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "hello_world.yaml"
-TOOLS = [e for e in examples() if e.section == "Tools" and e.expected]
+TOOLS = [e for e in examples(DOCS / "reference" / "tools.md") if e.expected]
 
 
 @pytest.fixture
@@ -25,13 +26,17 @@ def engine(sqlite_url: str, tmp_path: Path, sample_credentials: Path) -> Iterato
     built.close()
 
 
-@pytest.mark.parametrize("example", TOOLS, ids=lambda e: f"README:{e.line}")
-def test_tool_example_returns_what_the_readme_says(
+def test_the_tools_page_has_runnable_examples() -> None:
+    assert len(TOOLS) == 9
+
+
+@pytest.mark.parametrize("example", TOOLS, ids=lambda e: e.where)
+def test_tool_example_returns_what_the_docs_say(
     example: Example, engine: Engine, example_api: ExampleApi
 ) -> None:
     execution_id = engine.start_text(example.playbook({"api_url": example_api.url}))
     engine.wait(execution_id, 60)
     summary = engine.summary(execution_id)
-    assert summary["status"] == "COMPLETED", (example.line, summary["error"])
+    assert summary["status"] == "COMPLETED", (example.where, summary["error"])
     for step, documented in example.expected.items():
-        assert contained(documented, summary["steps"][step], step) == [], example.line
+        assert contained(documented, summary["steps"][step], step) == [], example.where

@@ -1,4 +1,4 @@
-"""Checks of routing and iteration: arcs and loops (reference §1.5, §4)."""
+"""Checks of routing and iteration: arcs and loops (docs/reference/dsl.md §1.5, §4)."""
 
 from __future__ import annotations
 

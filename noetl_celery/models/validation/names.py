@@ -1,4 +1,4 @@
-"""Name checks: what templates read that nothing defines (reference §3.2).
+"""Name checks: what templates read that nothing defines (docs/reference/dsl.md §3.2).
 
 Every template of a step is parsed (`validation.refs`) and each name it reads is looked up
 in what the playbook defines: workload keys, step names (their results), `set` keys, loop
@@ -94,7 +94,7 @@ OTHER_EVENTS = frozenset(
         "execution.cancelled",
     }
 )
-# Names NoETL's render context has and noetl-celery's does not (reference §3.2)
+# Names NoETL's render context has and noetl-celery's does not (docs/reference/dsl.md §3.2)
 NOETL_ONLY = {
     "token": "the keychain's token function (`token('<entry>')` reads a `keychain` entry's "
     "token), and this playbook declares no `keychain`",

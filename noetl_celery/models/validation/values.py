@@ -15,10 +15,10 @@ from noetl_celery.models.yaml_positions import Path
 # Syntax only: parsing never looks filters or variables up, so a plain environment accepts
 # everything the engine's own (richer) environment would render.
 _JINJA = jinja2.Environment()
-# `workload.<k>` writes the same flat map as `ctx.<k>` (reference §1.6).
+# `workload.<k>` writes the same flat map as `ctx.<k>` (docs/reference/dsl.md §1.6).
 _SET_SCOPES = frozenset({"ctx", "iter", "step", "workload"})
 _BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-# Strings NoETL reads as a boolean without rendering anything (reference §1.5).
+# Strings NoETL reads as a boolean without rendering anything (docs/reference/dsl.md §1.5).
 _LITERAL_CONDITIONS = frozenset({"true", "false", "yes", "no", "0", "1", "none", ""})
 
 
@@ -64,7 +64,8 @@ def template_strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
 
 
 def check_set_keys(collector: Collector, path: Path, mapping: Any) -> None:
-    """`set` keys are `ctx.<k>`, `iter.<k>`, `step.<k>` or a bare name (reference §1.6)."""
+    """`set` keys are `ctx.<k>`, `iter.<k>`, `step.<k>` or a bare name
+    (docs/reference/dsl.md §1.6)."""
     if not isinstance(mapping, dict):
         return  # the schema layer reports a `set` that is not a mapping
     for key in mapping:
