@@ -238,6 +238,7 @@ class Pass:
         st.in_flight += 1
         st.status = StepStatus.RUNNING
         self.state.in_flight += 1
+        reads_result = source is not None and self.playbook.reads_previous_result(step.step)
         self.decision.commands.append(
             NewCommand(
                 command_id=step_command_id(self.state.execution_id, step.step, st.epoch),
@@ -245,12 +246,7 @@ class Pass:
                 kind=KIND_STEP,
                 epoch=st.epoch,
                 ctx_version=self.ctx_version(),
-                # `{{ result }}` in its fields: the routing step's result (models.previous_result)
-                meta=(
-                    {"prev": source}
-                    if source is not None and self.playbook.reads_previous_result(step.step)
-                    else None
-                ),
+                meta={"prev": source} if reads_result else None,  # models.previous_result
             )
         )
 

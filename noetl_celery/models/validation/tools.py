@@ -239,7 +239,22 @@ def _workbook_calls(data: Any) -> set[str]:
     return names
 
 
+def _check_artifact(
+    collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
+) -> None:
+    """`kind: artifact` (tools.artifact_tool): `action: get` of `input.result_ref`."""
+    action = tool.get("action", "get")
+    if not (isinstance(action, str) and action.strip().lower() == "get"):
+        collector.error(
+            (*path, "action"),
+            f"`action: {action}` is not supported; an artifact tool only does `get` (a "
+            "step's result is stored by returning it)",
+        )
+    # `input.result_ref` may come from the step's own `input:`: checked when it runs
+
+
 _KIND_CHECKS: dict[str, Callable[[Collector, Path, dict[str, Any], ToolContext], None]] = {
+    "artifact": _check_artifact,
     "python": _check_python,
     "http": _check_http,
     "postgres": _check_postgres,

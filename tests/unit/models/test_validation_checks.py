@@ -465,6 +465,14 @@ CASES = [
           tool:
             kind: snowflak  # <--
         """), "did you mean `snowflake`?", "a", "tool.kind"),
+    case("artifact-put", pb("""
+        - step: a
+          tool:
+            kind: artifact
+            action: put  # <--
+            input: {result_ref: x}
+        """), "`action: put` is not supported; an artifact tool only does `get`", "a",
+        "tool.action"),
     case("python-without-code", pb("""
         - step: a
           tool:  # <--
