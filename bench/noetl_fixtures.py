@@ -199,11 +199,23 @@ def classify_e2e(fx: Fixture) -> None:
     for tool in walk_tools(fx.data.get("workflow")) + walk_tools(fx.data.get("workbook")):
         fx.kinds.add(tool["kind"])
         if tool["kind"] == "playbook" and isinstance(tool.get("path"), str):
-            fx.children.add(tool["path"])
+            fx.children.add(workload_value(fx.data, tool["path"]))
     fx.needs = fixture_services.services(fx.data)
     outside = fixture_intents.needs(fx.path)
     if outside is not None:
         fx.needs = sorted({*fx.needs, outside})
+
+
+WORKLOAD_NAME = re.compile(r"^\{\{\s*(?:workload\.)?([A-Za-z_]\w*)\s*\}\}$")
+
+
+def workload_value(data: dict[str, Any], text: str) -> str:
+    """`{{ chunk_worker_path }}` / `{{ workload.x }}`: the workload's value, if a string."""
+    found = WORKLOAD_NAME.match(text.strip())
+    workload = data.get("workload")
+    if found and isinstance(workload, dict) and isinstance(workload.get(found[1]), str):
+        return str(workload[found[1]])
+    return text
 
 
 def validate(fx: Fixture) -> None:

@@ -6,7 +6,7 @@ The models accept what NoETL's runtime accepts (unknown tool fields, unknown ste
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -319,6 +319,10 @@ class Playbook(BaseModel):
 
     def step(self, name: str) -> Step:
         return self._steps[name]
+
+    @property
+    def step_names(self) -> Iterable[str]:
+        return self._steps.keys()
 
     def has_step(self, name: str) -> bool:
         return name in self._steps

@@ -110,7 +110,11 @@ class Pass:
             name: self.result_of(name, ep) for name, ep in self.state.result_pointers().items()
         }
         context = build_context(
-            self.state.vars, results, execution_id=self.state.execution_id, extra=extra
+            self.state.vars,
+            results,
+            execution_id=self.state.execution_id,
+            extra=extra,
+            steps=self.playbook.step_names,
         )
         # shadows the environment's wall-clock `now()`; like that global, any name of
         # the context (a variable or step called `now`) still wins over it

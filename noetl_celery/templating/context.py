@@ -8,9 +8,10 @@ workload key called `execution_id` therefore cannot shadow the real execution id
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from noetl_celery.templating.not_run import not_run
 from noetl_celery.templating.result_view import result_ref, wrap
 
 
@@ -20,9 +21,15 @@ def build_context(
     *,
     execution_id: str,
     extra: Mapping[str, Any] | None = None,
+    steps: Iterable[str] = (),
 ) -> dict[str, Any]:
+    """`steps`: the playbook's step names; those without a result (and not a variable)
+    are bound to `StepNotRun` (templating.not_run), false in a test."""
     wrapped = {name: wrap(value, result_ref(execution_id, name)) for name, value in results.items()}
     context: dict[str, Any] = dict(variables)
+    for name in steps:
+        if name not in wrapped and name not in context:
+            context[name] = not_run(name)
     context.update(wrapped)
     # `ctx` / `workload` are the flat variable map; step results are mirrored into it
     # (NoETL: `{{ ctx.<step> }}` works) but a variable of the same name wins there.

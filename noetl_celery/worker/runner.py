@@ -57,7 +57,7 @@ class StepRunner:
         self._mentions: dict[tuple[int, str], bool] = {}
 
     def context_for(
-        self, command: ClaimedCommand, step: Step
+        self, command: ClaimedCommand, step: Step, playbook: Playbook
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         snapshot = self.store.context(command.execution_id, command.ctx_version)
         results = {
@@ -94,7 +94,13 @@ class StepRunner:
         if prev in results and PREVIOUS_RESULT not in results and PREVIOUS_RESULT not in variables:
             # the routing step's result, NoETL's injected `result` (models.previous_result)
             extra[PREVIOUS_RESULT] = wrap(results[prev])
-        context = build_context(variables, results, execution_id=command.execution_id, extra=extra)
+        context = build_context(
+            variables,
+            results,
+            execution_id=command.execution_id,
+            extra=extra,
+            steps=playbook.step_names,
+        )
         return context, scope
 
     def _needs_keychain(self, playbook: Playbook, catalog_id: int, step: Step) -> bool:
@@ -138,7 +144,7 @@ class StepRunner:
         it must wait out a long retry delay, or a claim's `HeldFrame`."""
         started = time.monotonic()
         step = playbook.step(command.step)
-        context, scope = self.context_for(command, step)
+        context, scope = self.context_for(command, step, playbook)
         if playbook.keychain:
             try:
                 # an execution started without Engine's check (a sub-playbook, a
