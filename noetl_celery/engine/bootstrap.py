@@ -88,4 +88,5 @@ def build_engine(settings: Settings, role: Role, *, broker: BrokerFactory | None
         # what the broker could not take, or lost, is published from these processes
         # without beat (engine.outbox)
         engine.start_relay()
+        engine.start_notifier()  # the notification outbox (engine.notify)
     return engine

@@ -352,3 +352,29 @@ class HeldItem:
     item_id: str
     kind: str
     execution_id: str
+
+
+@dataclass(frozen=True)
+class NotificationRow:
+    """A row of the notification outbox (store.notifications)."""
+
+    notification_id: str
+    execution_id: str
+    event: str
+    target: str
+    attempts: int
+    last_error: str | None
+    created_at: dt.datetime
+    delivered_at: dt.datetime | None
+    next_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class DeadlineCandidate:
+    """A running top-level execution the deadline check looks at, with the deadline
+    events it has recorded already."""
+
+    execution_id: str
+    catalog_id: int
+    started_at: dt.datetime
+    recorded: frozenset[str]

@@ -1,0 +1,245 @@
+"""Notifications on the engine with its real store (both backends), in-process workers
+and a real local webhook receiver: a failed run, a cancelled run and a missed deadline
+each deliver one notification id, signed; a receiver that fails or is down gets it
+after; a playbook's own target; nothing delivered twice once accepted."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl_celery.engine.service import Engine
+from noetl_celery.settings import Settings
+from noetl_celery.settings_notify import NotifySettings
+from noetl_celery.store.database import SchemaMode
+from tests.support.notify_receiver import Delivery, Receiver, receiving
+
+SECRET = "notify-secret-3f9a"
+HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\n"
+FAILING = (
+    HEAD
+    + """metadata: {name: f, path: tests/notify_fails}
+workflow:
+  - step: boom
+    tool: {kind: python, code: "raise RuntimeError('disk full')"}
+"""
+)
+SLEEPER = (
+    HEAD
+    + """metadata: {name: s, path: tests/notify_sleeps}
+workflow:
+  - step: nap
+    tool: {kind: python, code: "import time\\ntime.sleep(30)\\nresult = {}"}
+"""
+)
+OK = (
+    HEAD
+    + """metadata: {name: o, path: tests/notify_ok}
+workflow:
+  - step: fine
+    tool: {kind: python, code: "result = {'x': 1}"}
+"""
+)
+
+
+def engine_for(store_url: str, home: Path, notify: NotifySettings, **extra: Any) -> Engine:
+    settings = Settings(
+        home=home,
+        database_url=store_url,
+        embedded_workers=4,
+        reaper_interval_seconds=0.2,
+        notify=notify,
+        **extra,
+    )
+    built = Engine(settings, schema=SchemaMode.MIGRATE)
+    built.use_in_process_workers()
+    return built
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as r:
+        yield r
+
+
+def fast(receiver: Receiver, **changes: Any) -> NotifySettings:
+    """Engine-wide target, signed, with a short backoff (tests only)."""
+    values: dict[str, Any] = {
+        "url": receiver.url(),
+        "secret": SECRET,
+        "backoff_seconds": 0.05,
+        "backoff_max_seconds": 0.2,
+        "public_url": "http://noetl.example:8000",
+    }
+    values.update(changes)
+    return NotifySettings(**values)
+
+
+def verified(delivery: Delivery, secret: str = SECRET) -> dict[str, Any]:
+    expected = "sha256=" + hmac.new(secret.encode(), delivery.body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(delivery.headers["x-noetl-signature"], expected)
+    body = delivery.json
+    assert delivery.headers["x-noetl-notification-id"] == body["id"]
+    return body
+
+
+def one_delivered(engine: Engine, eid: str) -> dict[str, Any]:
+    """The execution's single notification row, delivered (a delivered row is never
+    claimed again: no later POST of it can come)."""
+    rows = engine.detail(eid)["notifications"]
+    assert len(rows) == 1, rows
+    assert rows[0]["delivered_at"] is not None, rows
+    return dict(rows[0])
+
+
+def test_a_failed_run_delivers_one_signed_notification(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        eid = engine.start_text(FAILING)
+        engine.wait(eid, 30)
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        body = verified(got[0])
+        assert body["id"] == f"{eid}.failed.engine"
+        assert body["execution_id"] == eid
+        assert body["path"] == "tests/notify_fails"
+        assert body["status"] == "failed"
+        assert "disk full" in body["error"]
+        assert body["errors"] and "disk full" in body["errors"][0]["message"]
+        assert body["trigger"] == "manual"
+        assert body["url"] == f"http://noetl.example:8000/executions/{eid}"
+        assert body["started_at"].endswith("Z") and body["finished_at"].endswith("Z")
+        assert body["text"].startswith("noetl: tests/notify_fails FAILED after ")
+        assert "disk full" in body["text"]
+        row = one_delivered(engine, eid)
+        assert row["attempts"] == 1
+        assert [d.json["id"] for d in receiver.all()] == [body["id"]]
+    finally:
+        engine.close()
+
+
+def test_a_completed_run_is_not_notified_by_default(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        eid = engine.start_text(OK)
+        engine.wait(eid, 30)
+        assert engine.summary(eid)["status"] == "COMPLETED"
+        assert engine.detail(eid)["notifications"] == []  # no row: nothing to deliver
+    finally:
+        engine.close()
+
+
+def test_a_cancelled_run_delivers_one_notification(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        eid = engine.start_text(SLEEPER)
+        assert engine.cancel(eid, "stopped by the operator")
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        body = verified(got[0])
+        assert body["id"] == f"{eid}.cancelled.engine"
+        assert body["status"] == "cancelled"
+        assert body["error"] == "stopped by the operator"
+        assert "CANCELLED" in body["text"]
+        one_delivered(engine, eid)
+    finally:
+        engine.close()
+
+
+def test_a_receiver_answering_500_then_down_gets_it_after(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    receiver.failures = 2
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        eid = engine.start_text(FAILING)
+        engine.wait(eid, 30)
+        # two 500s, then the receiver goes away for a while, then comes back
+        stop = time.monotonic() + 30
+        while len(receiver.all()) < 2 and time.monotonic() < stop:
+            time.sleep(0.05)
+        receiver.down()
+        rows: list[Any] = []
+        while time.monotonic() < stop:  # a try fails while it is down
+            rows = engine.detail(eid)["notifications"]
+            if rows and rows[0]["attempts"] >= 3:
+                break
+            time.sleep(0.05)
+        assert rows[0]["delivered_at"] is None
+        assert rows[0]["last_error"]
+        receiver.up()
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        ids = {d.json["id"] for d in receiver.all()}
+        assert ids == {f"{eid}.failed.engine"}  # every POST carried the same id
+        assert len(got) == 1
+        verified(got[0])
+        row = one_delivered(engine, eid)
+        assert row["attempts"] >= 4
+    finally:
+        engine.close()
+
+
+def test_a_playbook_declares_its_own_target(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    # no engine-wide target; the playbook wants `completed` on its own url and secret
+    engine = engine_for(store_url, tmp_path, fast(receiver, url=""))
+    text = OK.replace(
+        "metadata: {name: o, path: tests/notify_ok}",
+        "metadata:\n  name: o\n  path: tests/notify_ok\n"
+        f"  notify: {{url: '{receiver.url('/own')}', on: [completed], secret: pb-secret}}",
+    )
+    try:
+        eid = engine.start_text(text)
+        engine.wait(eid, 30)
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        body = verified(got[0], "pb-secret")
+        assert got[0].path == "/own"
+        assert body["id"] == f"{eid}.completed.playbook"
+        assert body["status"] == "completed" and body["error"] is None
+        one_delivered(engine, eid)
+        # the API shows the notification, never the url or the secret
+        shown = str(engine.detail(eid))
+        assert "pb-secret" not in shown and "/own" not in shown
+    finally:
+        engine.close()
+
+
+def test_a_missed_deadline_is_recorded_once_and_notified(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    text = SLEEPER.replace(
+        "metadata: {name: s, path: tests/notify_sleeps}",
+        "metadata: {name: s, path: tests/notify_sleeps, deadline: 1s}",
+    )
+    try:
+        eid = engine.start_text(text)
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        body = verified(got[0])
+        assert body["id"] == f"{eid}.deadline.missed.engine"
+        assert body["status"] == "deadline.missed"
+        assert "MISSED its deadline" in body["text"]
+        view = engine.detail(eid)
+        assert [d["event"] for d in view["deadline"]] == ["deadline.missed"]
+        assert view["status"] == "RUNNING"  # a deadline tells; it does not stop the run
+        # more sweeps pass: still one event, one notification
+        engine.reaper.sweep()
+        engine.reaper.sweep()
+        assert len(engine.detail(eid)["deadline"]) == 1
+        assert engine.cancel(eid)
+        receiver.wait_for(lambda d: len(d) >= 2)
+        ids = sorted(d.json["id"] for d in receiver.accepted())
+        assert ids == sorted([f"{eid}.deadline.missed.engine", f"{eid}.cancelled.engine"])
+    finally:
+        engine.close()
