@@ -62,16 +62,24 @@ def playbook_notify(playbooks: PlaybookCache, catalog_id: int) -> PlaybookNotify
 
 class Rule:
     """Who wants an event: the engine-wide target (NOETL_NOTIFY_URL with NOETL_NOTIFY_ON)
-    and the playbook's `metadata.notify` (its `on`)."""
+    and the playbook's `metadata.notify` (its `on`).
 
-    def __init__(self, settings: NotifySettings, playbooks: PlaybookCache) -> None:
+    With `defer_engine` (a client outside the fleet: `cancel` from a laptop, whose
+    environment need not hold the fleet's webhook), the engine-wide row is written for
+    every event and the fleet's deliverers decide with their own settings (a row they do
+    not want is marked skipped)."""
+
+    def __init__(
+        self, settings: NotifySettings, playbooks: PlaybookCache, defer_engine: bool = False
+    ) -> None:
         self.settings = settings
         self.playbooks = playbooks
+        self.defer_engine = defer_engine
 
     def targets(self, catalog_id: int, event: str) -> list[str]:
         wanted = on_of(event)
         out = []
-        if self.settings.url and wanted in self.settings.on:
+        if self.defer_engine or (self.settings.url and wanted in self.settings.on):
             out.append(TARGET_ENGINE)
         declared = playbook_notify(self.playbooks, catalog_id)
         if declared is not None and wanted in declared.on:
@@ -136,6 +144,8 @@ class Deliverer:
         self.credentials = credentials
         self.client = client or httpx.Client(timeout=POST_TIMEOUT_SECONDS, trust_env=False)
         self.delivered = 0  # this deliverer's successful POSTs (tests, logs)
+        # a deliverer without NOETL_NOTIFY_URL leaves the engine-wide rows to those with it
+        self.targets = [TARGET_PLAYBOOK] + ([TARGET_ENGINE] if settings.url else [])
 
     def tick(self) -> int:
         """Deliver every due row; the number delivered."""
@@ -145,10 +155,10 @@ class Deliverer:
         """`tick`, giving up after `budget` seconds (None: none); rows claimed and
         not tried are given back when their claim runs out."""
         stop = None if budget is None else time.monotonic() + budget
-        if not self.store.notifications.any_due():
+        if not self.store.notifications.any_due(self.targets):
             return 0
         sent = 0
-        while notes := self.store.notifications.claim(CLAIM_SECONDS):
+        while notes := self.store.notifications.claim(CLAIM_SECONDS, self.targets):
             for note in notes:
                 if stop is not None and time.monotonic() >= stop:
                     return sent
@@ -174,6 +184,10 @@ class Deliverer:
 
     def deliver(self, note: NotificationRow) -> int:
         """POST one claimed row; 1 when delivered."""
+        if note.target == TARGET_ENGINE and on_of(note.event) not in self.settings.on:
+            reason = f"skipped: NOETL_NOTIFY_ON has no {on_of(note.event)}"
+            self.store.notifications.skipped(note.notification_id, reason)
+            return 0
         url = ""
         try:
             row = self.store.execution(note.execution_id)

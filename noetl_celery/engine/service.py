@@ -186,6 +186,13 @@ class Engine(EngineReads):
         self._relay_thread = RelayThread(relay)
         self._relay_thread.start()
 
+    def defer_engine_notifications(self) -> None:
+        """A client outside the fleet: the engine-wide notification of what it ends (a
+        cancel) is decided by the fleet's deliverers, not by this environment."""
+        rule = self.store.notifications.rule
+        if isinstance(rule, Rule):
+            rule.defer_engine = True
+
     def start_notifier(self) -> None:
         """Deliver the notification outbox from a thread of this process (workers,
         `serve`, the embedded process; engine.notify). Once per process."""

@@ -300,4 +300,5 @@ def notifications_view(store: Store, execution_id: str) -> list[dict[str, Any]]:
             "last_error": n.last_error,
         }
         for n in store.notifications.of_execution(execution_id)
+        if not n.skipped
     ]

@@ -11,6 +11,7 @@ child's failure reaches its parent, which notifies)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -59,14 +60,20 @@ class NotificationsManager:
             sql.enqueue(conn, rows, now)
         return len(targets)
 
-    def any_due(self) -> bool:
+    def any_due(self, targets: Sequence[str]) -> bool:
         with self.db.read() as conn:
-            return sql.any_due(conn, utcnow())
+            return sql.any_due(conn, utcnow(), targets)
 
-    def claim(self, seconds: float, limit: int = 50) -> list[NotificationRow]:
+    def claim(
+        self, seconds: float, targets: Sequence[str], limit: int = 50
+    ) -> list[NotificationRow]:
         now = utcnow()
         with self.db.write() as conn:
-            return sql.claim(conn, now, now + dt.timedelta(seconds=seconds), limit)
+            return sql.claim(conn, now, now + dt.timedelta(seconds=seconds), limit, targets)
+
+    def skipped(self, notification_id: str, reason: str) -> None:
+        with self.db.write() as conn:
+            sql.skipped(conn, notification_id, reason, utcnow())
 
     def delivered(self, notification_id: str) -> None:
         with self.db.write() as conn:

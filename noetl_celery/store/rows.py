@@ -367,6 +367,7 @@ class NotificationRow:
     created_at: dt.datetime
     delivered_at: dt.datetime | None
     next_at: dt.datetime
+    skipped: bool = False
 
 
 @dataclass(frozen=True)

@@ -374,6 +374,8 @@ notifications = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text, nullable=True),
     Column("delivered_at", DateTime, nullable=True),
+    # done without a POST: the engine-wide target's deliverers do not want its event
+    Column("skipped", Boolean, nullable=False, server_default=text("false")),
     Index("ix_notifications_due", "next_at", **_partial("delivered_at IS NULL")),
     Index("ix_notifications_execution", "execution_id"),
 )

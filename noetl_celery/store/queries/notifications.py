@@ -24,6 +24,7 @@ _COLUMNS = (
     notifications.c.created_at,
     notifications.c.delivered_at,
     notifications.c.next_at,
+    notifications.c.skipped,
 )
 
 
@@ -51,25 +52,30 @@ def enqueue(conn: Connection, ids: Sequence[tuple[str, str, str, str]], now: dt.
     )
 
 
-def _due(now: dt.datetime) -> object:
+def _due(now: dt.datetime, targets: Sequence[str]) -> object:
     return and_(
         notifications.c.delivered_at.is_(None),
+        notifications.c.target.in_(list(targets)),
         notifications.c.next_at <= now,
         or_(notifications.c.claimed_until.is_(None), notifications.c.claimed_until < now),
     )
 
 
-def any_due(conn: Connection, now: dt.datetime) -> bool:
-    query = select(notifications.c.notification_id).where(_due(now)).limit(1)  # type: ignore[arg-type]
+def any_due(conn: Connection, now: dt.datetime, targets: Sequence[str]) -> bool:
+    query = select(notifications.c.notification_id).where(_due(now, targets)).limit(1)  # type: ignore[arg-type]
     return conn.execute(query).first() is not None
 
 
 def claim(
-    conn: Connection, now: dt.datetime, until: dt.datetime, limit: int
+    conn: Connection,
+    now: dt.datetime,
+    until: dt.datetime,
+    limit: int,
+    targets: Sequence[str],
 ) -> list[NotificationRow]:
-    """Take up to `limit` due rows until `until` (SKIP LOCKED on Postgres: deliverers
-    in parallel take different rows; SQLite's write lock serialises claims)."""
-    due = _due(now)
+    """Take up to `limit` due rows of `targets` until `until` (SKIP LOCKED on Postgres:
+    deliverers in parallel take different rows; SQLite's write lock serialises claims)."""
+    due = _due(now, targets)
     ids = (
         select(notifications.c.notification_id)
         .where(due)  # type: ignore[arg-type]
@@ -92,6 +98,14 @@ def delivered(conn: Connection, notification_id: str, now: dt.datetime) -> None:
         update(notifications)
         .where(notifications.c.notification_id == notification_id)
         .values(delivered_at=now, attempts=notifications.c.attempts + 1, claimed_until=None)
+    )
+
+
+def skipped(conn: Connection, notification_id: str, reason: str, now: dt.datetime) -> None:
+    conn.execute(
+        update(notifications)
+        .where(notifications.c.notification_id == notification_id)
+        .values(delivered_at=now, skipped=True, last_error=reason, claimed_until=None)
     )
 
 
@@ -179,4 +193,5 @@ __all__ = [
     "failed",
     "has_event",
     "of_execution",
+    "skipped",
 ]

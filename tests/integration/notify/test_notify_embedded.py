@@ -243,3 +243,26 @@ def test_a_missed_deadline_is_recorded_once_and_notified(
         assert ids == sorted([f"{eid}.deadline.missed.engine", f"{eid}.cancelled.engine"])
     finally:
         engine.close()
+
+
+def test_rows_the_delivering_settings_do_not_want_are_skipped(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    # a process that defers the engine-wide decision writes a row for every end; this
+    # deliverer's NOETL_NOTIFY_ON has only `failed`: the completed run's row is skipped
+    engine = engine_for(store_url, tmp_path, fast(receiver, on=frozenset({"failed"})))
+    engine.defer_engine_notifications()
+    try:
+        ok = engine.start_text(OK)
+        bad = engine.start_text(FAILING)
+        engine.wait(ok, 30)
+        engine.wait(bad, 30)
+        receiver.wait_for(lambda d: len(d) >= 1)
+        stop = time.monotonic() + 30
+        while not engine.store.notifications.of_execution(ok)[0].skipped:
+            assert time.monotonic() < stop
+            time.sleep(0.05)
+        assert engine.detail(ok)["notifications"] == []  # skipped rows are not listed
+        assert [d.json["id"] for d in receiver.all()] == [f"{bad}.failed.engine"]
+    finally:
+        engine.close()

@@ -31,6 +31,8 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("delivered_at", sa.DateTime(), nullable=True),
+        # done without a POST: the engine-wide target's deliverers do not want it
+        sa.Column("skipped", sa.Boolean(), nullable=False, server_default=sa.false()),
     )
     where = sa.text("delivered_at IS NULL")
     op.create_index(
