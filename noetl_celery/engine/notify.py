@@ -17,9 +17,8 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from noetl_celery.engine.periodic import Periodic
 from noetl_celery.engine.playbooks import PlaybookCache
@@ -43,6 +42,9 @@ from noetl_celery.settings_notify import NotifySettings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow, NotificationRow
 from noetl_celery.tools.credentials import CredentialStore
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("noetl_celery.notify")
 
@@ -89,9 +91,9 @@ class Rule:
 
 def shown_url(url: str) -> str:
     """`https://host/…`: a webhook's path and query are often its secret (Slack's)."""
-    parsed = httpx.URL(url)
-    host = parsed.host + (f":{parsed.port}" if parsed.port else "")
-    return f"{parsed.scheme}://{host}/…"
+    parsed = urlsplit(url)
+    host = parsed.hostname or "?"
+    return f"{parsed.scheme}://{host}{f':{parsed.port}' if parsed.port else ''}/…"
 
 
 def _iso(value: Any) -> str | None:
@@ -142,7 +144,7 @@ class Deliverer:
         self.settings = settings
         self.playbooks = playbooks
         self.credentials = credentials
-        self.client = client or httpx.Client(timeout=POST_TIMEOUT_SECONDS, trust_env=False)
+        self._client = client  # made at the first POST: httpx is slow to import
         self.delivered = 0  # this deliverer's successful POSTs (tests, logs)
         # a deliverer without NOETL_NOTIFY_URL leaves the engine-wide rows to those with it
         self.targets = [TARGET_PLAYBOOK] + ([TARGET_ENGINE] if settings.url else [])
@@ -196,7 +198,7 @@ class Deliverer:
             headers = {"Content-Type": "application/json", ID_HEADER: note.notification_id}
             if secret:
                 headers[SIGNATURE_HEADER] = sign(body, secret)
-            answer = self.client.post(url, content=body, headers=headers)
+            answer = self.client().post(url, content=body, headers=headers)
             if not answer.is_success:
                 raise NoetlError(f"the receiver answered HTTP {answer.status_code}")
         except Exception as exc:
@@ -224,8 +226,16 @@ class Deliverer:
             wait,
         )
 
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(timeout=POST_TIMEOUT_SECONDS, trust_env=False)
+        return self._client
+
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
 
 class DelivererThread(Periodic):

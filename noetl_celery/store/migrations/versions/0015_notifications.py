@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("delivered_at", sa.DateTime(), nullable=True),
         # done without a POST: the engine-wide target's deliverers do not want it
-        sa.Column("skipped", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("skipped", sa.Boolean(), nullable=False, server_default=sa.text("false")),
     )
     where = sa.text("delivered_at IS NULL")
     op.create_index(
