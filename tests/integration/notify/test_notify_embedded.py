@@ -18,6 +18,7 @@ from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
 from noetl_celery.settings_notify import NotifySettings
 from noetl_celery.store.database import SchemaMode
+from noetl_celery.web.pages.site import Site
 from tests.support.notify_receiver import Delivery, Receiver, receiving
 
 SECRET = "notify-secret-3f9a"
@@ -237,6 +238,11 @@ def test_a_missed_deadline_is_recorded_once_and_notified(
         engine.reaper.sweep()
         engine.reaper.sweep()
         assert len(engine.detail(eid)["deadline"]) == 1
+        # serve's execution page shows the deadline and the notification, not the target
+        page = Site(engine).execution(eid, {})
+        assert page.status == 200, page.body[:300]
+        assert "Deadline missed" in page.body and "Notifications" in page.body
+        assert receiver.url() not in page.body and SECRET not in page.body
         assert engine.cancel(eid)
         receiver.wait_for(lambda d: len(d) >= 2)
         ids = sorted(d.json["id"] for d in receiver.accepted())
@@ -264,5 +270,37 @@ def test_rows_the_delivering_settings_do_not_want_are_skipped(
             time.sleep(0.05)
         assert engine.detail(ok)["notifications"] == []  # skipped rows are not listed
         assert [d.json["id"] for d in receiver.all()] == [f"{bad}.failed.engine"]
+    finally:
+        engine.close()
+
+
+def test_a_loop_whose_eta_passes_the_deadline_is_at_risk_then_missed(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    # 40 items of 0.5 s one after the other (~20 s); the deadline is 12 s: as soon as a
+    # few items are done the ETA says ~20 s, past it; then it passes while running
+    text = (
+        HEAD
+        + """metadata: {name: r, path: tests/notify_at_risk, deadline: 12s}
+workflow:
+  - step: each
+    loop:
+      in: "{{ range(40) | list }}"
+      iterator: i
+      spec: {mode: sequential}
+    tool: {kind: python, code: "import time\\ntime.sleep(0.5)\\nresult = {}"}
+"""
+    )
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        eid = engine.start_text(text)
+        receiver.wait_for(lambda d: len(d) >= 2, timeout=60)
+        events = engine.detail(eid)["deadline"]
+        assert [e["event"] for e in events] == ["deadline.at_risk", "deadline.missed"]
+        assert events[0]["eta_at"] > events[0]["deadline_at"]
+        ids = [d.json["id"] for d in receiver.accepted()]
+        assert ids == [f"{eid}.deadline.at_risk.engine", f"{eid}.deadline.missed.engine"]
+        assert "AT RISK" in receiver.accepted()[0].json["text"]
+        engine.cancel(eid)
     finally:
         engine.close()
