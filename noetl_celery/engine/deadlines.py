@@ -13,7 +13,12 @@ import logging
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.summaries import loop_progress
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.deadlines import Deadline, deadline_state, declared_deadline
+from noetl_celery.models.deadlines import (
+    Deadline,
+    deadline_state,
+    declared_deadline,
+    parse_deadline,
+)
 from noetl_celery.models.notify import EVENT_MISSED
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import DeadlineCandidate
@@ -21,7 +26,19 @@ from noetl_celery.store.rows import DeadlineCandidate
 log = logging.getLogger("noetl_celery.deadlines")
 
 
-def _deadline(playbooks: PlaybookCache, catalog_id: int) -> Deadline | None:
+def _deadline(
+    store: Store, playbooks: PlaybookCache, candidate: DeadlineCandidate
+) -> Deadline | None:
+    """The schedule's deadline for a run it started (when it has one), else the
+    playbook's `metadata.deadline`."""
+    if candidate.schedule_id is not None:
+        schedule = store.schedules.get(candidate.schedule_id)
+        if schedule is not None and schedule.deadline:
+            try:
+                return parse_deadline(schedule.deadline, schedule.timezone)
+            except NoetlError:  # refused when added; an edited row: the playbook's
+                pass
+    catalog_id = candidate.catalog_id
     try:
         playbook = playbooks.get(catalog_id)
     except NoetlError:
@@ -46,7 +63,7 @@ def check_one(
     """The event recorded for `candidate` now, if any."""
     if EVENT_MISSED in candidate.recorded:
         return None  # nothing left to tell
-    deadline = _deadline(playbooks, candidate.catalog_id)
+    deadline = _deadline(store, playbooks, candidate)
     if deadline is None:
         return None
     due = deadline.at(candidate.started_at)

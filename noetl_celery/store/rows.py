@@ -235,6 +235,7 @@ class ScheduleRow:
     next_fire_at: dt.datetime
     last_fire_at: dt.datetime | None
     created_at: dt.datetime
+    deadline: str | None = None  # its runs' deadline (models.deadlines)
 
     def to_json(self) -> dict[str, Any]:
         def iso(value: dt.datetime | None) -> str | None:
@@ -252,6 +253,7 @@ class ScheduleRow:
             "next_fire_at": iso(self.next_fire_at) if self.enabled else None,
             "last_fire_at": iso(self.last_fire_at),
             "created_at": iso(self.created_at),
+            "deadline": self.deadline,
         }
 
 
@@ -379,3 +381,4 @@ class DeadlineCandidate:
     catalog_id: int
     started_at: dt.datetime
     recorded: frozenset[str]
+    schedule_id: int | None = None  # the schedule that started it, if one did

@@ -403,6 +403,8 @@ schedules = Table(
     Column("next_fire_at", DateTime, nullable=False),
     Column("last_fire_at", DateTime, nullable=True),
     Column("created_at", DateTime, nullable=False, default=utcnow),
+    # its runs' deadline (models.deadlines): "2h", or "06:00" in `timezone`
+    Column("deadline", String(32), nullable=True),
     Index("ux_schedules_name", "name", unique=True),
     Index("ix_schedules_due", "enabled", "next_fire_at"),
 )

@@ -131,6 +131,13 @@ def of_execution(conn: Connection, execution_id: str) -> list[NotificationRow]:
     return [_row(r) for r in rows]
 
 
+def _schedule_of(trigger: str | None, detail: Any) -> int | None:
+    if trigger != "schedule" or not isinstance(detail, dict):
+        return None
+    schedule_id = detail.get("schedule_id")
+    return schedule_id if isinstance(schedule_id, int) else None
+
+
 def has_event(conn: Connection, execution_id: str, event_type: str) -> bool:
     query = (
         select(events.c.event_id)
@@ -156,7 +163,13 @@ def deadline_events(conn: Connection, execution_id: str) -> list[tuple[str, Any,
 def deadline_candidates(conn: Connection, limit: int) -> list[DeadlineCandidate]:
     """Running top-level executions (oldest first) and the deadline events they have."""
     rows = conn.execute(
-        select(executions.c.execution_id, executions.c.catalog_id, executions.c.created_at)
+        select(
+            executions.c.execution_id,
+            executions.c.catalog_id,
+            executions.c.created_at,
+            executions.c.trigger,
+            executions.c.trigger_detail,
+        )
         .where(executions.c.status == RUNNING, executions.c.parent_execution_id.is_(None))
         .order_by(executions.c.created_at)
         .limit(limit)
@@ -178,6 +191,7 @@ def deadline_candidates(conn: Connection, limit: int) -> list[DeadlineCandidate]
             int(r.catalog_id),
             r.created_at,
             frozenset(seen.get(str(r.execution_id), set())),
+            _schedule_of(r.trigger, r.trigger_detail),
         )
         for r in rows
     ]

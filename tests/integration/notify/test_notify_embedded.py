@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 from noetl_celery.settings_notify import NotifySettings
 from noetl_celery.store.database import SchemaMode
@@ -302,5 +303,31 @@ workflow:
         assert ids == [f"{eid}.deadline.at_risk.engine", f"{eid}.deadline.missed.engine"]
         assert "AT RISK" in receiver.accepted()[0].json["text"]
         engine.cancel(eid)
+    finally:
+        engine.close()
+
+
+def test_a_schedule_deadline_applies_to_the_runs_it_starts(
+    store_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    engine = engine_for(store_url, tmp_path, fast(receiver))
+    try:
+        engine.register_text(SLEEPER)  # the playbook itself declares no deadline
+        with pytest.raises(ConfigurationError, match="--deadline: 'soon' is neither"):
+            engine.schedules.add("tests/notify_sleeps", "0 3 * * *", deadline="soon")
+        row = engine.schedules.add("tests/notify_sleeps", "0 3 * * *", deadline="1s")
+        assert row.to_json()["deadline"] == "1s"
+        eid = engine.schedules.trigger(row.schedule_id)
+        got = receiver.wait_for(lambda d: len(d) >= 1)
+        body = verified(got[0])
+        assert body["id"] == f"{eid}.deadline.missed.engine"
+        assert body["trigger"] == "schedule"
+        # a manual run of the same playbook has no deadline: never flagged
+        manual = engine.start_path("tests/notify_sleeps")
+        time.sleep(1.5)  # past what the schedule's deadline would be
+        engine.reaper.sweep()
+        assert engine.detail(manual)["deadline"] == []
+        engine.cancel(eid)
+        engine.cancel(manual)
     finally:
         engine.close()

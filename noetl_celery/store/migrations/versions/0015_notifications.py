@@ -43,6 +43,9 @@ def upgrade() -> None:
         sqlite_where=where,
     )
     op.create_index("ix_notifications_execution", "notifications", ["execution_id"])
+    # a schedule's runs may have a deadline (`schedule add --deadline`,
+    # `metadata.schedule.deadline`): a duration or a time of day in its time zone
+    op.add_column("schedules", sa.Column("deadline", sa.String(32), nullable=True))
     # each deadline event once per execution
     deadline = sa.text("type IN ('deadline.at_risk', 'deadline.missed')")
     op.create_index(
@@ -57,4 +60,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ux_events_deadline", table_name="events")
+    with op.batch_alter_table("schedules") as batch:
+        batch.drop_column("deadline")
     op.drop_table("notifications")
