@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.notify_receiver import receiving
 from tests.support.workers import run_cli
 
 pytestmark = pytest.mark.acceptance
@@ -50,3 +51,31 @@ def test_schedule_add_with_a_deadline(embedded_env: dict[str, str]) -> None:
         "Error: --deadline: '6 oclock' is neither a duration (use a number of seconds or "
         "500ms, 30s, 5m, 2h) nor a time of day (HH:MM, e.g. 06:00)"
     )
+
+
+def test_an_embedded_run_delivers_its_failure_before_it_exits(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    playbook = tmp_path / "fails.yaml"
+    playbook.write_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\n"
+        "metadata: {name: f, path: tests/cli_fails}\n"
+        "workflow:\n"
+        "  - step: boom\n"
+        "    tool: {kind: python, code: \"raise RuntimeError('no space left')\"}\n"
+    )
+    with receiving() as receiver:
+        env = {
+            **embedded_env,
+            "NOETL_NOTIFY_URL": receiver.url(),
+            "NOETL_NOTIFY_SECRET": "cli-secret-77",
+        }
+        proc = run_cli(["run", str(playbook), "--json"], env)
+        assert json.loads(proc.stdout)["status"] == "FAILED", proc.stderr
+        # the process has exited: what it delivered is all there is
+        got = receiver.accepted()
+    assert len(got) == 1, [d.json for d in receiver.all()]
+    body = got[0].json
+    assert body["path"] == "tests/cli_fails" and body["status"] == "failed"
+    assert "no space left" in body["text"]
+    assert "cli-secret-77" not in proc.stdout + proc.stderr
