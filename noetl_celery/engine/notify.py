@@ -150,22 +150,33 @@ class Deliverer:
         self.targets = [TARGET_PLAYBOOK] + ([TARGET_ENGINE] if settings.url else [])
 
     def tick(self) -> int:
-        """Deliver every due row; the number delivered."""
-        return self.flush(None)
+        """Deliver one batch of due rows (the next tick takes the next batch: a row
+        retried within its backoff never keeps one tick going); the number delivered."""
+        return self._batch(None)[1]
 
-    def flush(self, budget: float | None) -> int:
-        """`tick`, giving up after `budget` seconds (None: none); rows claimed and
-        not tried are given back when their claim runs out."""
-        stop = None if budget is None else time.monotonic() + budget
-        if not self.store.notifications.any_due(self.targets):
-            return 0
+    def flush(self, budget: float) -> int:
+        """Batches until nothing is due or `budget` seconds are spent (an embedded
+        process about to exit); rows claimed and not tried wait out their claim."""
+        stop = time.monotonic() + budget
         sent = 0
-        while notes := self.store.notifications.claim(CLAIM_SECONDS, self.targets):
-            for note in notes:
-                if stop is not None and time.monotonic() >= stop:
-                    return sent
-                sent += self.deliver(note)
+        while time.monotonic() < stop:
+            claimed, delivered = self._batch(stop)
+            sent += delivered
+            if not claimed:
+                break
         return sent
+
+    def _batch(self, stop: float | None) -> tuple[int, int]:
+        """(rows claimed, rows delivered) of one batch."""
+        if not self.store.notifications.any_due(self.targets):
+            return 0, 0
+        notes = self.store.notifications.claim(CLAIM_SECONDS, self.targets)
+        sent = 0
+        for note in notes:
+            if stop is not None and time.monotonic() >= stop:
+                break
+            sent += self.deliver(note)
+        return len(notes), sent
 
     def target(self, note: NotificationRow, row: ExecutionRow) -> tuple[str, str | None]:
         """The url and secret of `note`'s target (ConfigurationError/CredentialError: a
