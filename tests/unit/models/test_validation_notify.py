@@ -54,3 +54,21 @@ def test_bad_blocks_name_their_field(metadata: str, field: str, fragment: str) -
 def test_a_secret_is_never_in_a_problem() -> None:
     found = problems("  notify: {url: 'https://h/x', secret: hush-9c1, on: [nope]}\n")
     assert found and all("hush-9c1" not in message for _, _, message in found)
+
+
+def test_a_notify_credential_is_checked_against_the_credentials_file() -> None:
+    from noetl_celery.models.validation.credentials import CredentialAliases
+
+    text = HEAD + "  notify: {credential: ops_hok}\n" + TAIL
+    known = CredentialAliases(frozenset({"ops_hook", "pg_main"}), "credentials file c.json")
+    report = validate_text(text, "p.yaml", credentials=known)
+    errors = [p for p in report.problems if p.severity == "error"]
+    assert len(errors) == 1 and errors[0].field == "metadata.notify.credential"
+    assert "credential `ops_hok` is not in credentials file c.json" in errors[0].message
+    assert "ops_hook" in errors[0].message  # did you mean
+    good = HEAD + "  notify: {credential: ops_hook}\n" + TAIL
+    assert not [
+        p
+        for p in validate_text(good, "p.yaml", credentials=known).problems
+        if p.severity == "error"
+    ]
