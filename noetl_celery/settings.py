@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.settings_notify import NotifySettings, notify_settings
 
 # Bounds on the engine's own Postgres sessions (see Settings). Module constants because
 # store.database uses them as its defaults too.
@@ -254,6 +255,8 @@ class Settings:
     # names `serve` answers to besides loopback ones (NOETL_API_ALLOWED_HOSTS, comma-
     # separated, `*.example.com` for subdomains): any other Host is refused (web.guard)
     api_allowed_hosts: tuple[str, ...] = ()
+    # notifications of failed/cancelled runs and missed deadlines (engine.notify)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @property
     def embedded(self) -> bool:
@@ -384,4 +387,5 @@ class Settings:
             api_basic_auth=env.get("NOETL_API_BASIC_AUTH", "").strip(),
             api_cors_origins=_names(env, "NOETL_API_CORS_ORIGINS"),
             api_allowed_hosts=_names(env, "NOETL_API_ALLOWED_HOSTS"),
+            notify=notify_settings(env),
         )

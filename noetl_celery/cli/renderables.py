@@ -92,7 +92,27 @@ def status_renderable(view: Mapping[str, Any]) -> RenderableType:
         parts.append(Text(f"error: {view['error']}", style="red"))
     for step, report in (view.get("unfinished_rows") or {}).items():
         parts.append(Text(unfinished_text(view["execution_id"], step, report), style="yellow"))
+    for event in view.get("deadline") or []:
+        parts.append(Text(deadline_text(event), style="red"))
+    for note in view.get("notifications") or []:
+        parts.append(Text(notification_text(note), style="dim"))
     return Group(*parts)
+
+
+def deadline_text(event: Mapping[str, Any]) -> str:
+    """`deadline missed (due 2026-11-29T06:00:00Z)`, `deadline at risk (due ..., ETA ...)`."""
+    word = "missed" if event.get("event") == "deadline.missed" else "at risk"
+    eta = f", ETA {event['eta_at']}" if event.get("eta_at") else ""
+    return f"deadline {word} (due {event.get('deadline_at')}{eta})"
+
+
+def notification_text(note: Mapping[str, Any]) -> str:
+    """One notification and its delivery."""
+    what = f"notification {note['event']} -> {note['target']}: "
+    if note.get("delivered_at"):
+        return what + f"delivered {note['delivered_at']} (attempt {note['attempts']})"
+    error = f", last error: {note['last_error']}" if note.get("last_error") else ""
+    return what + f"pending after {note['attempts']} attempt(s){error}"
 
 
 def unfinished_text(execution_id: str, step: str, report: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from noetl_celery.errors import (
     PlaybookInvalid,
     ScheduleNotFound,
 )
+from noetl_celery.models.deadlines import parse_deadline
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron
 from noetl_celery.models.validation import read_playbook
@@ -43,8 +44,21 @@ def schedule() -> None:
 @click.option("--cron", required=True, help='A cron expression, e.g. "*/5 * * * *".')
 @click.option("--timezone", default="UTC", show_default=True, help="IANA timezone of --cron.")
 @click.option("--payload", metavar="JSON", help="JSON object merged over the workload.")
+@click.option(
+    "--deadline",
+    metavar="WHEN",
+    help='Its runs\' deadline: a duration from the start ("2h") or a time of day ("06:00", '
+    "in --timezone); missing it records deadline.missed and notifies.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
-def add(target: str, cron: str, timezone: str, payload: str | None, as_json: bool) -> None:
+def add(
+    target: str,
+    cron: str,
+    timezone: str,
+    payload: str | None,
+    deadline: str | None,
+    as_json: bool,
+) -> None:
     """Schedule TARGET: a catalog path, or a playbook file (registered on the way).
     Exit 2 when the payload or the playbook is invalid (nothing is written)."""
     settings = load_settings()
@@ -52,6 +66,8 @@ def add(target: str, cron: str, timezone: str, payload: str | None, as_json: boo
         values = parse_payload(payload, settings.max_payload_bytes)
         check_payload(values, PayloadLimits(max_bytes=settings.max_payload_bytes))
         check_cron(cron, timezone)
+        if deadline is not None:
+            parse_deadline(deadline, timezone, "--deadline")
         text = read_playbook(target) if Path(target).is_file() else None
     except (InputInvalid, ConfigurationError) as exc:
         _refuse(exc, as_json)
@@ -61,7 +77,7 @@ def add(target: str, cron: str, timezone: str, payload: str | None, as_json: boo
         if text is not None:
             _, entry = engine.register_text(text, target)
             path = entry.path
-        row = engine.schedules.add(path, cron, timezone=timezone, payload=values)
+        row = engine.schedules.add(path, cron, timezone=timezone, payload=values, deadline=deadline)
     except (InputInvalid, PlaybookInvalid) as exc:
         _refuse(exc, as_json)
     except NoetlError as exc:

@@ -84,8 +84,12 @@ def build_engine(settings: Settings, role: Role, *, broker: BrokerFactory | None
         engine.close()
         raise ConfigurationError(f"an engine for {role} sends commands to a broker: none given")
     engine.use_broker(broker(settings, engine.database_id))
+    if role is Role.CLIENT:
+        # what this client ends (a cancel) is notified as the fleet's settings say
+        engine.defer_engine_notifications()
     if role in (Role.WORKER, Role.SERVER):
         # what the broker could not take, or lost, is published from these processes
         # without beat (engine.outbox)
         engine.start_relay()
+        engine.start_notifier()  # the notification outbox (engine.notify)
     return engine

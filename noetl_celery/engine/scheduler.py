@@ -12,6 +12,7 @@ from noetl_celery.constants import TRIGGER_SCHEDULE
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.errors import CatalogNotFound, ConfigurationError, ScheduleNotFound
+from noetl_celery.models.deadlines import parse_deadline
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
 from noetl_celery.store.repository import Store
@@ -38,8 +39,11 @@ class Schedules:
         payload: dict[str, Any] | None = None,
         name: str | None = None,
         enabled: bool = True,
+        deadline: str | None = None,
     ) -> ScheduleRow:
         check_cron(cron, timezone)
+        if deadline is not None:  # ConfigurationError: neither a duration nor HH:MM
+            parse_deadline(deadline, timezone, "--deadline")
         check_payload(payload, self.limits)  # every firing stores it: refuse it now
         self.store.resolve_catalog(path)  # raises CatalogNotFound: register it first
         first = next_after(cron, timezone, utcnow())
@@ -51,6 +55,7 @@ class Schedules:
             next_fire_at=first,
             name=name,
             enabled=enabled,
+            deadline=deadline,
         )
 
     def all(self) -> list[ScheduleRow]:

@@ -20,6 +20,7 @@ from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher, Probe
 from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.logsink import LogSink
+from noetl_celery.engine.notify import Deliverer, DelivererThread, Rule
 from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
@@ -49,6 +50,10 @@ from noetl_celery.worker.runner import StepRunner
 
 if TYPE_CHECKING:
     from noetl_celery.engine.pass_recorder import PassRecorder
+
+
+# embedded: how long closing the engine may spend delivering notifications
+FLUSH_SECONDS = 10.0
 
 
 class _LateDispatcher:
@@ -92,6 +97,9 @@ class Engine(EngineReads):
         ledger = FleetPaceLedger(self.store.pacing) if self.store.pacing.available else None
         self.services = ToolServices(settings, pace_ledger=ledger)
         self.playbooks = PlaybookCache(self.store)
+        # who is told when an execution ends or misses its deadline (engine.notify)
+        self.store.notifications.rule = Rule(settings.notify, self.playbooks)
+        self._notify_thread: DelivererThread | None = None
         self._dispatcher = _LateDispatcher()
         limits = Limits(
             default_parallel_window=settings.default_parallel_window,
@@ -178,6 +186,24 @@ class Engine(EngineReads):
         self._relay_thread = RelayThread(relay)
         self._relay_thread.start()
 
+    def defer_engine_notifications(self) -> None:
+        """A client outside the fleet: the engine-wide notification of what it ends (a
+        cancel) is decided by the fleet's deliverers, not by this environment."""
+        rule = self.store.notifications.rule
+        if isinstance(rule, Rule):
+            rule.defer_engine = True
+
+    def start_notifier(self) -> None:
+        """Deliver the notification outbox from a thread of this process (workers,
+        `serve`, the embedded process; engine.notify). Once per process."""
+        if self._notify_thread is not None:
+            return
+        deliverer = Deliverer(
+            self.store, self.settings.notify, self.playbooks, lambda: self.services.credentials
+        )
+        self._notify_thread = DelivererThread(deliverer)
+        self._notify_thread.start()
+
     def check_broker(self) -> None:
         """Raise BrokerUnavailable (nothing created) when the broker cannot be reached:
         what a client checks before it starts anything. Nothing to check embedded."""
@@ -223,6 +249,7 @@ class Engine(EngineReads):
         # no beat here: step deadlines and the execution timeout are swept on a thread
         self._reaper_thread = ReaperThread(self.reaper, self.settings.reaper_interval_seconds)
         self._reaper_thread.start()
+        self.start_notifier()
 
     def wait_progress(self, timeout: float) -> None:
         """Sleep up to `timeout` between two looks at an execution; embedded, wake as soon
@@ -234,6 +261,13 @@ class Engine(EngineReads):
             time.sleep(timeout)
 
     def close(self) -> None:
+        if self._notify_thread is not None:
+            self._notify_thread.stop()
+            # embedded: what this process's runs just wrote gets one try before it exits
+            # (the next embedded process delivers whatever is left)
+            if self._inprocess is not None:
+                self._notify_thread.deliverer.flush(FLUSH_SECONDS)
+            self._notify_thread.deliverer.close()
         if self._relay_thread is not None:
             self._relay_thread.stop()
         if self._holding is not None:

@@ -274,4 +274,31 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
         "unfinished_rows": {}
         if row.status == RUNNING
         else store.termination.recorded_unfinished_rows(row.execution_id),
+        # `deadline.at_risk` / `deadline.missed` (engine.deadlines), and the
+        # notifications of this execution with their delivery (engine.notify)
+        "deadline": deadline_view(store, row.execution_id),
+        "notifications": notifications_view(store, row.execution_id),
     }
+
+
+def deadline_view(store: Store, execution_id: str) -> list[dict[str, Any]]:
+    return [
+        {"event": kind, "at": _iso(at), **(payload or {})}
+        for kind, payload, at in store.notifications.deadline_events(execution_id)
+    ]
+
+
+def notifications_view(store: Store, execution_id: str) -> list[dict[str, Any]]:
+    """`{id, event, target, attempts, delivered_at, last_error}`: never a url or secret."""
+    return [
+        {
+            "id": n.notification_id,
+            "event": n.event,
+            "target": n.target,
+            "attempts": n.attempts,
+            "delivered_at": _iso(n.delivered_at),
+            "last_error": n.last_error,
+        }
+        for n in store.notifications.of_execution(execution_id)
+        if not n.skipped
+    ]

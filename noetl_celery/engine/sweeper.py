@@ -9,7 +9,10 @@ One sweep, run by one process at a time (a lease row in Postgres):
    fail with a terminal event like any failed command, and the flow goes on from there;
 3. executions with completions nobody folded (a lost wake-up) get an orchestration pass;
 4. executions running longer than the execution timeout end FAILED;
-5. `delayed` commands whose due time came (a cursor claim retried after a backoff, a
+5. running executions past (or, by their loops' ETA, heading past) their playbook's
+   `metadata.deadline` get a `deadline.missed` / `deadline.at_risk` event, each once,
+   and its notifications (engine.deadlines);
+6. `delayed` commands whose due time came (a cursor claim retried after a backoff, a
    pipeline parked for a long retry delay whose worker is gone, worker.parking) are
    issued and published.
 
@@ -31,6 +34,7 @@ from typing import TypeVar
 
 from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
+from noetl_celery.engine.deadlines import check_one
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.periodic import Periodic
@@ -67,6 +71,7 @@ class Sweep:
     woken: int = 0
     timed_out: int = 0
     released: int = 0  # delayed commands issued at their due time
+    deadlines: int = 0  # deadline events recorded (engine.deadlines)
     errors: int = 0  # parts or executions the sweep could not handle (logged)
 
     def __bool__(self) -> bool:
@@ -78,6 +83,7 @@ class Sweep:
                 self.woken,
                 self.timed_out,
                 self.released,
+                self.deadlines,
                 self.errors,
             )
         )
@@ -146,6 +152,7 @@ class Reaper:
                 with self._guard(report, "ending a timed-out execution", execution_id):
                     if end_tree(self.store, dispatcher, execution_id, FAILED, message):
                         report.timed_out += 1
+        self._check_deadlines(report)
         grace = self.policy.wake_grace_seconds
         wake.update(
             self._listed(report, "executions to wake", self.store.reaper.executions_to_wake, grace)
@@ -155,6 +162,17 @@ class Reaper:
                 self.orchestrator.drive(execution_id, wait=False)
                 report.woken += 1
         return report
+
+    def _check_deadlines(self, report: Sweep) -> None:
+        playbooks = self.orchestrator.playbooks
+        now = utcnow()
+        candidates = self._listed(
+            report, "executions with deadlines", self.store.notifications.deadline_candidates
+        )
+        for candidate in candidates:
+            with self._guard(report, "checking a deadline", candidate.execution_id):
+                if check_one(self.store, playbooks, candidate, now) is not None:
+                    report.deadlines += 1
 
     @contextmanager
     def _guard(self, report: Sweep, what: str, execution_id: str | None = None) -> Iterator[None]:

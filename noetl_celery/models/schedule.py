@@ -18,6 +18,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.deadlines import parse_deadline
 
 UTC = dt.UTC
 # a cron expression that matches no date in this many years never fires (`0 0 29 2 1`
@@ -128,7 +129,7 @@ def parse_declared(value: Any) -> dict[str, Any] | None:
         value = {"cron": value}
     if not isinstance(value, dict) or not isinstance(value.get("cron"), str):
         raise ConfigurationError("metadata.schedule needs `cron` (a cron expression)")
-    unknown = set(value) - {"cron", "timezone", "payload", "enabled"}
+    unknown = set(value) - {"cron", "timezone", "payload", "enabled", "deadline"}
     if unknown:
         raise ConfigurationError(f"metadata.schedule: unknown keys {sorted(unknown)}")
     timezone = value.get("timezone") or "UTC"
@@ -136,9 +137,13 @@ def parse_declared(value: Any) -> dict[str, Any] | None:
     payload = value.get("payload") or {}
     if not isinstance(payload, dict):
         raise ConfigurationError("metadata.schedule.payload must be a mapping")
+    deadline = value.get("deadline")
+    if deadline is not None:
+        parse_deadline(deadline, str(timezone), "metadata.schedule.deadline")
     return {
         "cron": value["cron"],
         "timezone": str(timezone),
         "payload": payload,
         "enabled": bool(value.get("enabled", True)),
+        "deadline": deadline,
     }

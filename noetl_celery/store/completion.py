@@ -20,6 +20,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
+from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.history import add_logs
@@ -43,15 +44,22 @@ class CompletionTx:
     """Holds its connection, the command and the façade's result cache (for the pass it
     may run), not the Store."""
 
-    def __init__(self, conn: Connection, command: ClaimedCommand, results: ResultCache) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        command: ClaimedCommand,
+        results: ResultCache,
+        notify: NotificationsManager | None = None,
+    ) -> None:
         self.conn = conn
         self.command = command
         self._results = results
+        self._notify = notify
 
     def of(self, command: ClaimedCommand) -> CompletionTx:
         """The same transaction, closing another command (a batch's outcomes commit
         together: worker.batch)."""
-        return CompletionTx(self.conn, command, self._results)
+        return CompletionTx(self.conn, command, self._results, self._notify)
 
     def close(self, outcome: Outcome) -> Closed:
         """Close the command with `outcome`; ResultNotStorable when the database refuses
@@ -94,7 +102,7 @@ class CompletionTx:
         closed = _closed_of(row, int(row.waiting) + 1)
         if not closed.closed:
             return closed, None
-        return closed, OrchestrationTx(self.conn, execution, self._results, inbox)
+        return closed, OrchestrationTx(self.conn, execution, self._results, inbox, self._notify)
 
     def _close(self, outcome: Outcome) -> Closed:
         cmd, now = self.command, utcnow()
@@ -134,7 +142,11 @@ class CompletionTx:
         cancelling this very command) is cut short by Postgres: the transaction is done
         again (engine.retry)."""
         row = queries.lock_execution(self.conn, self.command.execution_id, wait=wait)
-        return None if row is None else OrchestrationTx(self.conn, row, self._results)
+        return (
+            None
+            if row is None
+            else OrchestrationTx(self.conn, row, self._results, notify=self._notify)
+        )
 
 
 def _closed_of(row: Any, waiting: int | None = None) -> Closed:

@@ -28,6 +28,7 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
+from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.rows import ClaimedCommand, ExecutionRow
 from noetl_celery.store.schema import utcnow
@@ -71,6 +72,7 @@ class OrchestrationTx:
         execution: ExecutionRow,
         results: ResultCache,
         inbox: list[Completion] | None = None,
+        notify: NotificationsManager | None = None,
     ) -> None:
         """`inbox`: the inbox as the statement that took the lock read it (every entry,
         in order), for the pass's first read."""
@@ -79,6 +81,7 @@ class OrchestrationTx:
         self.execution_id = execution.execution_id
         self._results = results
         self._inbox = inbox
+        self._notify = notify  # the terminal write's notifications (store.notifications)
         self.follow: Follow | None = None  # set before the pass, when asked
         self.followed: ClaimedCommand | None = None  # what the pass claimed for it
 
@@ -298,6 +301,16 @@ class OrchestrationTx:
         atomically (returned to publish)."""
         state = decision.state.to_json()
         queries.end_execution_row(self.conn, self.execution_id, terminal, state, now)
+        if self._notify is not None:
+            row = self.execution
+            self._notify.enqueue_in(
+                self.conn,
+                self.execution_id,
+                row.catalog_id,
+                row.parent_execution_id,
+                str(terminal.status).lower(),
+                now,
+            )
         if not self.execution.parent_command_id:
             return []
         ended = replace(

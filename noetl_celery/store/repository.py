@@ -31,6 +31,7 @@ from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
 from noetl_celery.store.history import HistoryManager
 from noetl_celery.store.metrics import MetricsManager
+from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.outbox import OutboxManager
 from noetl_celery.store.overview import OverviewManager
@@ -82,10 +83,12 @@ class Store:
         self._contexts: ImmutableCache[tuple[str, int], dict[str, Any]] = ImmutableCache(256)
         self._catalog_of: ImmutableCache[str, int] = ImmutableCache(4096)
         self._content: ImmutableCache[int, str] = ImmutableCache(256)
+        # the notification outbox; its `rule` (who wants what) is the engine's
+        self.notifications = NotificationsManager(database)
         self.schedules = ScheduleManager(database)
         self.reaper = ReaperManager(database)
         self.children = ChildrenManager(database, self.result_cache, self.resolve_catalog)
-        self.termination = TerminationManager(database, self.result_cache)
+        self.termination = TerminationManager(database, self.result_cache, self.notifications)
         self.parking = ParkingManager(database)
         self.outbox = OutboxManager(database)  # what the broker could not take
         self.pacing = PacingManager(database)  # the http tool's schedule of the fleet
@@ -211,7 +214,11 @@ class Store:
         (that pass re-checks the inbox before it lets go, so nothing is lost)."""
         with self.db.write() as conn:
             row = queries.lock_execution(conn, execution_id, wait=wait)
-            yield None if row is None else OrchestrationTx(conn, row, self.result_cache)
+            yield (
+                None
+                if row is None
+                else OrchestrationTx(conn, row, self.result_cache, notify=self.notifications)
+            )
 
     def has_unhandled(self, execution_id: str) -> bool:
         with self.db.read() as conn:
@@ -299,7 +306,7 @@ class Store:
         """A transaction to close `command` and maybe orchestrate right after (see
         store.completion)."""
         with self.db.write() as conn:
-            yield CompletionTx(conn, command, self.result_cache)
+            yield CompletionTx(conn, command, self.result_cache, self.notifications)
 
     def renew_lease(self, command_id: str, seconds: float) -> bool:
         """Extend a running command's lease; False when it is no longer running."""

@@ -235,6 +235,7 @@ class ScheduleRow:
     next_fire_at: dt.datetime
     last_fire_at: dt.datetime | None
     created_at: dt.datetime
+    deadline: str | None = None  # its runs' deadline (models.deadlines)
 
     def to_json(self) -> dict[str, Any]:
         def iso(value: dt.datetime | None) -> str | None:
@@ -252,6 +253,7 @@ class ScheduleRow:
             "next_fire_at": iso(self.next_fire_at) if self.enabled else None,
             "last_fire_at": iso(self.last_fire_at),
             "created_at": iso(self.created_at),
+            "deadline": self.deadline,
         }
 
 
@@ -352,3 +354,31 @@ class HeldItem:
     item_id: str
     kind: str
     execution_id: str
+
+
+@dataclass(frozen=True)
+class NotificationRow:
+    """A row of the notification outbox (store.notifications)."""
+
+    notification_id: str
+    execution_id: str
+    event: str
+    target: str
+    attempts: int
+    last_error: str | None
+    created_at: dt.datetime
+    delivered_at: dt.datetime | None
+    next_at: dt.datetime
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class DeadlineCandidate:
+    """A running top-level execution the deadline check looks at, with the deadline
+    events it has recorded already."""
+
+    execution_id: str
+    catalog_id: int
+    started_at: dt.datetime
+    recorded: frozenset[str]
+    schedule_id: int | None = None  # the schedule that started it, if one did

@@ -36,6 +36,7 @@ class ScheduleManager:
         next_fire_at: dt.datetime,
         name: str | None = None,
         enabled: bool = True,
+        deadline: str | None = None,
     ) -> ScheduleRow:
         """A new schedule; with `name`, the schedule of that name is replaced (how
         `catalog register` keeps a playbook's declared schedule current). A replaced
@@ -48,6 +49,7 @@ class ScheduleManager:
             "payload": payload,
             "enabled": enabled,
             "next_fire_at": next_fire_at,
+            "deadline": deadline,
         }
         with self.db.write() as conn:
             existing = None if name is None else queries.schedule_named(conn, name)

@@ -36,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0015"
 
 metadata = MetaData()
 
@@ -237,6 +237,14 @@ events = Table(
         "iteration",
         **_partial("type = 'command.failed' AND iteration IS NOT NULL"),
     ),
+    # each deadline event at most once per execution (engine.deadlines)
+    Index(
+        "ux_events_deadline",
+        "execution_id",
+        "type",
+        unique=True,
+        **_partial("type IN ('deadline.at_risk', 'deadline.missed')"),
+    ),
 )
 
 # The inbox: one row per command completion not yet folded into its execution's state.
@@ -350,6 +358,28 @@ publish_outbox = Table(
     Column("claimed_until", DateTime, nullable=True),
 )
 
+# The notification outbox (engine.notify): a row per (execution, event, target), written
+# in the transaction that ends the execution (or records its deadline event); the
+# workers' deliverers claim due rows (`claimed_until`), POST them, and record the try.
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("notification_id", String(700), primary_key=True),  # models.notify.notification_id
+    Column("execution_id", String(40), nullable=False),
+    Column("event", String(32), nullable=False),  # a terminal status or deadline.*
+    Column("target", String(16), nullable=False),  # 'engine' or 'playbook'
+    Column("created_at", DateTime, nullable=False),
+    Column("next_at", DateTime, nullable=False),  # due (the backoff after a failure)
+    Column("claimed_until", DateTime, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", DateTime, nullable=True),
+    # done without a POST: the engine-wide target's deliverers do not want its event
+    Column("skipped", Boolean, nullable=False, server_default=text("false")),
+    Index("ix_notifications_due", "next_at", **_partial("delivered_at IS NULL")),
+    Index("ix_notifications_execution", "execution_id"),
+)
+
 # Engine-wide counters (store.counters): what the reaper did, for `/metrics`.
 counters = Table(
     "counters",
@@ -373,6 +403,8 @@ schedules = Table(
     Column("next_fire_at", DateTime, nullable=False),
     Column("last_fire_at", DateTime, nullable=True),
     Column("created_at", DateTime, nullable=False, default=utcnow),
+    # its runs' deadline (models.deadlines): "2h", or "06:00" in `timezone`
+    Column("deadline", String(32), nullable=True),
     Index("ux_schedules_name", "name", unique=True),
     Index("ix_schedules_due", "enabled", "next_fire_at"),
 )

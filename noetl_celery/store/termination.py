@@ -40,6 +40,7 @@ from noetl_celery.orchestrator.ids import parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.database import Database
+from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import claimed_rows, row_key
 from noetl_celery.store.queries import STARTED, ResultCache
 from noetl_celery.store.schema import utcnow
@@ -115,9 +116,12 @@ class TerminationManager:
     """`store.termination`: ending executions from outside a pass (cancel, the crash
     limit), recording crashed passes, and the reports of what an end left unfinished."""
 
-    def __init__(self, db: Database, results: ResultCache) -> None:
+    def __init__(
+        self, db: Database, results: ResultCache, notifications: NotificationsManager
+    ) -> None:
         self.db = db
         self.results = results  # the façade's step results (a cancelled child's summary)
+        self.notifications = notifications  # the end's notifications, same transaction
 
     def end_execution(
         self,
@@ -138,6 +142,14 @@ class TerminationManager:
             ended = EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED
             payload = {"status": status, "error": error}
             queries.insert_events(conn, execution_id, [EngineEvent(ended, payload=payload)], now)
+            self.notifications.enqueue_in(
+                conn,
+                execution_id,
+                row.catalog_id,
+                row.parent_execution_id,
+                str(status).lower(),
+                now,
+            )
             # Freeze what workers could change while we read: the claim of an issued
             # command (its row would run though we saw it not started) and the close of a
             # running one (its completion would land in the inbox after we read it, and be

@@ -57,7 +57,8 @@ def check_credentials(
 
 
 def _aliases(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
-    """(path, alias) of every postgres tool and cursor naming a literal credential."""
+    """(path, alias) of every postgres tool and cursor naming a literal credential, and
+    of a notification target's credential."""
     for index, raw in enumerate(as_list(data.get("workflow"))):
         step = as_dict(raw)
         tool = step.get("tool")
@@ -71,6 +72,9 @@ def _aliases(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
             yield from _alias_at(("workflow", index, "loop", "cursor", "auth"), cursor.get("auth"))
     for index, entry in enumerate(as_list(data.get("workbook"))):
         yield from _tool_alias(("workbook", index, "tool"), as_dict(as_dict(entry).get("tool")))
+    # `metadata.notify: {credential: <alias>}`: the webhook's url and secret (models.notify)
+    notify = as_dict(as_dict(data.get("metadata")).get("notify"))
+    yield from _alias_at(("metadata", "notify", "credential"), notify.get("credential"))
 
 
 def _tool_alias(path: Path, tool: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:

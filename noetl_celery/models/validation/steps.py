@@ -12,6 +12,7 @@ from typing import Any
 
 from noetl_celery.constants import API_VERSIONS
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.models.deadlines import parse_deadline
 from noetl_celery.models.durations import not_a_duration, to_seconds
 from noetl_celery.models.keychain import (
     CLOUD_KINDS,
@@ -19,6 +20,7 @@ from noetl_celery.models.keychain import (
     entry_problems,
     unsupported_message,
 )
+from noetl_celery.models.notify import parse_playbook_notify
 from noetl_celery.models.playbook import ON_ERROR_VALUES
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list
@@ -74,8 +76,25 @@ def _check_schedule(collector: Collector, data: Mapping[str, Any]) -> None:
         collector.error(("metadata", "schedule"), str(exc))
 
 
+def _check_notify(collector: Collector, data: Mapping[str, Any]) -> None:
+    """`metadata.notify` and `metadata.deadline` (models.notify, models.deadlines)."""
+    metadata = as_dict(data.get("metadata"))
+    try:
+        parse_playbook_notify(metadata.get("notify"))
+    except ConfigurationError as exc:
+        collector.error(("metadata", "notify"), str(exc))
+    if metadata.get("deadline") is None:
+        return
+    timezone = as_dict(metadata.get("schedule")).get("timezone")
+    try:
+        parse_deadline(metadata["deadline"], str(timezone or "UTC"))
+    except ConfigurationError as exc:
+        collector.error(("metadata", "deadline"), str(exc))
+
+
 def _check_top_level(collector: Collector, data: Mapping[str, Any]) -> None:
     _check_schedule(collector, data)
+    _check_notify(collector, data)
     version = data.get("apiVersion")
     if isinstance(version, str) and version not in API_VERSIONS:
         collector.error(

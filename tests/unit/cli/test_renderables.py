@@ -183,3 +183,50 @@ def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:
         "your queue; list them: noetl-celery events 383 --type cursor.unfinished --json"
     ) in " ".join(out.split())
     assert "not processed" not in text_of(status_renderable(view()))
+
+
+def test_status_shows_deadline_events_and_notifications() -> None:
+    deadline = [
+        {
+            "event": "deadline.at_risk",
+            "at": "2026-11-29T04:10:00Z",
+            "deadline_at": "2026-11-29T05:00:00Z",
+            "eta_at": "2026-11-29T05:40:00Z",
+        },
+        {
+            "event": "deadline.missed",
+            "at": "2026-11-29T05:00:02Z",
+            "deadline_at": "2026-11-29T05:00:00Z",
+            "eta_at": None,
+        },
+    ]
+    notes = [
+        {
+            "id": "383.deadline.missed.engine",
+            "event": "deadline.missed",
+            "target": "engine",
+            "attempts": 1,
+            "delivered_at": "2026-11-29T05:00:03Z",
+            "last_error": None,
+        },
+        {
+            "id": "383.deadline.missed.playbook",
+            "event": "deadline.missed",
+            "target": "playbook",
+            "attempts": 3,
+            "delivered_at": None,
+            "last_error": "NoetlError: the receiver answered HTTP 500",
+        },
+    ]
+    out = " ".join(text_of(status_renderable(view(deadline=deadline, notifications=notes))).split())
+    assert "deadline at risk (due 2026-11-29T05:00:00Z, ETA 2026-11-29T05:40:00Z)" in out
+    assert "deadline missed (due 2026-11-29T05:00:00Z)" in out
+    assert (
+        "notification deadline.missed -> engine: delivered 2026-11-29T05:00:03Z (attempt 1)" in out
+    )
+    assert (
+        "notification deadline.missed -> playbook: pending after 3 attempt(s), last error: "
+        "NoetlError: the receiver answered HTTP 500"
+    ) in out
+    plain = text_of(status_renderable(view()))
+    assert "deadline" not in plain and "notification" not in plain

@@ -105,7 +105,16 @@ def test_bad_cron_or_timezone(cron: str, tz: str, fragment: str) -> None:
     ("declared", "expected"),
     [
         (None, None),
-        ("*/5 * * * *", {"cron": "*/5 * * * *", "timezone": "UTC", "payload": {}, "enabled": True}),
+        (
+            "*/5 * * * *",
+            {
+                "cron": "*/5 * * * *",
+                "timezone": "UTC",
+                "payload": {},
+                "enabled": True,
+                "deadline": None,
+            },
+        ),
         (
             {
                 "cron": "0 9 * * 1",
@@ -118,6 +127,17 @@ def test_bad_cron_or_timezone(cron: str, tz: str, fragment: str) -> None:
                 "timezone": "Europe/Berlin",
                 "payload": {"day": "x"},
                 "enabled": False,
+                "deadline": None,
+            },
+        ),
+        (
+            {"cron": "0 3 * * *", "timezone": "Europe/Paris", "deadline": "06:00"},
+            {
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Paris",
+                "payload": {},
+                "enabled": True,
+                "deadline": "06:00",
             },
         ),
     ],
@@ -134,6 +154,8 @@ def test_declared_schedules(declared: object, expected: object) -> None:
         ({"cron": "* * * * *", "payload": [1]}, "payload must be a mapping"),
         ("nope", "needs 5 fields"),
         ("0 0 31 2 *", "never fires"),
+        ({"cron": "0 3 * * *", "deadline": 1110}, "metadata.schedule.deadline: write a duration"),
+        ({"cron": "0 3 * * *", "deadline": "later"}, "metadata.schedule.deadline: 'later'"),
     ],
 )
 def test_bad_declared_schedules(declared: object, fragment: str) -> None:

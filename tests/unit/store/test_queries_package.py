@@ -22,6 +22,7 @@ READ_MODELS = {
     "metrics",
     "pacing",
     "outbox",
+    "notifications",
 }
 
 
