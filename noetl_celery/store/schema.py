@@ -36,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0014"
 
 metadata = MetaData()
 

@@ -1,7 +1,7 @@
 """notifications of ended executions and deadlines, delivered by the workers
 
-Revision ID: 0015
-Revises: 0013 (the lead renumbers at merge: 0014 comes from another branch)
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-11-29
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
