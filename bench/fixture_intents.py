@@ -13,9 +13,10 @@ evidence for it, so that a fixture is never called fine because a table says so:
   source that shows it. Reported UPSTREAM with the engine's actual status, so a change in
   what we do is still seen.
 
-Sub-playbooks (a `kind: playbook` step of another fixture names them) are reported
-CHILD by the tool itself, with their parent's status: alone, they read tables their
-parent creates.
+Sub-playbooks of a selected fixture (a `kind: playbook` step names them; not of a suite
+such as master_regression_test) are reported CHILD by the tool itself, with their
+parent's status: they run under it. Worker playbooks whose parent cannot run here are
+`needs` entries below.
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ INTENTS: dict[str, Intent] = {
         "needs",
         "a seeded public.stress_test_items (server_oom_stress_test seeds it, which needs "
         "test.example.com; it is a regression test of NATS lease expiry in NoETL)",
+    ),
+    "playbooks/batch_execution/kind_playbook_lease_expiry_worker/kind_playbook_lease_expiry_worker.yaml": Intent(  # noqa: E501
+        "needs",
+        "its parent kind_playbook_lease_expiry's seeded public.stress_test_items (a worker "
+        "playbook: alone it reads its parent's table)",
+    ),
+    "playbooks/load_test/state_report_synthetic_load/state_report_synthetic_load_worker.yaml": Intent(  # noqa: E501
+        "needs",
+        "its parent state_report_synthetic_load's public.synthetic_state_report_load_items "
+        "(the parent needs test.example.com; alone the worker reads its parent's table)",
     ),
     "playbooks/pft_flow_test/pft_queue_db_maintenance.yaml": Intent(
         "needs",

@@ -287,18 +287,12 @@ def load_fixtures(args: argparse.Namespace) -> tuple[str, str, list[Fixture]]:
         if fx.skip is None and fx.catalog_path in targets:
             fx.needs = sorted({*fx.needs, fixture_services.SUBSCRIPTION_SERVICE})
     inherit_needs(fixtures)
-    if layout == "e2e":
-        needs_of_parents(fixtures)
     return layout, fixtures_dir, fixtures
 
 
-def needs_of_parents(fixtures: list[Fixture]) -> None:
-    """A sub-playbook whose every parent needs a service is run by none here: it needs
-    what they need (alone it reads tables its parent creates)."""
-    for fx in fixtures:
-        parents = [p for p in fixtures if fx.catalog_path in p.children and p is not fx]
-        if fx.skip is None and not fx.needs and parents and all(p.needs for p in parents):
-            fx.needs = sorted({f"its parent's {s}" for p in parents for s in p.needs})
+# a playbook that runs more children than this is a suite (master_regression_test runs
+# every fixture), not the parent of a worker playbook: its children stand alone
+SUITE_CHILDREN = 5
 
 
 def inherit_needs(fixtures: list[Fixture]) -> None:
@@ -369,7 +363,13 @@ def main(argv: list[str]) -> int:
     if args.timeout is None:
         args.timeout = 300.0 if layout == "e2e" else 90.0
     selected = [fx for fx in fixtures if fx.skip is None and not fx.needs]
-    wanted_children = {c for fx in selected for c in fx.children if c != fx.catalog_path}
+    wanted_children = {
+        c
+        for fx in selected
+        if len(fx.children) <= SUITE_CHILDREN
+        for c in fx.children
+        if c != fx.catalog_path
+    }
 
     work = Path(tempfile.mkdtemp(prefix="noetl-fixtures-"))
     db = kit.Database(f"postgresql://postgres@127.0.0.1:5432/{args.data_db}")
