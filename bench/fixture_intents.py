@@ -71,6 +71,11 @@ INTENTS: dict[str, Intent] = {
         "its parent state_report_synthetic_load's public.synthetic_state_report_load_items "
         "(the parent needs test.example.com; alone the worker reads its parent's table)",
     ),
+    "playbooks/pft_flow_test/test_mds_batch_worker.yaml": Intent(
+        "needs",
+        "a legacy worker of test_pft_flow (its description; the README: the main flow no "
+        "longer calls it): alone it reads test_pft_flow's pft_test_mds_assessment_ids_work",
+    ),
     "playbooks/pft_flow_test/pft_queue_db_maintenance.yaml": Intent(
         "needs",
         "the kind cluster's demo_noetl database (user demo) holding the PFT queue table "
