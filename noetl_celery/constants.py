@@ -142,6 +142,10 @@ TASK_EXECUTE_COMMANDS: Final = "noetl.execute_commands"
 TASK_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_REAP: Final = "noetl.reap"
 TASK_FIRE_SCHEDULES: Final = "noetl.fire_schedules"
+TASK_PRUNE: Final = "noetl.prune"
+# how often beat sends the prune task when NOETL_RETENTION is set (engine.retention: the
+# prune itself runs at most once a day, whatever the number of beats)
+RETENTION_CHECK_SECONDS: Final = 3600.0
 
 # --- DSL ---------------------------------------------------------------------------------------
 API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})
