@@ -1,6 +1,6 @@
 """Retention: what a loop item costs in the engine tables, and what a prune gives back.
 
-    python -m bench.retention [--items 2000] [--runs 3] [--chunk 5000] [--explain 100000]
+    python -m bench.retention [--items 2000] [--runs 3] [--chunk 1000] [--explain 100000]
 
 On a fresh Postgres engine database, embedded (in-process workers, Postgres store):
 
@@ -9,8 +9,8 @@ On a fresh Postgres engine database, embedded (in-process workers, Postgres stor
    item) and reports the bytes of the engine tables (`pg_total_relation_size`, table +
    indexes + TOAST, summed) per loop item;
 2. makes those executions 40 days old, starts one more loop of `--items` items and, while
-   it runs, prunes with `--older-than 30d` (engine.retention, `--chunk` rows per delete
-   transaction): reports the rows deleted, the transactions, the longest one (ms) and
+   it runs, prunes with `noetl-celery db prune --older-than 30d --json` in a process of
+   its own: reports the rows deleted, the transactions, the longest one (ms) and
    the total time; then checks that the loop that ran meanwhile ended COMPLETED with
    every item counted exactly once;
 3. reports the bytes after the prune, after a plain VACUUM (space reusable inside the
@@ -26,8 +26,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import psycopg
 from sqlalchemy import func, select, text, update
 
 from bench import harness
-from noetl_celery.engine.retention import Pruner
+from noetl_celery.constants import ROW_CHUNK
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
@@ -145,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk", type=int, default=5000)
+    parser.add_argument("--chunk", type=int, default=ROW_CHUNK)
     parser.add_argument("--explain", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -157,7 +158,7 @@ def main() -> None:
     )
     engine = Engine(settings, schema=SchemaMode.MIGRATE)
     engine.use_in_process_workers()
-    out: dict[str, Any] = {"items": args.items, "runs": args.runs, "chunk": args.chunk}
+    out: dict[str, Any] = {"items": args.items, "runs": args.runs}
     try:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             empty = engine_bytes(admin)
@@ -190,20 +191,22 @@ def main() -> None:
             live = run_loop(engine, args.items)
             time.sleep(1.0)
             assert engine.store.execution(live).status == "RUNNING"
-            result: dict[str, Any] = {}
-
-            def pruning() -> None:
-                result["report"] = Pruner(engine.store, row_chunk=args.chunk).prune(30 * 86400)
-
-            thread = threading.Thread(target=pruning)
-            thread.start()
-            thread.join()
-            report = result["report"]
-            # the loop must have ended while the prune ran (else make --items larger)
-            ended_meanwhile = engine.store.execution(live).status != "RUNNING"
+            # the prune in a process of its own, as an operator runs it (its timings are
+            # not those of a thread fighting the loop's threads for this one's GIL)
+            command = ["db", "prune", "--older-than", "30d", "--json"]
+            command += ["--chunk-rows", str(args.chunk)]
+            proc = subprocess.run(
+                [sys.executable, "-m", "noetl_celery.cli.main", *command],
+                env=harness.env_for(NOETL_DATABASE_URL=url, NOETL_HOME=str(settings.home)),
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            report = json.loads(proc.stdout)
+            running_after = engine.store.execution(live).status == "RUNNING"
             engine.wait(live, 3600)
-            out["prune"] = report.as_json()
-            out["live_loop_ended_during_prune"] = ended_meanwhile
+            out["prune"] = report
+            out["live_loop_running_when_prune_ended"] = running_after
             out["live_loop"] = exact(engine, live, args.items)
             after = engine_bytes(admin)
             admin.execute("VACUUM")
@@ -227,15 +230,15 @@ def main() -> None:
         f"loops: {out['bytes_per_item']} bytes per loop item"
     )
     print(
-        f"prune --older-than 30d (chunk {args.chunk} rows): {p['executions']} executions, "
+        f"prune --older-than 30d --chunk-rows {args.chunk}: {p['executions']} executions, "
         f"{rows} rows, {p['transactions']} transactions, longest {p['longest_transaction_ms']} "
-        f"ms, {p['seconds']} s in all"
+        f"ms ({p['longest_table']}), {p['seconds']} s in all"
     )
     print(f"  per table: {p['rows']}")
     live_loop = out["live_loop"]
     print(
-        f"loop started before the prune (ended while it ran: "
-        f"{out['live_loop_ended_during_prune']}): {live_loop['status']}, "
+        f"loop started before the prune (still running when it ended: "
+        f"{out['live_loop_running_when_prune_ended']}): {live_loop['status']}, "
         f"{live_loop['completed_items']}/{live_loop['n']} items completed once each"
     )
     print(

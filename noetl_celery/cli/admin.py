@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from noetl_celery.cli.common import InvalidInput, dump_json, load_settings
-from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
+from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, ROW_CHUNK
 from noetl_celery.engine.bootstrap import schema_mode
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings, age_seconds, not_an_age
@@ -115,7 +115,14 @@ def upgrade(as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def prune(older_than: str, dry_run: bool, as_json: bool) -> None:
+@click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=ROW_CHUNK,
+    show_default=True,
+    help="Rows of one table one delete transaction removes at most.",
+)
+def prune(older_than: str, dry_run: bool, as_json: bool, chunk_rows: int) -> None:
     """Delete ended executions (COMPLETED, FAILED, CANCELLED) older than AGE with all
     their rows: commands, events, results, contexts, loops, inbox, logs, cursor rows,
     held publishes, schedule firings. A running execution, and any execution linked to
@@ -136,7 +143,7 @@ def prune(older_than: str, dry_run: bool, as_json: bool) -> None:
         idle_in_transaction_seconds=settings.db_idle_in_transaction_seconds,
     )
     try:  # another prune running: PruneBusy, one line and exit 2 (cli.main)
-        report = Pruner(Store(database)).prune(seconds, dry_run=dry_run)
+        report = Pruner(Store(database), row_chunk=chunk_rows).prune(seconds, dry_run=dry_run)
     finally:
         database.dispose()
     if as_json:
@@ -159,9 +166,9 @@ def render_prune(report: PruneReport, older_than: str) -> str:
             f"{report.kept} ended executions kept: linked to a running one (its sub-playbook "
             "parent or child, or a running rerun)"
         )
-    if not report.dry_run:
+    if report.transactions:
         lines.append(
-            f"{report.transactions} transactions, longest {report.longest_transaction_ms:.0f} ms,"
-            f" {report.seconds:.1f} s in all"
+            f"{report.transactions} transactions, longest {report.longest_transaction_ms:.0f} ms"
+            f" ({report.longest_table}), {report.seconds:.1f} s in all"
         )
     return "\n".join(lines)

@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_celery.constants import ROW_CHUNK
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.retention import decide
 from noetl_celery.store.repository import Store
@@ -43,9 +44,6 @@ DAILY_SECONDS = 23 * 3600.0
 # executions read per page, and deleted per round (whole families: a round may take more)
 PAGE = 1000
 ROUND = 2000
-# rows one delete transaction removes at most (bench/retention.py measured ~50-100 ms for
-# a chunk of events, the widest table, on a 2-core machine under load: far below a second)
-ROW_CHUNK = 5000
 
 
 class PruneBusy(NoetlError):
@@ -62,6 +60,7 @@ class PruneReport:
     kept: int = 0
     transactions: int = 0
     longest_transaction_ms: float = 0.0
+    longest_table: str = ""  # what the longest transaction deleted from
     seconds: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
@@ -73,6 +72,7 @@ class PruneReport:
             "kept": self.kept,
             "transactions": self.transactions,
             "longest_transaction_ms": round(self.longest_transaction_ms, 1),
+            "longest_table": self.longest_table,
             "seconds": round(self.seconds, 3),
         }
 
@@ -113,6 +113,11 @@ class Pruner:
         except PruneBusy:
             self.retention.release_lease(DAILY_LEASE, self.owner)  # the next check tries
             return None
+        except Exception:
+            # the database away half way: the next hourly check tries again (and finishes
+            # what this one started: the executions rows go last)
+            self.retention.release_lease(DAILY_LEASE, self.owner)
+            raise
         log.info("retention: %s", _summary(report))
         return report
 
@@ -171,21 +176,23 @@ class Pruner:
         for table in EXECUTION_TABLES:
             while ids:
                 deleted, seconds = self.retention.delete_chunk(table, ids, self.row_chunk)
-                self._tally(report, seconds)
+                self._tally(report, seconds, table)
                 report.rows[table] += deleted
                 self._renew()
                 if deleted < self.row_chunk:
                     break
         if ids:
             deleted, seconds = self.retention.delete_executions(ids)
-            self._tally(report, seconds)
+            self._tally(report, seconds, "executions")
             report.rows["executions"] += deleted
             report.executions += deleted
         return kept
 
-    def _tally(self, report: PruneReport, seconds: float) -> None:
+    def _tally(self, report: PruneReport, seconds: float, table: str) -> None:
         report.transactions += 1
-        report.longest_transaction_ms = max(report.longest_transaction_ms, seconds * 1000)
+        if seconds * 1000 > report.longest_transaction_ms:
+            report.longest_transaction_ms = seconds * 1000
+            report.longest_table = table
 
     def _renew(self) -> None:
         if time.monotonic() - self._renewed > LEASE_SECONDS / 3:

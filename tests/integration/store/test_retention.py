@@ -319,6 +319,7 @@ def test_the_command_prints_per_table_and_json(store_url: str, tmp_path: Path) -
     assert body["executions"] == 30 and body["rows"] == expected
     assert body["transactions"] >= len(support.OWNED)
     assert body["longest_transaction_ms"] > 0 and body["kept"] == 0
+    assert body["longest_table"] in support.OWNED
 
     text = run_cli(["db", "prune", "--older-than", "30m"], env)
     assert text.returncode == 0, text.stderr
