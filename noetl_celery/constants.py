@@ -145,7 +145,7 @@ TASK_FIRE_SCHEDULES: Final = "noetl.fire_schedules"
 TASK_PRUNE: Final = "noetl.prune"
 # how often beat sends the prune task when NOETL_RETENTION is set (engine.retention: the
 # prune itself runs at most once a day, whatever the number of beats)
-RETENTION_CHECK_SECONDS: Final = 3600.0
+RETENTION_CHECK_SECONDS: Final = 600.0
 # rows of one table a prune's delete transaction removes at most (`db prune --chunk-rows`;
 # bench/retention.py measures what a chunk costs; docs/operations/retention.md)
 ROW_CHUNK: Final = 1000

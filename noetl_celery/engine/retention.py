@@ -38,7 +38,7 @@ LEASE = "retention"
 DAILY_LEASE = "retention.daily"
 # a pruner that died holds the prune this long at most; renewed every LEASE_SECONDS / 3
 LEASE_SECONDS = 120.0
-# the daily prune's lease: beat sends the task every RETENTION_CHECK_SECONDS (an hour),
+# the daily prune's lease: beat sends the task every RETENTION_CHECK_SECONDS (10 minutes),
 # the first worker to get it once this has passed since the last prune prunes
 DAILY_SECONDS = 23 * 3600.0
 # executions read per page, and deleted per round (whole families: a round may take more)
@@ -114,7 +114,7 @@ class Pruner:
             self.retention.release_lease(DAILY_LEASE, self.owner)  # the next check tries
             return None
         except Exception:
-            # the database away half way: the next hourly check tries again (and finishes
+            # the database away half way: the next check tries again (and finishes
             # what this one started: the executions rows go last)
             self.retention.release_lease(DAILY_LEASE, self.owner)
             raise

@@ -99,7 +99,7 @@ def make_app(settings: Settings) -> Celery:
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """What beat sends: the reaper's sweep, the cron tick and, with NOETL_RETENTION, the
-    prune's check (hourly; the prune itself runs once a day, engine.retention)."""
+    prune's check (every 10 minutes; the prune itself runs once a day, engine.retention)."""
     schedule: dict[str, dict[str, Any]] = {
         "noetl-reaper": {
             "task": TASK_REAP,

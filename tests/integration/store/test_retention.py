@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -354,3 +355,65 @@ def test_a_bad_retention_stops_beat_and_workers_at_start(command: str, tmp_path:
         "Error: NOETL_RETENTION: '30' is not an age: use a number with a unit: 30d, 12h, "
         "90m or 45s (unset: never prune)"
     ]
+
+
+def test_a_worker_with_noetl_retention_prunes_when_beat_asks(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The task beat sends (`noetl.prune`) on a real worker process started with
+    NOETL_RETENTION: the old executions go, the newer stay, the day's lease is taken."""
+    from noetl_celery.constants import TASK_PRUNE
+    from noetl_celery.engine.retention import DAILY_LEASE
+    from noetl_celery.tasks.app import make_app
+    from tests.conftest import _env
+    from tests.support.workers import WorkerProcess
+
+    database = open_database(pg_url, SchemaMode.REQUIRE)
+    store = Store(database)
+    now = utcnow()
+    try:
+        support.seed(
+            database,
+            ids("old", 40),
+            status="COMPLETED",
+            created_at=now - 9 * DAY,
+            finished_at=now - 8 * DAY,
+        )
+        support.seed(
+            database,
+            ids("new", 5),
+            status="FAILED",
+            created_at=now - 9 * DAY,
+            finished_at=now - DAY,
+        )
+        new_rows = support.counts(database, ids("new", 5))
+        env = _env(
+            NOETL_DATABASE_URL=pg_url,
+            NOETL_BROKER_URL=redis_url,
+            NOETL_HOME=str(tmp_path / "home"),
+            NOETL_RETENTION="2d",
+        )
+        worker = WorkerProcess("pruner", env)
+        try:
+            worker.wait_ready()
+            app = make_app(Settings(broker_url=redis_url))
+            # as beat sends it: naming the database, so a worker of another one refuses it
+            app.send_task(TASK_PRUNE, kwargs={"db": database.database_id})
+            deadline = time.monotonic() + 120
+            while support.counts(database, ids("old", 40))["executions"]:
+                assert time.monotonic() < deadline, worker.tail()
+                time.sleep(0.2)
+        finally:
+            worker.stop()
+        assert support.counts(database, ids("old", 40)) == dict.fromkeys(support.OWNED, 0)
+        # the worker's relay and wake-ups clear the seeded outbox and inbox rows of ended
+        # executions (its own work); every other row of the newer ones is there
+        moved = ("inbox", "publish_outbox")
+        left = support.counts(database, ids("new", 5))
+        assert {t: n for t, n in left.items() if t not in moved} == {
+            t: n for t, n in new_rows.items() if t not in moved
+        }
+        assert left["executions"] == 5
+        assert store.retention.lease_holder(DAILY_LEASE) is not None
+    finally:
+        database.dispose()
