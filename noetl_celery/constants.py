@@ -142,6 +142,13 @@ TASK_EXECUTE_COMMANDS: Final = "noetl.execute_commands"
 TASK_ORCHESTRATE: Final = "noetl.orchestrate"
 TASK_REAP: Final = "noetl.reap"
 TASK_FIRE_SCHEDULES: Final = "noetl.fire_schedules"
+TASK_PRUNE: Final = "noetl.prune"
+# how often beat sends the prune task when NOETL_RETENTION is set (engine.retention: the
+# prune itself runs at most once a day, whatever the number of beats)
+RETENTION_CHECK_SECONDS: Final = 600.0
+# rows of one table a prune's delete transaction removes at most (`db prune --chunk-rows`;
+# bench/retention.py measures what a chunk costs; docs/operations/retention.md)
+ROW_CHUNK: Final = 1000
 
 # --- DSL ---------------------------------------------------------------------------------------
 API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})

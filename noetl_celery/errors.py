@@ -38,6 +38,7 @@
     ├── ReplayError               a replayed pass asked history a question its record does
     │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist
+    ├── PruneBusy                 (engine.retention) another prune holds the prune's lease
     ├── ScheduleNotFound          a schedule id that does not exist
     └── CredentialNotFound        an alias that is not in the credentials file
 

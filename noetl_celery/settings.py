@@ -54,6 +54,41 @@ def mask_url(url: str) -> str:
     return f"{base}?{urlencode(safe, safe='*')}"
 
 
+# Ages (`noetl-celery db prune --older-than`, NOETL_RETENTION): how long ago an execution
+# ended. Here rather than in models.durations (whose forms are NoETL's step timeouts, with
+# no days) because settings, below models, parses NOETL_RETENTION. A unit is required: a
+# bare `30` read as seconds when days were meant would delete history nobody meant to lose.
+AGE_HINT = "use a number with a unit: 30d, 12h, 90m or 45s"
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_AGE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|min|m|h|d)", re.IGNORECASE)
+
+
+def age_seconds(value: str) -> float | None:
+    """Seconds for an age such as `30d`, `12h`, `90m`, `45s`; None for anything else (no
+    unit, an unknown unit, zero, a negative or non-finite number)."""
+    match = _AGE.fullmatch(value.strip())
+    if match is None:
+        return None
+    number, unit = match.groups()
+    seconds = float(number) * _AGE_UNITS[unit.lower()]
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def not_an_age(value: str) -> str:
+    """`'30x' is not an age: use ...` (the caller names the option or variable)."""
+    return f"{value!r} is not an age: {AGE_HINT}"
+
+
+def _retention(env: Mapping[str, str]) -> float:
+    raw = env.get("NOETL_RETENTION", "").strip()
+    if not raw:
+        return 0.0
+    seconds = age_seconds(raw)
+    if seconds is None:
+        raise ConfigurationError(f"NOETL_RETENTION: {not_an_age(raw)} (unset: never prune)")
+    return seconds
+
+
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -257,6 +292,10 @@ class Settings:
     api_allowed_hosts: tuple[str, ...] = ()
     # notifications of failed/cancelled runs and missed deadlines (engine.notify)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    # NOETL_RETENTION (an age: 30d, 12h): beat sends the prune task, and ended executions
+    # older than this are deleted with all their rows, once a day (store.retention). 0,
+    # the default (unset): nothing is ever deleted
+    retention_seconds: float = 0.0
 
     @property
     def embedded(self) -> bool:
@@ -388,4 +427,5 @@ class Settings:
             api_cors_origins=_names(env, "NOETL_API_CORS_ORIGINS"),
             api_allowed_hosts=_names(env, "NOETL_API_ALLOWED_HOSTS"),
             notify=notify_settings(env),
+            retention_seconds=_retention(env),
         )

@@ -1,4 +1,4 @@
-"""`worker`, `beat` and `db upgrade`.
+"""`worker`, `beat`, `db upgrade` and `db prune`.
 
 Workers and beat never create or migrate tables: they refuse a database that is not at
 this version's revision (one line, exit 2), and print at start which database (and its
@@ -7,14 +7,19 @@ identity) and which broker they serve, so a misconfigured fleet is visible in it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from noetl_celery.cli.common import dump_json, load_settings
-from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
+from noetl_celery.cli.common import InvalidInput, dump_json, load_settings
+from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, ROW_CHUNK
 from noetl_celery.engine.bootstrap import schema_mode
 from noetl_celery.errors import ConfigurationError
-from noetl_celery.settings import Settings
+from noetl_celery.settings import Settings, age_seconds, not_an_age
 from noetl_celery.store.database import SchemaMode, open_database
+
+if TYPE_CHECKING:
+    from noetl_celery.engine.retention import PruneReport
 
 
 def _fleet_settings() -> tuple[Settings, str | None]:
@@ -113,3 +118,72 @@ def upgrade(as_json: bool) -> None:
         dump_json({"revision": revision})
     else:
         click.echo(f"database at revision {revision}")
+
+
+@db.command("prune")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="AGE",
+    help="Delete executions that ended longer ago than this: 30d, 12h, 90m.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=ROW_CHUNK,
+    show_default=True,
+    help="Rows of one table one delete transaction removes at most.",
+)
+def prune(older_than: str, dry_run: bool, as_json: bool, chunk_rows: int) -> None:
+    """Delete ended executions (COMPLETED, FAILED, CANCELLED) older than AGE with all
+    their rows: commands, events, results, contexts, loops, inbox, logs, cursor rows,
+    held publishes, schedule firings. A running execution, and any execution linked to
+    one (its sub-playbook parent or child, the original of a running rerun), stays;
+    catalog, schedules, counters and leases are never touched. Deletes a chunk of rows
+    per transaction; one prune at a time."""
+    from noetl_celery.engine.retention import Pruner
+    from noetl_celery.store.repository import Store
+
+    seconds = age_seconds(older_than)
+    if seconds is None:
+        raise InvalidInput(f"--older-than: {not_an_age(older_than)}")
+    settings = load_settings()
+    database = open_database(
+        settings.effective_database_url,
+        SchemaMode.REQUIRE,
+        statement_timeout_seconds=settings.db_statement_timeout_seconds,
+        idle_in_transaction_seconds=settings.db_idle_in_transaction_seconds,
+    )
+    try:  # another prune running: PruneBusy, one line and exit 2 (cli.main)
+        report = Pruner(Store(database), row_chunk=chunk_rows).prune(seconds, dry_run=dry_run)
+    finally:
+        database.dispose()
+    if as_json:
+        dump_json({"older_than": older_than, **report.as_json()})
+        return
+    click.echo(render_prune(report, older_than))
+
+
+def render_prune(report: PruneReport, older_than: str) -> str:
+    """The text `db prune` prints: what went (or would go), per table."""
+    verb = "would delete" if report.dry_run else "deleted"
+    lines = [
+        f"{verb} {report.executions} executions that ended before "
+        f"{report.cutoff.isoformat(timespec='seconds')} UTC (older than {older_than})"
+    ]
+    width = max(len(t) for t in report.rows)
+    lines += [f"  {table:<{width}}  {n:>10}" for table, n in report.rows.items()]
+    if report.kept:
+        lines.append(
+            f"{report.kept} ended executions kept: linked to a running one (its sub-playbook "
+            "parent or child, or a running rerun)"
+        )
+    if report.transactions:
+        lines.append(
+            f"{report.transactions} transactions, longest {report.longest_transaction_ms:.0f} ms"
+            f" ({report.longest_table}), {report.seconds:.1f} s in all"
+        )
+    return "\n".join(lines)

@@ -48,6 +48,7 @@ EXAMPLES: dict[str, str] = {
     "flower": "NOETL_FLOWER_BASIC_AUTH=admin:s3cret noetl-celery flower",
     "db": "noetl-celery db upgrade",
     "db upgrade": "noetl-celery db upgrade --json",
+    "db prune": "noetl-celery db prune --older-than 30d --dry-run",
     "example-api": "noetl-celery example-api --port 8765 &",
 }
 

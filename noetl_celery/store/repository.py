@@ -41,6 +41,7 @@ from noetl_celery.store.parking import ParkingManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.reruns import RerunsManager
+from noetl_celery.store.retention import RetentionManager
 from noetl_celery.store.rows import (
     CatalogEntry,
     ClaimedCommand,
@@ -92,6 +93,7 @@ class Store:
         self.parking = ParkingManager(database)
         self.outbox = OutboxManager(database)  # what the broker could not take
         self.pacing = PacingManager(database)  # the http tool's schedule of the fleet
+        self.retention = RetentionManager(database)  # deleting executions ended long ago
         # the operators' reads: each opens its own read transaction
         self.overview = OverviewManager(database)
         self.history = HistoryManager(database)

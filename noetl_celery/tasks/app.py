@@ -15,16 +15,19 @@ wiped Redis, which also loses kombu's exchange bindings, still routes them.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
 
 from noetl_celery.constants import (
     QUEUE_COMMANDS,
     QUEUE_ORCHESTRATE,
+    RETENTION_CHECK_SECONDS,
     TASK_EXECUTE_COMMAND,
     TASK_EXECUTE_COMMANDS,
     TASK_FIRE_SCHEDULES,
     TASK_ORCHESTRATE,
+    TASK_PRUNE,
     TASK_REAP,
 )
 from noetl_celery.settings import Settings
@@ -55,6 +58,7 @@ def make_app(settings: Settings) -> Celery:
             TASK_ORCHESTRATE: {"queue": QUEUE_ORCHESTRATE},
             TASK_REAP: {"queue": QUEUE_ORCHESTRATE},
             TASK_FIRE_SCHEDULES: {"queue": QUEUE_ORCHESTRATE},
+            TASK_PRUNE: {"queue": QUEUE_ORCHESTRATE},
         },
         # Redis redelivers a message not acked within this time. Leases, not redelivery,
         # recover a dead worker's command (the reaper re-issues it after `lease_seconds`);
@@ -80,21 +84,7 @@ def make_app(settings: Settings) -> Celery:
         },
         # reconnects within a second of the broker's return (tasks.consumer)
         worker_consumer="noetl_celery.tasks.consumer:Consumer",
-        beat_schedule={
-            "noetl-reaper": {
-                "task": TASK_REAP,
-                "schedule": settings.reaper_interval_seconds,
-                # a sweep that waited longer than an interval is replaced by the next one
-                "options": {"expires": settings.reaper_interval_seconds},
-            },
-            # cron schedules live in Postgres (`noetl-celery schedule`); beat only asks
-            # often whether one is due
-            "noetl-schedules": {
-                "task": TASK_FIRE_SCHEDULES,
-                "schedule": settings.schedule_tick_seconds,
-                "options": {"expires": max(1.0, settings.schedule_tick_seconds)},
-            },
-        },
+        beat_schedule=beat_schedule(settings),
         broker_connection_retry_on_startup=True,
         # a lost broker connection must not kill running commands: they finish and
         # record their outcome in Postgres; their messages are simply gone
@@ -105,6 +95,34 @@ def make_app(settings: Settings) -> Celery:
         imports=("noetl_celery.tasks.tasks",),
     )
     return app
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What beat sends: the reaper's sweep, the cron tick and, with NOETL_RETENTION, the
+    prune's check (every 10 minutes; the prune itself runs once a day, engine.retention)."""
+    schedule: dict[str, dict[str, Any]] = {
+        "noetl-reaper": {
+            "task": TASK_REAP,
+            "schedule": settings.reaper_interval_seconds,
+            # a sweep that waited longer than an interval is replaced by the next one
+            "options": {"expires": settings.reaper_interval_seconds},
+        },
+        # cron schedules live in Postgres (`noetl-celery schedule`); beat only asks
+        # often whether one is due
+        "noetl-schedules": {
+            "task": TASK_FIRE_SCHEDULES,
+            "schedule": settings.schedule_tick_seconds,
+            "options": {"expires": max(1.0, settings.schedule_tick_seconds)},
+        },
+    }
+    if settings.retention_seconds > 0:
+        # safe with any number of beats: the prune's daily lease lets one run a day
+        schedule["noetl-retention"] = {
+            "task": TASK_PRUNE,
+            "schedule": RETENTION_CHECK_SECONDS,
+            "options": {"expires": RETENTION_CHECK_SECONDS},
+        }
+    return schedule
 
 
 # httpx logs every request at INFO: at thousands of requests a second that is most of a

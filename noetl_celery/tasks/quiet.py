@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from noetl_celery.constants import TASK_FIRE_SCHEDULES, TASK_REAP
+from noetl_celery.constants import TASK_FIRE_SCHEDULES, TASK_PRUNE, TASK_REAP
 
-QUIET_TASKS = frozenset({TASK_FIRE_SCHEDULES, TASK_REAP})
+QUIET_TASKS = frozenset({TASK_FIRE_SCHEDULES, TASK_PRUNE, TASK_REAP})
 # Celery's loggers that write a line per task message: received, succeeded, discarded
 # (an expired tick a busy worker drops), and beat's "Sending due task"
 LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.worker.request", "celery.beat")

@@ -21,6 +21,7 @@ from noetl_celery.constants import (
     TASK_EXECUTE_COMMANDS,
     TASK_FIRE_SCHEDULES,
     TASK_ORCHESTRATE,
+    TASK_PRUNE,
     TASK_REAP,
 )
 from noetl_celery.logcontext import about
@@ -134,3 +135,14 @@ def fire_schedules(db: str | None = None) -> None:
     however many beats send this)."""
     refuse_foreign(db, "a schedule tick")
     engine().schedules.fire_due()
+
+
+@app.task(name=TASK_PRUNE, acks_late=True, ignore_result=True)
+def prune(db: str | None = None) -> None:
+    """NOETL_RETENTION's prune: delete the executions that ended longer ago than it, at
+    most once a day across the fleet (engine.retention; the daily lease decides)."""
+    refuse_foreign(db, "a retention prune")
+    if settings.retention_seconds > 0:
+        from noetl_celery.engine.retention import Pruner
+
+        Pruner(engine().store).daily(settings.retention_seconds)

@@ -11,7 +11,8 @@ import pkgutil
 from noetl_celery.store import queries
 
 # used as modules by their managers, not re-exported (see the package docstring): the
-# operators' read models, the http tool's pacing schedule and the publish outbox
+# operators' read models, the http tool's pacing schedule, the publish outbox and
+# retention's prune
 READ_MODELS = {
     "overview",
     "history",
@@ -23,6 +24,7 @@ READ_MODELS = {
     "pacing",
     "outbox",
     "notifications",
+    "prune",
 }
 
 
