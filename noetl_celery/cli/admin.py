@@ -13,6 +13,7 @@ from noetl_celery.cli.common import dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
 from noetl_celery.engine.bootstrap import schema_mode
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.routing import is_queue_name
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode, open_database
 
@@ -37,25 +38,65 @@ def banner(role: str, settings: Settings, database_id: str | None) -> str:
     )
 
 
+def worker_queues(celery_args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The queues a worker serves and Celery's other arguments. Without `-Q` the
+    engine's commands queue; `-Q io,cpu` (or `--queues`) chooses instead (a pool serving
+    the steps routed there, tasks.routing). The orchestration queue is always served:
+    any worker may run a pass."""
+    chosen: list[str] = []
+    rest: list[str] = []
+    args = list(celery_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        value: str | None = None
+        if arg in ("-Q", "--queues"):
+            if i + 1 >= len(args):
+                raise ConfigurationError(f"{arg} needs a queue name (e.g. {arg} io)")
+            value = args[i + 1]
+            i += 1
+        elif arg.startswith("--queues="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-Q") and len(arg) > 2:
+            value = arg[2:]
+        else:
+            rest.append(arg)
+        if value is not None:
+            for name in (part.strip() for part in value.split(",")):
+                if not is_queue_name(name):
+                    raise ConfigurationError(
+                        f"worker -Q: {name!r} is not a queue name (letters, digits, - and _)"
+                    )
+                chosen.append(name)
+        i += 1
+    queues = list(dict.fromkeys(chosen or [QUEUE_COMMANDS]))
+    if QUEUE_ORCHESTRATE not in queues:
+        queues.append(QUEUE_ORCHESTRATE)
+    return queues, rest
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(celery_args: tuple[str, ...]) -> None:
-    """Start a Celery worker on the engine's queues (extra options go to Celery)."""
+    """Start a Celery worker on the engine's queues (extra options go to Celery; `-Q
+    NAME[,NAME]` serves those queues instead of the default commands queue, plus the
+    orchestration queue)."""
     settings, database_id = _fleet_settings()
     click.echo(banner("worker", settings, database_id), err=True)
     from noetl_celery.tasks import fleet
     from noetl_celery.tasks.app import app
 
     fleet.set_identity(database_id, settings.shown_database_url)
+    queues, rest = worker_queues(celery_args)
     argv = [
         "worker",
         "-Q",
-        f"{QUEUE_COMMANDS},{QUEUE_ORCHESTRATE}",
+        ",".join(queues),
         "--without-gossip",
         "--without-mingle",
         "-l",
         "INFO",
-        *celery_args,
+        *rest,
     ]
     app.worker_main(argv=argv)
 

@@ -43,6 +43,7 @@ def celery_engine(
     home: Path,
     credentials: Path | None = None,
     duplicate: bool = False,
+    queue_type: str = "classic",
 ) -> Engine:
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
@@ -52,6 +53,7 @@ def celery_engine(
         database_url=database_url,
         broker_url=broker_url,
         credentials_file=str(credentials or ""),
+        broker_queue_type=queue_type,
     )
     # the workers' database: migrated before they started (they never migrate)
     engine = Engine(settings, schema=SchemaMode.REQUIRE)
