@@ -333,8 +333,7 @@ def cluster_factory(
             NOETL_BROKER_URL=broker,
             NOETL_CREDENTIALS_FILE=str(creds),
             NOETL_HOME=str(tmp_path / "home"),
-            **CHAOS_SETTINGS,
-            **extra_env,
+            **{**CHAOS_SETTINGS, **extra_env},
         )
         fleet = [WorkerProcess(f"c{i}", env, module=worker_module) for i in range(1, workers + 1)]
         beat_process = BeatProcess(env) if beat else None
