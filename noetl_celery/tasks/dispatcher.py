@@ -133,9 +133,12 @@ class CeleryDispatcher:
             routing_key=queue,
             producer=producer,
             argsrepr=readable(name, arg),
-            # RabbitMQ drops a message routed to no queue (Redis makes the list): declare
-            # it first (kombu does it once per connection), as the workers do
-            declare=None if self._redis else [self.app.amqp.queues[queue]],
+            # the destination: without it Celery takes the task's route (the commands
+            # queue) and sends to that queue's name, whatever the routing key. Celery
+            # declares it on the way (once per connection): RabbitMQ would drop a
+            # message routed to no queue, as one published before any worker of a pool
+            # started
+            queue=queue,
         )
 
     def _send(self, name: str, arg: str | list[str], queue: str) -> None:

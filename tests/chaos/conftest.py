@@ -25,6 +25,7 @@ import pytest
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
 from noetl_celery.orchestrator.ids import base_command_id
+from noetl_celery.routing import parse_queue_by_kind
 from tests.conftest import _env
 from tests.support import services
 from tests.support.engines import celery_engine
@@ -346,6 +347,7 @@ def cluster_factory(
             creds,
             duplicate,
             queue_type=env.get("NOETL_BROKER_QUEUE_TYPE", "classic"),
+            queue_by_kind=parse_queue_by_kind(env.get("NOETL_QUEUE_BY_KIND", "")),
         )
         cluster = Cluster(
             pg=private_pg,

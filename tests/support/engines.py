@@ -44,6 +44,7 @@ def celery_engine(
     credentials: Path | None = None,
     duplicate: bool = False,
     queue_type: str = "classic",
+    queue_by_kind: tuple[tuple[str, str], ...] = (),
 ) -> Engine:
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
@@ -54,6 +55,7 @@ def celery_engine(
         broker_url=broker_url,
         credentials_file=str(credentials or ""),
         broker_queue_type=queue_type,
+        queue_by_kind=queue_by_kind,
     )
     # the workers' database: migrated before they started (they never migrate)
     engine = Engine(settings, schema=SchemaMode.REQUIRE)
