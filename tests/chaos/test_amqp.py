@@ -48,7 +48,7 @@ def test_a_loop_on_rabbitmq_runs_every_item_exactly_once(cluster_factory: Any) -
     eid = cluster.start("chaos_loop.yaml", n=N, window=50)
     assert_loop_exact(cluster, eid, N)
     # the queues are durable (a restart keeps what they hold)
-    from kombu import Connection
+    from kombu.connection import Connection
 
     with Connection(services.AMQP_URL) as conn:
         ok = conn.channel().queue_declare("noetl.commands", passive=True)

@@ -26,12 +26,12 @@ class Duplicating:
         self.inner = inner
         self.published = 0
 
-    def publish(self, command_ids: Sequence[str]) -> None:
+    def publish(self, command_ids: Sequence[str], queue: str | None = None) -> None:
         self.published += len(command_ids)
         # twice, not one list naming each id twice: a publish sends an id once per
         # message batch, so the second publish is the duplicate delivery
-        self.inner.publish(command_ids)  # type: ignore[attr-defined]
-        self.inner.publish(command_ids)  # type: ignore[attr-defined]
+        self.inner.publish(command_ids, queue)  # type: ignore[attr-defined]
+        self.inner.publish(command_ids, queue)  # type: ignore[attr-defined]
 
     def wake(self, execution_id: str) -> None:
         self.inner.wake(execution_id)  # type: ignore[attr-defined]

@@ -101,7 +101,7 @@ def redis_client() -> redis.Redis:
 def reset_amqp(url: str, queues: tuple[str, ...]) -> None:
     """Delete `queues` in the vhost of `url` (a test starts from no queued message and
     may declare them with another type); fails the test loudly when RabbitMQ is away."""
-    from kombu import Connection
+    from kombu.connection import Connection
 
     try:
         with Connection(url, connect_timeout=5) as conn:
