@@ -22,7 +22,9 @@ def _fleet_settings() -> tuple[Settings, str | None]:
     """Settings of a worker or beat, checked; and the engine database's identity."""
     settings = load_settings()
     if settings.embedded:
-        raise ConfigurationError("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+        raise ConfigurationError(
+            "set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//)"
+        )
     settings.require_shared_database()
     database = open_database(settings.effective_database_url, schema_mode(settings, writes=True))
     try:

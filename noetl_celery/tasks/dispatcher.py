@@ -124,14 +124,13 @@ class CeleryDispatcher:
     def _send_once(self, name: str, arg: str | list[str], queue: str) -> None:
         # the anonymous exchange routes by queue name alone: kombu's Redis transport keeps
         # exchange bindings in Redis keys, which a FLUSHALL wipes; this keeps working then
-        producer = self._producer()
         self.app.send_task(
             name,
             args=(arg,),
             kwargs=self._kwargs,
             exchange="",
             routing_key=queue,
-            producer=producer,
+            producer=self._producer(),
             argsrepr=readable(name, arg),
             # the destination: without it Celery takes the task's route (the commands
             # queue) and sends to that queue's name, whatever the routing key. Celery
@@ -167,10 +166,10 @@ class CeleryDispatcher:
 
         RabbitMQ keeps no key: the probe is a round trip (declaring the commands queue,
         as a worker does; a queue of another type is refused, and said) and the token a
-        constant. A restart is seen as the broker away
-        then back, which runs the same recovery; what a restart would lose it keeps
-        (durable queues, persistent messages). A broker wiped between two probes (a
-        second apart) is not seen: the reaper republishes after NOETL_ISSUED_GRACE_SECONDS."""
+        constant. A restart is seen as the broker away then back, which runs the same
+        recovery; what a restart would lose it keeps (durable queues, persistent
+        messages). A broker wiped and back between two probes (a second apart) is not
+        seen: the reaper republishes after NOETL_ISSUED_GRACE_SECONDS."""
         try:
             channel = self._producer().channel
             acquire = getattr(channel, "conn_or_acquire", None)
