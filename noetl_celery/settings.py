@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from noetl_celery.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.routing import parse_queue_by_kind
 from noetl_celery.settings_notify import NotifySettings, notify_settings
 
 # Bounds on the engine's own Postgres sessions (see Settings). Module constants because
@@ -296,6 +297,17 @@ class Settings:
     # older than this are deleted with all their rows, once a day (store.retention). 0,
     # the default (unset): nothing is ever deleted
     retention_seconds: float = 0.0
+    # RabbitMQ: the type of the queues the engine declares ("classic" or "quorum"; a
+    # queue that already exists with another type is refused by RabbitMQ: delete it or
+    # use a new vhost). Redis ignores it. Queues are durable and messages persistent.
+    broker_queue_type: str = "classic"
+    # a worker told to stop (SIGTERM) takes no new message, lets what runs finish for at
+    # most this long, then hands back what still runs (released in Postgres, published
+    # again for another worker) and exits (tasks.shutdown); below Kubernetes' 30 s grace
+    worker_shutdown_seconds: float = 20.0
+    # tool kind -> queue (NOETL_QUEUE_BY_KIND=http:io,python:cpu): commands of a step of
+    # that kind go to that queue (a step's `spec.queue` wins); see routing
+    queue_by_kind: tuple[tuple[str, str], ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -428,4 +440,11 @@ class Settings:
             api_allowed_hosts=_names(env, "NOETL_API_ALLOWED_HOSTS"),
             notify=notify_settings(env),
             retention_seconds=_retention(env),
+            broker_queue_type=_choice(
+                env, "NOETL_BROKER_QUEUE_TYPE", base.broker_queue_type, ("classic", "quorum")
+            ),
+            worker_shutdown_seconds=_finite(
+                env, "NOETL_WORKER_SHUTDOWN_SECONDS", base.worker_shutdown_seconds
+            ),
+            queue_by_kind=parse_queue_by_kind(env.get("NOETL_QUEUE_BY_KIND", "")),
         )

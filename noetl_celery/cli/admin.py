@@ -15,6 +15,7 @@ from noetl_celery.cli.common import InvalidInput, dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, ROW_CHUNK
 from noetl_celery.engine.bootstrap import schema_mode
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.routing import is_queue_name
 from noetl_celery.settings import Settings, age_seconds, not_an_age
 from noetl_celery.store.database import SchemaMode, open_database
 
@@ -26,7 +27,9 @@ def _fleet_settings() -> tuple[Settings, str | None]:
     """Settings of a worker or beat, checked; and the engine database's identity."""
     settings = load_settings()
     if settings.embedded:
-        raise ConfigurationError("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+        raise ConfigurationError(
+            "set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//)"
+        )
     settings.require_shared_database()
     database = open_database(settings.effective_database_url, schema_mode(settings, writes=True))
     try:
@@ -42,6 +45,43 @@ def banner(role: str, settings: Settings, database_id: str | None) -> str:
     )
 
 
+def worker_queues(celery_args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The queues a worker serves and Celery's other arguments. Without `-Q` the
+    engine's commands queue; `-Q io,cpu` (or `--queues`) chooses instead (a pool serving
+    the steps routed there, tasks.routing). The orchestration queue is always served:
+    any worker may run a pass."""
+    chosen: list[str] = []
+    rest: list[str] = []
+    args = list(celery_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        value: str | None = None
+        if arg in ("-Q", "--queues"):
+            if i + 1 >= len(args):
+                raise ConfigurationError(f"{arg} needs a queue name (e.g. {arg} io)")
+            value = args[i + 1]
+            i += 1
+        elif arg.startswith("--queues="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-Q") and len(arg) > 2:
+            value = arg[2:]
+        else:
+            rest.append(arg)
+        if value is not None:
+            for name in (part.strip() for part in value.split(",")):
+                if not is_queue_name(name):
+                    raise ConfigurationError(
+                        f"worker -Q: {name!r} is not a queue name (letters, digits, - and _)"
+                    )
+                chosen.append(name)
+        i += 1
+    queues = list(dict.fromkeys(chosen or [QUEUE_COMMANDS]))
+    if QUEUE_ORCHESTRATE not in queues:
+        queues.append(QUEUE_ORCHESTRATE)
+    return queues, rest
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED, metavar="[CELERY OPTIONS]...")
 def worker(celery_args: tuple[str, ...]) -> None:
@@ -55,7 +95,9 @@ def worker(celery_args: tuple[str, ...]) -> None:
       -c, --concurrency N   commands run at once (default: the number of CPUs)
       -P, --pool POOL       prefork (the default: CPU-heavy steps) or threads
                             (playbooks that wait on HTTP APIs; with a large -c)
-      -Q, --queues Q,...    queues to consume (default: noetl.commands,noetl.orchestrate)
+      -Q, --queues Q,...    queues to serve instead of noetl.commands (steps routed
+                            there: spec.queue, NOETL_QUEUE_BY_KIND); noetl.orchestrate
+                            is always served
       -n, --hostname NAME   this worker's name in Flower and logs (e.g. api@%h)
       -l, --loglevel LEVEL  INFO by default; DEBUG also shows every task received
 
@@ -67,15 +109,16 @@ def worker(celery_args: tuple[str, ...]) -> None:
     from noetl_celery.tasks.app import app
 
     fleet.set_identity(database_id, settings.shown_database_url)
+    queues, rest = worker_queues(celery_args)
     argv = [
         "worker",
         "-Q",
-        f"{QUEUE_COMMANDS},{QUEUE_ORCHESTRATE}",
+        ",".join(queues),
         "--without-gossip",
         "--without-mingle",
         "-l",
         "INFO",
-        *celery_args,
+        *rest,
     ]
     app.worker_main(argv=argv)
 

@@ -53,7 +53,9 @@ def flower(address: str, port: int, basic_auth: str | None, flower_args: tuple[s
     """Start Flower on the engine's Celery app (extra options go to Flower)."""
     settings = load_settings()
     if settings.embedded:
-        raise ConfigurationError("set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+        raise ConfigurationError(
+            "set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//)"
+        )
     argv = ["flower", f"--address={address}", f"--port={port}"]
     if basic_auth:
         # Flower runs in this process: with NOETL_FLOWER_BASIC_AUTH the password is on no

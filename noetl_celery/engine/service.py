@@ -27,6 +27,7 @@ from noetl_celery.engine.pacing import FleetPaceLedger
 from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.rerun import plan_rerun
+from noetl_celery.engine.routing import Routed
 from noetl_celery.engine.scheduler import Schedules
 from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
@@ -167,7 +168,9 @@ class Engine(EngineReads):
     def use_broker(self, dispatcher: Dispatcher) -> None:
         """Send commands through a broker: a publish it cannot take is held in the
         engine database (engine.outbox) instead of failing the caller."""
-        self._holding = Holding(self.store, dispatcher, self.settings.shown_broker_url)
+        # each command to its step's queue (engine.routing; routing)
+        target = Routed(dispatcher, self.store, self.playbooks, dict(self.settings.queue_by_kind))
+        self._holding = Holding(self.store, target, self.settings.shown_broker_url)
         self.use_dispatcher(self._holding)
 
     def start_relay(self) -> None:

@@ -297,6 +297,12 @@ class Store:
         with self.db.single_write() as conn:
             return queries.release_claims(conn, command_ids, worker, utcnow())
 
+    def release_workers(self, workers: Sequence[str]) -> list[str]:
+        """Hand back every command still running under one of `workers` (`issued`
+        again, to be published); the ids (a stopping worker, tasks.shutdown)."""
+        with self.db.single_write() as conn:
+            return queries.release_workers(conn, workers, utcnow())
+
     def complete(self, command: ClaimedCommand, outcome: Outcome) -> bool:
         """Close a running command and append its terminal event (the inbox entry), in one
         transaction. False when the command is no longer ours (cancelled, re-issued)."""

@@ -10,6 +10,12 @@ without beat every worker process's relay (engine.outbox) publishes what the bro
 not take and, when the broker comes back, what it lost.
 Messages go through the anonymous exchange (Celery's default for direct queues), so a
 wiped Redis, which also loses kombu's exchange bindings, still routes them.
+
+RabbitMQ (`amqp://`) is served the same way: the queues are durable and the messages
+persistent (Celery's defaults, stated here), so a RabbitMQ restart keeps what was
+queued; `NOETL_BROKER_QUEUE_TYPE=quorum` declares quorum queues (replicated; Celery then
+uses per-consumer QoS, `worker_detect_quorum_queues`). A publisher declares the queue it
+publishes to (tasks.dispatcher): RabbitMQ drops a message routed to no queue.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 from typing import Any
 
 from celery import Celery
+from kombu.entity import Queue
 
 from noetl_celery.constants import (
     QUEUE_COMMANDS,
@@ -43,7 +50,20 @@ def make_app(settings: Settings) -> Celery:
     # fixes: a broker outage must not kill it (tasks.kombu_redis)
     kombu_redis.install()
     app = Celery("noetl_celery", broker=settings.broker_url or "memory://", set_as_current=False)
+    queue_type = settings.broker_queue_type
     app.conf.update(
+        task_queues=[
+            engine_queue(QUEUE_COMMANDS, queue_type),
+            engine_queue(QUEUE_ORCHESTRATE, queue_type),
+        ],
+        # queues named by `worker -Q` or a route (tasks.dispatcher) get the same type
+        task_default_queue_type=queue_type,
+        task_create_missing_queue_type=queue_type,
+        task_default_delivery_mode="persistent",
+        # a worker told to stop gets this long for what runs (tasks.shutdown hands back
+        # what is still running after it); Celery's own soft shutdown stays off: it
+        # sleeps its whole timeout even once every task has ended
+        worker_soft_shutdown_timeout=0.0,
         task_ignore_result=True,
         result_backend=None,
         task_acks_late=True,
@@ -123,6 +143,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "options": {"expires": RETENTION_CHECK_SECONDS},
         }
     return schedule
+
+
+def engine_queue(name: str, queue_type: str) -> Queue:
+    """A durable queue of the engine's, bound to its direct exchange of the same name
+    (how Celery declares a missing queue) and of `queue_type` on RabbitMQ."""
+    arguments = {"x-queue-type": "quorum"} if queue_type == "quorum" else None
+    return Queue(name, routing_key=name, durable=True, queue_arguments=arguments)  # type: ignore[no-untyped-call]
 
 
 # httpx logs every request at INFO: at thousands of requests a second that is most of a

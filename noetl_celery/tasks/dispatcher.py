@@ -43,6 +43,14 @@ log = logging.getLogger("noetl_celery.dispatch")
 # a key kept in Redis itself: a Redis restarted without persistence, or flushed, has lost
 # every queued message, and this key with them (engine.outbox's recovery)
 EPOCH_KEY = "noetl:broker-epoch"
+# the token of a broker that keeps no key (RabbitMQ): see CeleryDispatcher.probe
+AMQP_TOKEN = "broker"
+
+
+def is_redis(url: str) -> bool:
+    """Whether `url` names kombu's Redis transport (redis, rediss, sentinel)."""
+    scheme = url.split("://", 1)[0].lower()
+    return scheme in ("redis", "rediss", "sentinel", "redis+socket")
 
 
 def readable(task: str, arg: str | list[str]) -> str:
@@ -92,6 +100,7 @@ class CeleryDispatcher:
         # `db`, and workers accept them as they accept those of older versions
         self._kwargs = {} if database_id is None else {"db": database_id}
         self.batch_size = batch_size
+        self._redis = is_redis(self.app.conf.broker_url or "")
         self._local = threading.local()
         kombu_redis.install()
 
@@ -123,6 +132,12 @@ class CeleryDispatcher:
             routing_key=queue,
             producer=self._producer(),
             argsrepr=readable(name, arg),
+            # the destination: without it Celery takes the task's route (the commands
+            # queue) and sends to that queue's name, whatever the routing key. Celery
+            # declares it on the way (once per connection): RabbitMQ would drop a
+            # message routed to no queue, as one published before any worker of a pool
+            # started
+            queue=queue,
         )
 
     def _send(self, name: str, arg: str | list[str], queue: str) -> None:
@@ -147,13 +162,21 @@ class CeleryDispatcher:
 
     def probe(self) -> str:
         """The broker's token (engine.dispatch.Probe): the value of `EPOCH_KEY`, set by
-        the first process that finds it missing; raises when the broker is away. A
-        broker other than Redis has no token to keep: a constant."""
+        the first process that finds it missing; raises when the broker is away.
+
+        RabbitMQ keeps no key: the probe is a round trip (declaring the commands queue,
+        as a worker does; a queue of another type is refused, and said) and the token a
+        constant. A restart is seen as the broker away then back, which runs the same
+        recovery; what a restart would lose it keeps (durable queues, persistent
+        messages). A broker wiped and back between two probes (a second apart) is not
+        seen: the reaper republishes after NOETL_ISSUED_GRACE_SECONDS."""
         try:
             channel = self._producer().channel
             acquire = getattr(channel, "conn_or_acquire", None)
             if acquire is None:
-                return "broker"
+                if not self._redis:  # idempotent, the workers' arguments (tasks.app)
+                    self.app.amqp.queues[QUEUE_COMMANDS].bind(channel).queue_declare()
+                return AMQP_TOKEN
             with acquire() as client:
                 client.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
                 token = client.get(EPOCH_KEY)
@@ -162,12 +185,14 @@ class CeleryDispatcher:
             raise
         return token.decode() if isinstance(token, bytes) else str(token)
 
-    def publish(self, command_ids: Sequence[str]) -> None:
+    def publish(self, command_ids: Sequence[str], queue: str | None = None) -> None:
+        """Publish to `queue` (a step's, engine.routing) or the engine's commands queue."""
+        target = queue or QUEUE_COMMANDS
         for ids in pack(command_ids, self.batch_size):
             if len(ids) == 1:
-                self._send(TASK_EXECUTE_COMMAND, ids[0], QUEUE_COMMANDS)
+                self._send(TASK_EXECUTE_COMMAND, ids[0], target)
             else:
-                self._send(TASK_EXECUTE_COMMANDS, ids, QUEUE_COMMANDS)
+                self._send(TASK_EXECUTE_COMMANDS, ids, target)
 
     def wake(self, execution_id: str) -> None:
         self._send(TASK_ORCHESTRATE, execution_id, QUEUE_ORCHESTRATE)

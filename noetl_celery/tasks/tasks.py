@@ -26,6 +26,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.logcontext import about
 from noetl_celery.tasks import fleet, kombu_redis
+from noetl_celery.tasks import shutdown as _shutdown  # noqa: F401  (connects its signal)
 from noetl_celery.tasks.app import app, settings
 from noetl_celery.tasks.runtime import (
     engine,

@@ -22,10 +22,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from noetl_celery.constants import TERMINAL_STATUSES
+from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, TERMINAL_STATUSES
 from noetl_celery.engine.service import Engine
 from noetl_celery.orchestrator.ids import base_command_id
+from noetl_celery.routing import parse_queue_by_kind
 from tests.conftest import _env
+from tests.support import services
 from tests.support.engines import celery_engine
 from tests.support.private_services import PrivatePostgres, PrivateRedis
 from tests.support.sockets import process_group
@@ -34,6 +36,8 @@ from tests.support.workers import BeatProcess, WorkerProcess
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 TEMPLATE = "chaos_template"
 DATA = "chaos_data"
+# the queues a RabbitMQ test deletes first (the engine's, and those the routing tests use)
+ENGINE_QUEUES = (QUEUE_COMMANDS, QUEUE_ORCHESTRATE, "io", "cpu")
 RECOVERY: list[tuple[str, str, float, str]] = []  # (test, what, value, unit)
 
 
@@ -303,11 +307,18 @@ def cluster_factory(
         worker_module: str = "noetl_celery.cli.main",
         duplicate: bool = False,
         beat: bool = True,
+        broker_url: str | None = None,
+        workers: int = 2,
         **extra_env: str,
     ) -> Cluster:
+        """`broker_url`: another broker than the private Redis (RabbitMQ: its engine
+        queues are deleted first)."""
         name = f"chaos_{uuid.uuid4().hex[:10]}"
         private_pg.create_database(name, TEMPLATE)
         private_redis.client().flushall()
+        broker = broker_url or private_redis.url
+        if broker_url is not None:
+            services.reset_amqp(broker_url, ENGINE_QUEUES)
         creds = tmp_path / "credentials.json"
         entry = {
             "db_host": "127.0.0.1",
@@ -320,17 +331,24 @@ def cluster_factory(
         url = private_pg.url(name)
         env = _env(
             NOETL_DATABASE_URL=url,
-            NOETL_BROKER_URL=private_redis.url,
+            NOETL_BROKER_URL=broker,
             NOETL_CREDENTIALS_FILE=str(creds),
             NOETL_HOME=str(tmp_path / "home"),
-            **CHAOS_SETTINGS,
-            **extra_env,
+            **{**CHAOS_SETTINGS, **extra_env},
         )
-        workers = [WorkerProcess(f"c{i}", env, module=worker_module) for i in (1, 2)]
+        fleet = [WorkerProcess(f"c{i}", env, module=worker_module) for i in range(1, workers + 1)]
         beat_process = BeatProcess(env) if beat else None
-        for process in (*workers, *([beat_process] if beat_process is not None else [])):
+        for process in (*fleet, *([beat_process] if beat_process is not None else [])):
             process.wait_ready()
-        engine = celery_engine(url, private_redis.url, tmp_path / "engine", creds, duplicate)
+        engine = celery_engine(
+            url,
+            broker,
+            tmp_path / "engine",
+            creds,
+            duplicate,
+            queue_type=env.get("NOETL_BROKER_QUEUE_TYPE", "classic"),
+            queue_by_kind=parse_queue_by_kind(env.get("NOETL_QUEUE_BY_KIND", "")),
+        )
         cluster = Cluster(
             pg=private_pg,
             redis=private_redis,
@@ -339,7 +357,7 @@ def cluster_factory(
             data_dsn=private_pg.dsn(DATA),
             env=env,
             engine=engine,
-            workers=workers,
+            workers=fleet,
             beat=beat_process,
             test=request.node.name,
         )

@@ -27,11 +27,13 @@ from noetl_celery.tasks.dispatcher import CeleryDispatcher
 def _duplicate() -> None:
     original = CeleryDispatcher.publish
 
-    def publish(self: CeleryDispatcher, command_ids: Sequence[str]) -> None:
+    def publish(
+        self: CeleryDispatcher, command_ids: Sequence[str], queue: str | None = None
+    ) -> None:
         # two publishes: one publish sends an id once (orchestrator.packing drops a
         # repeat within it), so the second one is the duplicate delivery
-        original(self, command_ids)
-        original(self, command_ids)
+        original(self, command_ids, queue)
+        original(self, command_ids, queue)
 
     CeleryDispatcher.publish = publish  # type: ignore[method-assign]
 
@@ -43,7 +45,9 @@ def _die_after_commit() -> None:
     markers = Path(os.environ["NOETL_CHAOS_DIR"])
     sent = 0
 
-    def publish(self: CeleryDispatcher, command_ids: Sequence[str]) -> None:
+    def publish(
+        self: CeleryDispatcher, command_ids: Sequence[str], queue: str | None = None
+    ) -> None:
         nonlocal sent
         sent += len(command_ids)
         if sent >= after:
@@ -56,7 +60,7 @@ def _die_after_commit() -> None:
                 os.write(fd, json.dumps(record).encode())
                 os.close(fd)
                 os.kill(os.getpid(), signal.SIGKILL)  # committed, not published
-        original(self, command_ids)
+        original(self, command_ids, queue)
 
     CeleryDispatcher.publish = publish  # type: ignore[method-assign]
 

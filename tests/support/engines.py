@@ -26,12 +26,12 @@ class Duplicating:
         self.inner = inner
         self.published = 0
 
-    def publish(self, command_ids: Sequence[str]) -> None:
+    def publish(self, command_ids: Sequence[str], queue: str | None = None) -> None:
         self.published += len(command_ids)
         # twice, not one list naming each id twice: a publish sends an id once per
         # message batch, so the second publish is the duplicate delivery
-        self.inner.publish(command_ids)  # type: ignore[attr-defined]
-        self.inner.publish(command_ids)  # type: ignore[attr-defined]
+        self.inner.publish(command_ids, queue)  # type: ignore[attr-defined]
+        self.inner.publish(command_ids, queue)  # type: ignore[attr-defined]
 
     def wake(self, execution_id: str) -> None:
         self.inner.wake(execution_id)  # type: ignore[attr-defined]
@@ -43,6 +43,8 @@ def celery_engine(
     home: Path,
     credentials: Path | None = None,
     duplicate: bool = False,
+    queue_type: str = "classic",
+    queue_by_kind: tuple[tuple[str, str], ...] = (),
 ) -> Engine:
     from noetl_celery.tasks.app import make_app
     from noetl_celery.tasks.dispatcher import CeleryDispatcher
@@ -52,6 +54,8 @@ def celery_engine(
         database_url=database_url,
         broker_url=broker_url,
         credentials_file=str(credentials or ""),
+        broker_queue_type=queue_type,
+        queue_by_kind=queue_by_kind,
     )
     # the workers' database: migrated before they started (they never migrate)
     engine = Engine(settings, schema=SchemaMode.REQUIRE)

@@ -21,6 +21,13 @@ ADMIN_DSN = os.environ.get(
     "NOETL_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("NOETL_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+# RabbitMQ: a vhost of the tests' own (other runs on the machine use others)
+AMQP_URL = os.environ.get("NOETL_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/noetl_test")
+AMQP_HINT = (
+    "start it: rabbitmq-server -detached (or service rabbitmq-server start), then "
+    "rabbitmqctl add_vhost noetl_test && rabbitmqctl set_permissions -p noetl_test guest "
+    "'.*' '.*' '.*' (or set NOETL_TEST_AMQP_URL)"
+)
 PG_HINT = "start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 REDIS_HINT = (
     "start it: redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
@@ -89,3 +96,20 @@ def redis_client() -> redis.Redis:
     except redis.RedisError as exc:
         pytest.fail(f"Redis is required at {REDIS_URL} ({exc}); {REDIS_HINT}", pytrace=False)
     return client
+
+
+def reset_amqp(url: str, queues: tuple[str, ...]) -> None:
+    """Delete `queues` in the vhost of `url` (a test starts from no queued message and
+    may declare them with another type); fails the test loudly when RabbitMQ is away."""
+    from kombu.connection import Connection
+
+    try:
+        with Connection(url, connect_timeout=5) as conn:
+            for name in queues:
+                channel = conn.channel()
+                try:
+                    channel.queue_delete(name)
+                finally:
+                    channel.close()
+    except Exception as exc:
+        pytest.fail(f"RabbitMQ is required at {url} ({exc}); {AMQP_HINT}", pytrace=False)

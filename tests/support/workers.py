@@ -72,6 +72,18 @@ class WorkerProcess:
             if sig == signal.SIGKILL:
                 self.proc.wait(10)
 
+    def terminate(self) -> None:
+        """SIGTERM to the main process only, as Kubernetes stops a pod's process: the
+        worker's graceful stop (tasks.shutdown)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit code, once the main process has exited (its pool with it)."""
+        code = self.proc.wait(timeout=timeout)
+        self._fh.close()
+        return code
+
     def restart(self) -> None:
         """Start the same command again (after a kill), appending to the same log."""
         self._fh.close()

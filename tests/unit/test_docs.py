@@ -23,7 +23,7 @@ TWO_COMMANDS = [
     "pip install . && noetl-celery run playbooks/examples/hello_world.yaml      "
     "# no services needed",
     "pip install -e '.[dev]' && python -m pytest                                "
-    "# needs Postgres + Redis on 127.0.0.1",
+    "# needs Postgres, Redis, RabbitMQ on 127.0.0.1",
     "```",
 ]
 CITED = re.compile(r"docs/(design|reference/dsl)\.md ((?:§[\d.]*\d[-, ]*)+)")

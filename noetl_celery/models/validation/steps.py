@@ -28,6 +28,7 @@ from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_
 from noetl_celery.models.validation.tools import ToolContext, check_pipeline, check_tool
 from noetl_celery.models.validation.values import check_set_keys, check_templates
 from noetl_celery.models.yaml_positions import Path
+from noetl_celery.routing import is_step_queue
 
 _TOP_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "executor", "workflow"}
@@ -212,6 +213,7 @@ def _check_step(
     if isinstance(raw.get("loop"), dict):
         check_loop(collector, (*path, "loop"), raw["loop"])
     _check_step_timeout(collector, path, raw.get("spec"))
+    _check_step_queue(collector, path, raw.get("spec"))
     _check_step_when(collector, path, raw)
     _check_step_on_error(collector, path, raw.get("spec"))
     for key in ("when", "tool", "input", "set", "loop", "next", "spec"):
@@ -234,6 +236,18 @@ def _check_step_on_error(collector: Collector, path: Path, spec: Any) -> None:
         collector.error(
             (*path, "spec", "on_error"),
             f"`spec.on_error` is one of {', '.join(ON_ERROR_VALUES)}, not {value!r}",
+        )
+
+
+def _check_step_queue(collector: Collector, path: Path, spec: Any) -> None:
+    if not isinstance(spec, dict) or "queue" not in spec:
+        return
+    value = spec["queue"]
+    if not is_step_queue(value):
+        collector.error(
+            (*path, "spec", "queue"),
+            "`spec.queue` is a queue name of letters, digits, - and _ (served by "
+            f"`noetl-celery worker -Q NAME`), not {value!r}",
         )
 
 

@@ -28,6 +28,7 @@ from noetl_celery.store.queries._common import (
 from noetl_celery.store.queries.batches import (
     claim_batch,
     release_claims,
+    release_workers,
     renew_leases,
     running_of,
 )
@@ -230,6 +231,7 @@ __all__ = [
     "reissue_parent",
     "release_claims",
     "release_lease",
+    "release_workers",
     "renew_lease",
     "renew_leases",
     "resolve_catalog",

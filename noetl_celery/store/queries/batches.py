@@ -72,3 +72,18 @@ def release_claims(
         .returning(commands.c.command_id)
     ).all()
     return [str(r[0]) for r in rows]
+
+
+def release_workers(conn: Connection, workers: Sequence[str], now: dt.datetime) -> list[str]:
+    """Put every command still `running` under one of `workers` (`host:pid` claims) back
+    to `issued`: a stopping worker hands back what it could not finish in its shutdown
+    budget (tasks.shutdown), after its processes that ran them are gone. The ids."""
+    if not workers:
+        return []
+    rows = conn.execute(
+        update(commands)
+        .where(commands.c.status == CMD_RUNNING, commands.c.worker.in_(list(workers)))
+        .values(status=CMD_ISSUED, worker=None, started_at=None, lease_until=None, issued_at=now)
+        .returning(commands.c.command_id)
+    ).all()
+    return [str(r[0]) for r in rows]
