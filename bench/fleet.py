@@ -30,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench import harness
+from bench import harness, loop_fanout
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE
 
 if TYPE_CHECKING:
@@ -38,18 +38,10 @@ if TYPE_CHECKING:
 
 AMQP_URL = os.environ.get("NOETL_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/noetl_bench")
 
-PLAYBOOK = """apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: bench_fleet, path: bench/fleet}
-workload: {n: 1000}
-workflow:
-  - step: fan
-    loop:
-      in: "{{ range(n) | list }}"
-      iterator: i
-      spec: {mode: parallel, max_in_flight: 100}
-    tool: {kind: noop}
-"""
+# the same fan-out as bench.loop_fanout, registered under its own path
+PLAYBOOK = loop_fanout.PLAYBOOK.replace("bench_fanout", "bench_fleet").replace(
+    "bench/fanout", "bench/fleet"
+)
 
 
 def broker_url(broker: str) -> str:
