@@ -9,6 +9,8 @@ evidence for it, so that a fixture is never called fine because a table says so:
   `pattern`; a run that completes, or fails elsewhere, is reported as a FAILED.
 - `needs`: it needs state outside this machine that no service rewrite gives (a user an
   Auth0 login provisions, the kind cluster's own databases): reported NEEDS with it.
+- `long`: a load test whose own documentation gives a run time above the default
+  timeout: it gets `timeout` seconds.
 - `upstream`: its own checks cannot pass on NoETL either; the reason names the NoETL
   source that shows it. Reported UPSTREAM with the engine's actual status, so a change in
   what we do is still seen.
@@ -28,12 +30,20 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class Intent:
-    kind: Literal["fail", "needs", "upstream"]
+    kind: Literal["fail", "needs", "upstream", "long"]
     reason: str
     pattern: str | None = None  # fail: the error must match (case-insensitive)
+    timeout: float | None = None  # long: its own timeout (seconds)
 
 
 INTENTS: dict[str, Intent] = {
+    "playbooks/pagination/fetch_load_test/test_fetch_load.yaml": Intent(
+        "long",
+        "500 patients x 3.5 pages at a 2-4 s server delay (its workload passes min_delay "
+        "2.0 / max_delay 4.0 as query parameters) at max_in_flight 5: its README expects "
+        "17-20 min",
+        timeout=1800.0,
+    ),
     "playbooks/broken_playbooks/should_error_tool_is_required.yaml": Intent(
         "fail",
         "e2e playbook_test_config.yaml: execution_status failed, error_pattern below",
@@ -124,3 +134,10 @@ def judge(path: str, status: str, detail: str) -> tuple[str, str]:
 def needs(path: str) -> str | None:
     intent = INTENTS.get(path)
     return intent.reason if intent is not None and intent.kind == "needs" else None
+
+
+def timeout(path: str, default: float) -> float:
+    intent = INTENTS.get(path)
+    if intent is not None and intent.timeout is not None:
+        return max(default, intent.timeout)
+    return default

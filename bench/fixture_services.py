@@ -12,7 +12,6 @@ in-cluster names of both rewritten (`LOCAL_REWRITES`).
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -248,13 +247,9 @@ class CheckoutApiServer:
 
     def start(self, wait_s: float = 30.0) -> None:
         self.log = self.log_path.open("wb")
-        # e2e's CI setting (fetch_load_test/README.md: "to speed up CI runs"): 0-0.2 s
-        # instead of 2-4 s per patient-records page, so its load test takes minutes
-        env = {**os.environ, "PATIENT_RECORDS_MIN_DELAY": "0", "PATIENT_RECORDS_MAX_DELAY": "0.2"}
         self.proc = subprocess.Popen(
             [sys.executable, str(self.script), str(self.port)],
             cwd=self.script.parent,
-            env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -457,7 +457,7 @@ def run_selected(
         if fx.problems:
             fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
         else:
-            run_one(fx, files / fx.path, env, timeout, root)
+            run_one(fx, files / fx.path, env, fixture_intents.timeout(fx.path, timeout), root)
         fx.status, fx.detail = fixture_intents.judge(fx.path, fx.status, fx.detail)
         report_line(fx)
     for fx in selected:
