@@ -7,6 +7,8 @@ skipped, so a broken environment can never look green.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,13 +105,35 @@ def reset_amqp(url: str, queues: tuple[str, ...]) -> None:
     may declare them with another type); fails the test loudly when RabbitMQ is away."""
     from kombu.connection import Connection
 
-    try:
-        with Connection(url, connect_timeout=5) as conn:
-            for name in queues:
-                channel = conn.channel()
-                try:
-                    channel.queue_delete(name)
-                finally:
-                    channel.close()
-    except Exception as exc:
-        pytest.fail(f"RabbitMQ is required at {url} ({exc}); {AMQP_HINT}", pytrace=False)
+    for last in (False, True):
+        try:
+            with Connection(url, connect_timeout=5) as conn:
+                for name in queues:
+                    channel = conn.channel()
+                    try:
+                        channel.queue_delete(name)
+                    finally:
+                        channel.close()
+            return
+        except Exception as exc:
+            if last or not _create_local_vhost(url):
+                pytest.fail(f"RabbitMQ is required at {url} ({exc}); {AMQP_HINT}", pytrace=False)
+
+
+def _create_local_vhost(url: str) -> bool:
+    """A local RabbitMQ without the tests' vhost (a fresh machine): create it with
+    rabbitmqctl, as .ci/run does. False when that is not possible here."""
+    host_and_vhost = url.split("@", 1)[-1]
+    host, _, vhost = host_and_vhost.partition("/")
+    if (
+        not host.startswith(("127.0.0.1", "localhost"))
+        or not vhost
+        or not shutil.which("rabbitmqctl")
+    ):
+        return False
+    created = subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], capture_output=True)
+    granted = subprocess.run(
+        ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+        capture_output=True,
+    )
+    return created.returncode == 0 and granted.returncode == 0
