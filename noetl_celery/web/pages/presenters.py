@@ -70,6 +70,22 @@ def time_text(iso: str | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
+MESSAGE_LINE_CHARS = 160  # of a failed item's error shown on its row
+
+
+def message_line(message: Any, limit: int = MESSAGE_LINE_CHARS) -> str:
+    """A failed item's error as one short line for its row: a traceback's last line
+    (the exception), else the first line, cut at `limit` characters. The whole text
+    stays in the row's details; the template escapes both."""
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    more = len(lines) > 1 and line == lines[0]
+    text = short(line, limit)
+    return text + " …" if more and not text.endswith("…") else text
+
+
 def short(text: str | None, limit: int) -> str:
     text = text or ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -83,6 +99,7 @@ def execution_row(line: Mapping[str, Any]) -> dict[str, Any]:
         "started": time_text(line.get("created_at")),
         "duration": duration_text(line.get("duration_seconds")),
         "items_done": line.get("items_done") or 0,
+        "items_succeeded": (line.get("items_done") or 0) - (line.get("items_failed") or 0),
         "items_failed": line.get("items_failed") or 0,
     }
 
@@ -98,6 +115,8 @@ def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
     stopped = ended and not lp.get("finished")
     return {
         **lp,
+        # `done` counts failed items too: the pages show succeeded and failed apart
+        "succeeded": lp.get("succeeded", int(lp.get("done") or 0) - int(lp.get("failed") or 0)),
         "label": lp["step"] if (lp.get("epoch") or 1) <= 1 else f"{lp['step']} #{lp['epoch']}",
         "percent": pct,
         "bar": 100.0 if lp.get("finished") and pct is None else (pct or 0.0),
@@ -110,7 +129,7 @@ def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
 
 
 def item_totals(loops: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """(items done, of which failed) over an execution's loop epochs."""
+    """(items finished, of which failed) over an execution's loop epochs."""
     return (
         sum(int(lp.get("done") or 0) for lp in loops),
         sum(int(lp.get("failed") or 0) for lp in loops),

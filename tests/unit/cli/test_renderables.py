@@ -69,6 +69,21 @@ def test_status_shows_steps_loops_and_errors() -> None:
     assert "error in fetch: HTTP 500" in out
 
 
+def test_loops_show_succeeded_and_failed_apart() -> None:
+    out = text_of(status_renderable(view()))
+    header = next(line for line in out.splitlines() if "in flight" in line)
+    assert "finished" in header and "succeeded" in header and "failed" in header
+    [row] = [line for line in out.splitlines() if "120/400" in line]
+    # 120 finished of 400: 118 succeeded, 2 failed
+    assert [c for c in row.split("120/400")[1].split() if c != "│"][:2] == ["118", "2"]
+
+
+def test_status_lists_steps_in_the_order_given() -> None:
+    steps = [{"step": n, "status": "completed", "runs": 1} for n in ("start", "fetch", "end")]
+    out = text_of(status_renderable(view(steps=steps)))
+    assert out.index("start ") < out.index("fetch ") < out.index("end ")
+
+
 def test_live_progress_shows_running_loops_only() -> None:
     out = text_of(progress_renderable(view()))
     assert "running: fetch" in out
