@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.errors import UndefinedVariable
-from noetl_celery.templating.code_template import UnsafeCodeValue, render_code
+from noetl_celery.errors import UndefinedVariable, UnsafeCodeValue
+from noetl_celery.templating.code_template import render_code
 from noetl_celery.templating.result_view import wrap
 
 CONTEXT: dict[str, Any] = {
