@@ -203,7 +203,7 @@ def schedules_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     for row in rows:
         table.add_row(
             str(row["schedule_id"]),
-            row["name"] or "",
+            row["name"] or Text(row["path"], style="dim"),  # no --name: its catalog path
             row["path"],
             row["cron"],
             row["timezone"],

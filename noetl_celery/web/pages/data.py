@@ -16,6 +16,7 @@ from noetl_celery.web.pages.presenters import (
     item_totals,
     loop_row,
     message_line,
+    schedule_row,
     status_class,
     time_text,
 )
@@ -110,10 +111,4 @@ def events(engine: Engine, execution_id: str, params: Mapping[str, str]) -> dict
 
 
 def schedules(engine: Engine) -> dict[str, Any]:
-    rows = []
-    for schedule in engine.schedules.all():
-        line = schedule.to_json()
-        line["next"] = time_text(line.get("next_fire_at"))
-        line["last"] = time_text(line.get("last_fire_at"))
-        rows.append(line)
-    return {"schedules": rows}
+    return {"schedules": [schedule_row(s.to_json()) for s in engine.schedules.all()]}

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from noetl_celery.cli.progress import duration
 from noetl_celery.constants import StepStatus
@@ -68,6 +69,40 @@ def time_text(iso: str | None) -> str:
     except ValueError:
         return iso
     return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def zoned_times(iso: str | None, timezone: str | None) -> tuple[str, str]:
+    """A stored UTC time (`2026-11-25T02:00:00Z`) as (the schedule's own zone's wall
+    clock with the zone's abbreviation, UTC); the first is empty when the zone is UTC
+    (or unknown: the second alone then says it)."""
+    utc = time_text(iso)
+    if not utc or not timezone or timezone.upper() in ("UTC", "ETC/UTC", "Z"):
+        return "", utc
+    try:
+        zone = ZoneInfo(timezone)
+        value = dt.datetime.fromisoformat(str(iso).rstrip("Z")).replace(tzinfo=dt.UTC)
+    except (ZoneInfoNotFoundError, ValueError):
+        return "", utc
+    local = value.astimezone(zone)
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S')} {local.tzname() or timezone}", utc
+
+
+def schedule_row(line: Mapping[str, Any]) -> dict[str, Any]:
+    """A schedule (`Schedule.to_json`) for the Schedules page: next and last firing in
+    its own time zone and in UTC, and its catalog path as the name when it has none
+    (`schedule add` without `--name`)."""
+    timezone = line.get("timezone")
+    next_local, next_utc = zoned_times(line.get("next_fire_at"), timezone)
+    last_local, last_utc = zoned_times(line.get("last_fire_at"), timezone)
+    return {
+        **line,
+        "title": line.get("name") or line.get("path") or "",
+        "named": bool(line.get("name")),
+        "next_local": next_local,
+        "next": next_utc,
+        "last_local": last_local,
+        "last": last_utc,
+    }
 
 
 MESSAGE_LINE_CHARS = 160  # of a failed item's error shown on its row

@@ -151,3 +151,22 @@ def test_children_link_both_ways(served: Any, engine_on_workers: Engine) -> None
     assert f'href="/executions/{parent}"' in child  # its parent
     listing = httpx.get(f"{served.url}/executions?parent={parent}").text
     assert sorted(rows(listing)) == sorted(children)
+
+
+def test_schedules_page_shows_the_zone_and_a_name_for_unnamed_ones(
+    served: Any, engine_on_workers: Engine
+) -> None:
+    engine = engine_on_workers
+    engine.register_text(TINY.replace("tests/tiny_pages", "tests/tiny_zoned"))
+    # as `schedule add` without --name makes it: no name
+    schedule = engine.schedules.add("tests/tiny_zoned", "0 3 * * *", timezone="Europe/Berlin")
+    try:
+        page = httpx.get(f"{served.url}/schedules").text
+        row = page.split(f'<tr data-schedule="{schedule.schedule_id}">')[1].split("</tr>")[0]
+        name = re.search(r'<td class="schedule-name">(.*?)</td>', row, re.DOTALL)
+        assert name and "tests/tiny_zoned" in name.group(1)
+        # 03:00 in Berlin is CET or CEST, with the UTC time under it
+        nxt = re.search(r'<td class="schedule-next">(.*?)</td>', row, re.DOTALL)
+        assert nxt and re.search(r" 03:00:00 CES?T<br><small>.* 0[12]:00:00 UTC", nxt.group(1))
+    finally:
+        engine.schedules.remove(schedule.schedule_id)

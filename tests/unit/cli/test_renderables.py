@@ -198,3 +198,20 @@ def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:
         "your queue; list them: noetl-celery events 383 --type cursor.unfinished --json"
     ) in " ".join(out.split())
     assert "not processed" not in text_of(status_renderable(view()))
+
+
+def test_schedule_list_names_an_unnamed_schedule_by_its_path() -> None:
+    from noetl_celery.cli.renderables import schedules_renderable
+
+    row = {
+        "schedule_id": 3,
+        "name": None,
+        "path": "flows/nightly",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+        "enabled": True,
+        "next_fire_at": "2026-11-26T02:00:00Z",
+        "last_fire_at": None,
+    }
+    [line] = [ln for ln in text_of(schedules_renderable([row])).splitlines() if "0 3 * * *" in ln]
+    assert line.count("flows/nightly") == 2  # the name column and the path column
