@@ -155,7 +155,12 @@ class NoetlUndefined(StrictUndefined):
 
     def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
         is_attribute = self._undefined_obj is not missing
-        if self._undefined_hint or not is_attribute:
+        if self._undefined_hint and is_attribute:
+            # the sandbox's `access to attribute '__class__' of 'ResultView' object is
+            # unsafe`: what the object is, not the engine's class name
+            owner = f"'{type(self._undefined_obj).__name__}' object"
+            message = self._undefined_hint.replace(owner, _kind(self._undefined_obj))
+        elif self._undefined_hint or not is_attribute:
             message = self._undefined_message
         else:
             message = missing_field_message(self._undefined_obj, self._undefined_name, None)

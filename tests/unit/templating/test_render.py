@@ -114,6 +114,8 @@ _USER_TERMS_CTX: dict[str, Any] = build_context(
         ("{{ [1, 2][idx] }}", "'idx' is undefined"),
         ("{{ missing | abs }}", "'missing' is undefined"),
         ("{{ missing | round }}", "'missing' is undefined"),
+        # the sandbox's refusal names what the object is, not the engine's class
+        ("{{ fetch.__class__ }}", "access to attribute '__class__' of a step result is unsafe"),
     ],
 )
 def test_undefined_messages_speak_user_terms(template: str, said: str) -> None:
