@@ -184,22 +184,6 @@ def test_status_names_the_execution_a_rerun_repeats() -> None:
     assert "rerun of" not in text_of(status_renderable(view()))
 
 
-def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:
-    report = {
-        "epoch": 1,
-        "count": 3,
-        "rows": [{"id": 7}, {"id": 8}],
-        "interrupted": [{"id": 6}],
-        "truncated": False,
-    }
-    out = text_of(status_renderable(view(status="CANCELLED", unfinished_rows={"drain": report})))
-    assert (
-        "drain: 3 claimed row(s) not processed (1 interrupted while running), still claimed in "
-        "your queue; list them: noetl-celery events 383 --type cursor.unfinished --json"
-    ) in " ".join(out.split())
-    assert "not processed" not in text_of(status_renderable(view()))
-
-
 def test_schedule_list_names_an_unnamed_schedule_by_its_path() -> None:
     from noetl_celery.cli.renderables import schedules_renderable
 
@@ -215,3 +199,19 @@ def test_schedule_list_names_an_unnamed_schedule_by_its_path() -> None:
     }
     [line] = [ln for ln in text_of(schedules_renderable([row])).splitlines() if "0 3 * * *" in ln]
     assert line.count("flows/nightly") == 2  # the name column and the path column
+
+
+def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:
+    report = {
+        "epoch": 1,
+        "count": 3,
+        "rows": [{"id": 7}, {"id": 8}],
+        "interrupted": [{"id": 6}],
+        "truncated": False,
+    }
+    out = text_of(status_renderable(view(status="CANCELLED", unfinished_rows={"drain": report})))
+    assert (
+        "drain: 3 claimed row(s) not processed (1 interrupted while running), still claimed in "
+        "your queue; list them: noetl-celery events 383 --type cursor.unfinished --json"
+    ) in " ".join(out.split())
+    assert "not processed" not in text_of(status_renderable(view()))
