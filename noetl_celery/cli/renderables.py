@@ -38,7 +38,18 @@ def _loops(view: Mapping[str, Any], live: bool) -> Table | None:
     if not loops:
         return None
     table = Table(title="loops", title_justify="left", expand=False)
-    for column in ("step", "epoch", "mode", "progress", "done", "failed", "in flight"):
+    # `done` counts failed items too: shown as finished of total, then succeeded and
+    # failed apart
+    for column in (
+        "step",
+        "epoch",
+        "mode",
+        "progress",
+        "finished",
+        "succeeded",
+        "failed",
+        "in flight",
+    ):
         table.add_column(column, justify="right" if column not in ("step", "mode") else "left")
     for lp in loops:
         total = lp["total"]
@@ -53,6 +64,7 @@ def _loops(view: Mapping[str, Any], live: bool) -> Table | None:
             lp["mode"],
             bar,
             f"{lp['done']}/{'?' if total is None else total}",
+            str(lp.get("succeeded", lp["done"] - lp["failed"])),
             str(lp["failed"]),
             str(lp["in_flight"]),
         )
@@ -211,7 +223,7 @@ def schedules_renderable(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     for row in rows:
         table.add_row(
             str(row["schedule_id"]),
-            row["name"] or "",
+            row["name"] or Text(row["path"], style="dim"),  # no --name: its catalog path
             row["path"],
             row["cron"],
             row["timezone"],

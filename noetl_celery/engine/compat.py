@@ -134,10 +134,11 @@ def status_parts(engine: Engine, execution_id: str) -> StatusParts:
     row = engine.store.execution(execution_id)  # ExecutionNotFound
     playbook = engine.playbooks.get(row.catalog_id)
     last = (row.state or {}).get("last_step")
+    order = [s.step for s in playbook.workflow]
     return StatusParts(
-        view=status_view(engine.store, row),
+        view=status_view(engine.store, row, order),
         errors=run_errors(engine.store, row),
-        order=[s.step for s in playbook.workflow],
+        order=order,
         last_step=str(last) if last else None,
     )
 

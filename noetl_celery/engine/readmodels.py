@@ -4,7 +4,7 @@ totals, one execution in detail, a loop's failed items, the flow graph. Queries 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS
@@ -50,7 +50,8 @@ def executions_page(
     limit: int = 50,
     offset: int = 0,
 ) -> dict[str, Any]:
-    """`{"executions": [line + items_done, items_failed], "total", "limit", "offset"}`,
+    """`{"executions": [line + items_done, items_succeeded, items_failed], "total",
+    "limit", "offset"}` (`items_done` = succeeded + failed, kept for API clients),
     newest first. Three queries whatever the page size: the page (with its count), the
     loop totals of its ids, and the live counters of those with an open loop epoch."""
     rows, total = store.overview.executions_page(
@@ -69,15 +70,22 @@ def executions_page(
         done, failed = loop_items(
             totals.get(row.execution_id, LoopTotals()), steps.get(row.execution_id, {})
         )
-        lines.append({**execution_line(row), "items_done": done, "items_failed": failed})
+        lines.append(
+            {
+                **execution_line(row),
+                "items_done": done,
+                "items_succeeded": done - failed,
+                "items_failed": failed,
+            }
+        )
     return {"executions": lines, "total": total, "limit": limit, "offset": offset}
 
 
-def detail(store: Store, row: ExecutionRow) -> dict[str, Any]:
+def detail(store: Store, row: ExecutionRow, order: Sequence[str] = ()) -> dict[str, Any]:
     """`status_view` plus the child executions (first `CHILDREN_LIMIT`, newest first,
     and how many there are), `errors` as `run --json` lists them, and the state's raw
     step failures under `failures`. Loops carry start, rate and ETA (engine.summaries.loop_pace)."""
-    view = status_view(store, row)
+    view = status_view(store, row, order)
     view["failures"] = view.pop("errors")
     view["errors"] = run_errors(store, row)
     children = executions_page(store, parent=row.execution_id, limit=CHILDREN_LIMIT, offset=0)

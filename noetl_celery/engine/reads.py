@@ -42,7 +42,13 @@ class EngineReads:
         return summary
 
     def status(self, execution_id: str) -> dict[str, Any]:
-        return status_view(self.store, self.store.execution(execution_id))
+        """`status`'s view; its steps in the playbook's workflow order."""
+        row = self.store.execution(execution_id)
+        return status_view(self.store, row, self.workflow_order(row.catalog_id))
+
+    def workflow_order(self, catalog_id: int) -> list[str]:
+        """The steps of catalog version `catalog_id` as its workflow declares them."""
+        return [s.step for s in self.playbooks.get(catalog_id).workflow]
 
     def executions(
         self,
@@ -94,7 +100,9 @@ class EngineReads:
         """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
         lists them (the state's raw step failures under `failures`), and per loop
         `started_at`, `rate_per_second`, `eta_seconds`."""
-        return self._masked(readmodels.detail(self.store, self.store.execution(execution_id)))
+        row = self.store.execution(execution_id)
+        order = self.workflow_order(row.catalog_id)
+        return self._masked(readmodels.detail(self.store, row, order))
 
     def failed_items(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
@@ -236,7 +236,17 @@ def execution_line(row: ExecutionRow) -> ExecutionLine:
     }
 
 
-def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
+def in_workflow_order(names: Iterable[str], order: Sequence[str]) -> list[str]:
+    """`names` in the playbook's declaration order (`order`); names it does not declare
+    keep their own order after them. The state's `steps` is a JSONB object, whose keys
+    Postgres keeps sorted by length, not in the order the steps started."""
+    position = {name: i for i, name in enumerate(order)}
+    ranked = sorted(enumerate(names), key=lambda p: (position.get(p[1], len(position)), p[0]))
+    return [name for _, name in ranked]
+
+
+def status_view(store: Store, row: ExecutionRow, order: Sequence[str] = ()) -> dict[str, Any]:
+    """What `status` shows; `steps` in `order` (the playbook's workflow order)."""
     state = row.state or {}
     steps = state.get("steps") or {}
     in_flight = store.in_flight(row.execution_id)
@@ -256,8 +266,12 @@ def status_view(store: Store, row: ExecutionRow) -> dict[str, Any]:
     return {
         **execution_line(row),
         "steps": [
-            {"step": name, "status": st.get("status") or "", "runs": st.get("epoch", 0)}
-            for name, st in steps.items()
+            {
+                "step": name,
+                "status": steps[name].get("status") or "",
+                "runs": steps[name].get("epoch", 0),
+            }
+            for name in in_workflow_order(steps, order)
         ],
         # steps with a command a worker claimed, and steps whose commands were issued
         # but no worker has taken yet (none running, or all busy elsewhere)

@@ -95,7 +95,8 @@ def render_code(code: str, context: Mapping[str, Any], where: str) -> str:
         except UndefinedNameError as exc:
             kind = "attribute" if exc.is_attribute else "variable"
             raise UndefinedVariable(
-                f"undefined {kind} in {where} code: {exc.message} (template: {found.group(0)!r})",
+                f"undefined {kind} in {where} code: {exc.in_template(found.group(0))} "
+                f"(template: {found.group(0)!r})",
                 is_attribute=exc.is_attribute,
             ) from None
         except JinjaTemplateError as exc:

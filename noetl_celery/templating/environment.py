@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import difflib
 import json
 import uuid
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, UndefinedError
+from jinja2 import StrictUndefined, Template, UndefinedError, nodes
 from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.nodes import Template as TemplateNode
 from jinja2.runtime import Undefined
@@ -32,27 +33,138 @@ from jinja2.utils import missing, pass_context
 
 
 class UndefinedNameError(UndefinedError):
-    """Raised for an undefined name or attribute; remembers which one."""
+    """Raised for an undefined name or attribute; remembers which one.
 
-    def __init__(self, message: str, name: str | None, is_attribute: bool) -> None:
+    `message` is in user terms (`a step result has no field 'stat'; did you mean
+    'stats'?`), never Jinja's `'...ResultView object' has no attribute`; `in_template`
+    adds the expression that held the missing field when the template shows it."""
+
+    def __init__(self, message: str, name: Any, is_attribute: bool, owner: Any = missing) -> None:
         super().__init__(message)
         self.name = name
         self.is_attribute = is_attribute
+        self.owner = owner
+
+    def in_template(self, source: str) -> str:
+        """The message naming the expression whose field is missing (`'fetch' (a step
+        result) has no field 'stat'`) when `source` shows it unambiguously."""
+        if not self.is_attribute or self.owner is missing or self._hinted:
+            return str(self.message)
+        subject = _owner_expression(source, self.name)
+        return missing_field_message(self.owner, self.name, subject)
+
+    @property
+    def _hinted(self) -> bool:
+        return self.message != missing_field_message(self.owner, self.name, None)
+
+
+def _kind(value: Any) -> str:
+    from noetl_celery.templating.result_view import ResultView  # no import cycle at load
+
+    if isinstance(value, Mapping) and _ENVELOPE_KEY in value:
+        return "an HTTP result"
+    if isinstance(value, ResultView):
+        return "a step result"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple | range):
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float | decimal.Decimal):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return f"a value of type {type(value).__name__}"
+
+
+_LISTED_FIELDS = 12  # fields named when none is close to the missing one
+
+
+def missing_field_message(owner: Any, name: Any, subject: str | None) -> str:
+    """`'fetch' (a step result) has no field 'stat'; did you mean 'stats'?`, or without
+    a subject `a step result has no field ...`."""
+    kind = _kind(owner)
+    head = f"{subject!r} ({kind})" if subject else kind
+    if not isinstance(name, str):
+        return f"{head} has no element {name!r}"
+    message = f"{head} has no field {name!r}"
+    if not isinstance(owner, Mapping):
+        return message
+    keys = [str(k) for k in owner]
+    body = owner.get("data") if _ENVELOPE_KEY in owner else None
+    if isinstance(body, Mapping):
+        keys += [str(k) for k in body if k not in owner]
+    close = difflib.get_close_matches(name, keys, n=3, cutoff=0.6)
+    if close:
+        return f"{message}; did you mean {' or '.join(repr(k) for k in close)}?"
+    if not keys:
+        return f"{message} (it is empty)"
+    shown = ", ".join(sorted(keys)[:_LISTED_FIELDS])
+    more = f", ... ({len(keys)} in all)" if len(keys) > _LISTED_FIELDS else ""
+    return f"{message} (its fields: {shown}{more})"
+
+
+def _expression_text(node: nodes.Node) -> str | None:
+    """`fetch.rows[0]` for a chain of names, attributes and constant subscripts."""
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.Getattr):
+        base = _expression_text(node.node)
+        return None if base is None else f"{base}.{node.attr}"
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        base = _expression_text(node.node)
+        key = node.arg.value
+        if base is None or not isinstance(key, str | int):
+            return None
+        if isinstance(key, str) and key.isidentifier():
+            return f"{base}.{key}"
+        return f"{base}[{key!r}]"
+    return None
+
+
+def _owner_expression(source: str, name: Any) -> str | None:
+    """The expression in `source` whose field `name` was read, if only one could be."""
+    try:
+        tree = ENV.parse(source)
+    except Exception:  # a fragment (python code placeholders are parsed by their caller)
+        return None
+    found: set[str | None] = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        key: Any = missing
+        if isinstance(node, nodes.Getattr):
+            key = node.attr
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            key = node.arg.value
+        if key is not missing and key == name:
+            found.add(_expression_text(node.node))  # type: ignore[attr-defined]
+    return found.pop() if len(found) == 1 else None
 
 
 class NoetlUndefined(StrictUndefined):
     """StrictUndefined that tells a missing top-level name from a missing attribute.
 
     Arc guards treat a missing attribute (data-dependent) as false but a missing name
-    (a typo in the playbook) as an error.
+    (a typo in the playbook) as an error. Its messages speak of fields of step results
+    and mappings, not of Jinja's or the engine's classes.
     """
 
     __slots__ = ()
 
     def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
         is_attribute = self._undefined_obj is not missing
-        message = self._undefined_message
-        raise UndefinedNameError(message, self._undefined_name, is_attribute)
+        if self._undefined_hint and is_attribute:
+            # the sandbox's `access to attribute '__class__' of 'ResultView' object is
+            # unsafe`: what the object is, not the engine's class name
+            owner = f"'{type(self._undefined_obj).__name__}' object"
+            message = self._undefined_hint.replace(owner, _kind(self._undefined_obj))
+        elif self._undefined_hint or not is_attribute:
+            message = self._undefined_message
+        else:
+            message = missing_field_message(self._undefined_obj, self._undefined_name, None)
+        raise UndefinedNameError(message, self._undefined_name, is_attribute, self._undefined_obj)
 
 
 # Rebind every operator StrictUndefined fails on to the override above (the base class
@@ -87,6 +199,12 @@ _OPERATORS = (
     "__gt__",
     "__ge__",
     "__int__",
+    "__index__",  # range(n), a list index: "'n' is undefined", not a TypeError
+    "__abs__",
+    "__round__",
+    "__trunc__",
+    "__floor__",
+    "__ceil__",
     "__float__",
     "__complex__",
     "__pow__",

@@ -72,7 +72,8 @@ def render_string(
     except UndefinedNameError as exc:
         kind = "attribute" if exc.is_attribute else "variable"
         raise UndefinedVariable(
-            f"undefined {kind}{_location(where)}: {exc.message} (template: {source.strip()!r})",
+            f"undefined {kind}{_location(where)}: {exc.in_template(source)} "
+            f"(template: {source.strip()!r})",
             template=source,
             is_attribute=exc.is_attribute,
         ) from None

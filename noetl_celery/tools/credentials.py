@@ -119,11 +119,14 @@ def _parse_entries(raw: Any, source: str) -> tuple[dict[str, Credential], list[A
     raise ConfigurationError(f"{source}: expected a mapping or a list of credentials")
 
 
+_NO_FILE = "<credentials>"  # the source of a store not read from a file
+
+
 class CredentialStore:
     """Read-only alias -> `Credential` map; safe to share between threads."""
 
     def __init__(
-        self, mapping: Mapping[str, Any] | list[Any] | None = None, *, source: str = "<credentials>"
+        self, mapping: Mapping[str, Any] | list[Any] | None = None, *, source: str = _NO_FILE
     ) -> None:
         self.source = source
         self._entries, raw = _parse_entries(mapping, source)
@@ -156,8 +159,15 @@ class CredentialStore:
             return self._entries[alias]
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "none"
+            hint = ""
+            if not self._entries and self.source == _NO_FILE:
+                # the worker resolves `auth:`: the file must be in ITS environment
+                hint = (
+                    "; no credentials file is loaded here: set NOETL_CREDENTIALS_FILE in "
+                    "the environment of the workers (and restart them)"
+                )
             raise CredentialError(
-                f"unknown credential '{alias}' (known aliases: {known})"
+                f"unknown credential '{alias}' (known aliases: {known}){hint}"
             ) from None
 
     def aliases(self) -> list[str]:

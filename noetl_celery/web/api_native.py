@@ -50,7 +50,7 @@ def executions(
     offset: BigInt = 0,
 ) -> dict[str, Any]:
     """A page of executions with `total` matching; each line carries `items_done` (loop
-    iterations finished, failed ones included) and `items_failed`."""
+    iterations finished, failed ones included), `items_succeeded` and `items_failed`."""
     return engine.executions_page(
         status=_one_of(status_, STATUSES, "status"),
         path=path,

@@ -15,6 +15,8 @@ from noetl_celery.web.pages.presenters import (
     graph_layout,
     item_totals,
     loop_row,
+    message_line,
+    schedule_row,
     status_class,
     time_text,
 )
@@ -63,7 +65,9 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         page = engine.failed_items(
             execution_id, lp["step"], epoch=lp["epoch"], offset=offset, limit=FAILED_LIMIT
         )
-        lp["failed_items"] = page["items"]
+        lp["failed_items"] = [
+            {**item, "message_line": message_line(item.get("message"))} for item in page["items"]
+        ]
         lp["failed_pager"] = Pager(int(page["total"]), FAILED_LIMIT, offset)
     logs_limit = bounded(params.get("logs"), LOGS_LIMIT, LOGS_MAX, 1)
     logs, logs_left = engine.logs_page(execution_id, limit=logs_limit)
@@ -76,7 +80,7 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         for c in view.get("children") or []
     ]
     done, failed = item_totals(loops)
-    head = {**view, "items_done": done, "items_failed": failed}
+    head = {**view, "items_done": done, "items_succeeded": done - failed, "items_failed": failed}
     return {
         "x": {**execution_row(head), "finished": time_text(view.get("finished_at"))},
         "view": view,
@@ -107,10 +111,4 @@ def events(engine: Engine, execution_id: str, params: Mapping[str, str]) -> dict
 
 
 def schedules(engine: Engine) -> dict[str, Any]:
-    rows = []
-    for schedule in engine.schedules.all():
-        line = schedule.to_json()
-        line["next"] = time_text(line.get("next_fire_at"))
-        line["last"] = time_text(line.get("last_fire_at"))
-        rows.append(line)
-    return {"schedules": rows}
+    return {"schedules": [schedule_row(s.to_json()) for s in engine.schedules.all()]}

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from noetl_celery.cli.progress import duration
 from noetl_celery.constants import StepStatus
@@ -70,6 +71,56 @@ def time_text(iso: str | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def zoned_times(iso: str | None, timezone: str | None) -> tuple[str, str]:
+    """A stored UTC time (`2026-11-25T02:00:00Z`) as (the schedule's own zone's wall
+    clock with the zone's abbreviation, UTC); the first is empty when the zone is UTC
+    (or unknown: the second alone then says it)."""
+    utc = time_text(iso)
+    if not utc or not timezone or timezone.upper() in ("UTC", "ETC/UTC", "Z"):
+        return "", utc
+    try:
+        zone = ZoneInfo(timezone)
+        value = dt.datetime.fromisoformat(str(iso).rstrip("Z")).replace(tzinfo=dt.UTC)
+    except (ZoneInfoNotFoundError, ValueError):
+        return "", utc
+    local = value.astimezone(zone)
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S')} {local.tzname() or timezone}", utc
+
+
+def schedule_row(line: Mapping[str, Any]) -> dict[str, Any]:
+    """A schedule (`Schedule.to_json`) for the Schedules page: next and last firing in
+    its own time zone and in UTC, and its catalog path as the name when it has none
+    (`schedule add` without `--name`)."""
+    timezone = line.get("timezone")
+    next_local, next_utc = zoned_times(line.get("next_fire_at"), timezone)
+    last_local, last_utc = zoned_times(line.get("last_fire_at"), timezone)
+    return {
+        **line,
+        "title": line.get("name") or line.get("path") or "",
+        "named": bool(line.get("name")),
+        "next_local": next_local,
+        "next": next_utc,
+        "last_local": last_local,
+        "last": last_utc,
+    }
+
+
+MESSAGE_LINE_CHARS = 160  # of a failed item's error shown on its row
+
+
+def message_line(message: Any, limit: int = MESSAGE_LINE_CHARS) -> str:
+    """A failed item's error as one short line for its row: a traceback's last line
+    (the exception), else the first line, cut at `limit` characters. The whole text
+    stays in the row's details; the template escapes both."""
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    more = len(lines) > 1 and line == lines[0]
+    text = short(line, limit)
+    return text + " …" if more and not text.endswith("…") else text
+
+
 def short(text: str | None, limit: int) -> str:
     text = text or ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -83,6 +134,7 @@ def execution_row(line: Mapping[str, Any]) -> dict[str, Any]:
         "started": time_text(line.get("created_at")),
         "duration": duration_text(line.get("duration_seconds")),
         "items_done": line.get("items_done") or 0,
+        "items_succeeded": (line.get("items_done") or 0) - (line.get("items_failed") or 0),
         "items_failed": line.get("items_failed") or 0,
     }
 
@@ -98,6 +150,8 @@ def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
     stopped = ended and not lp.get("finished")
     return {
         **lp,
+        # `done` counts failed items too: the pages show succeeded and failed apart
+        "succeeded": lp.get("succeeded", int(lp.get("done") or 0) - int(lp.get("failed") or 0)),
         "label": lp["step"] if (lp.get("epoch") or 1) <= 1 else f"{lp['step']} #{lp['epoch']}",
         "percent": pct,
         "bar": 100.0 if lp.get("finished") and pct is None else (pct or 0.0),
@@ -110,7 +164,7 @@ def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
 
 
 def item_totals(loops: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """(items done, of which failed) over an execution's loop epochs."""
+    """(items finished, of which failed) over an execution's loop epochs."""
     return (
         sum(int(lp.get("done") or 0) for lp in loops),
         sum(int(lp.get("failed") or 0) for lp in loops),

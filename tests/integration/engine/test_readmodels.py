@@ -60,6 +60,7 @@ def test_executions_page_detail_failed_items_and_graph(engine: Engine) -> None:
     assert [e["execution_id"] for e in page["executions"]] == [plain, ok]
     assert page["executions"][0]["items_done"] == 0
     assert (page["executions"][1]["items_done"], page["executions"][1]["items_failed"]) == (2, 1)
+    assert page["executions"][1]["items_succeeded"] == 1  # added; items_done stays the sum
     rest = engine.executions_page(limit=2, offset=2)
     assert [e["execution_id"] for e in rest["executions"]] == [failed]
     assert (rest["executions"][0]["items_done"], rest["executions"][0]["items_failed"]) == (40, 14)
@@ -72,6 +73,9 @@ def test_executions_page_detail_failed_items_and_graph(engine: Engine) -> None:
     assert detail["children_total"] == 0
     assert len(detail["errors"]) == 14 and detail["errors"][0]["item"] == 0
     assert detail["failures"] and detail["failures"][0]["step"] == "each"
+    # the playbook's order, not the state's JSONB key order (end, each, start)
+    assert [s["step"] for s in detail["steps"]] == ["start", "each", "end"]
+    assert [s["step"] for s in engine.status(failed)["steps"]] == ["start", "each", "end"]
     (loop,) = detail["loops"]
     assert loop["finished"] and loop["done"] == 40 and loop["started_at"]
     assert loop["eta_seconds"] == 0.0 and loop["rate_per_second"] > 0

@@ -68,6 +68,47 @@ def test_detail_events_and_errors(served: Any, engine_on_workers: Engine) -> Non
     assert httpx.get(served.url, follow_redirects=False).headers["location"] == "/executions"
 
 
+HALF_FAIL = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: half_fail, path: tests/half_fail}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {arcs: [{step: each}]}
+  - step: each
+    loop: {in: "{{ range(4) | list }}", iterator: x, spec: {mode: parallel}}
+    tool:
+      kind: python
+      input: {x: "{{ iter.x }}"}
+      code: |
+        assert x % 2 == 0, f"<b>odd</b> item {x} " + "y" * 400
+        result = x
+"""
+
+
+def test_loops_show_succeeded_and_failed_apart_with_each_error_inline(
+    served: Any, engine_on_workers: Engine
+) -> None:
+    engine = engine_on_workers
+    execution_id = engine.start_text(HALF_FAIL)
+    assert engine.wait(execution_id, 60).status == "FAILED"
+    page = httpx.get(f"{served.url}/executions/{execution_id}").text
+    # 4 items finished: 2 succeeded, 2 failed, never "4 done"
+    assert '<span class="items-succeeded">2</span> succeeded' in page
+    assert '<span class="items-failed">2</span> failed' in page
+    assert re.search(r'class="num loop-succeeded">2<', page)
+    assert re.search(r'class="num loop-failed">2<', page)
+    # each failed item's row shows its message, escaped and cut short
+    lines = re.findall(r'<span class="noetl-message-line">([^<]*)</span>', page)
+    assert len(lines) == 2, lines
+    assert all("&lt;b&gt;odd&lt;/b&gt; item" in line for line in lines)
+    assert all(len(line) < 260 and line.endswith("…") for line in lines)
+    assert "<b>odd</b>" not in page
+    listed = httpx.get(f"{served.url}/executions?path=tests/half_fail").text
+    assert re.search(r'class="num items-succeeded">2<', listed)
+
+
 def test_buttons_refuse_cross_site_requests(served: Any, engine_on_workers: Engine) -> None:
     engine = engine_on_workers
     execution_id = engine.start_text(TINY)
@@ -110,3 +151,22 @@ def test_children_link_both_ways(served: Any, engine_on_workers: Engine) -> None
     assert f'href="/executions/{parent}"' in child  # its parent
     listing = httpx.get(f"{served.url}/executions?parent={parent}").text
     assert sorted(rows(listing)) == sorted(children)
+
+
+def test_schedules_page_shows_the_zone_and_a_name_for_unnamed_ones(
+    served: Any, engine_on_workers: Engine
+) -> None:
+    engine = engine_on_workers
+    engine.register_text(TINY.replace("tests/tiny_pages", "tests/tiny_zoned"))
+    # as `schedule add` without --name makes it: no name
+    schedule = engine.schedules.add("tests/tiny_zoned", "0 3 * * *", timezone="Europe/Berlin")
+    try:
+        page = httpx.get(f"{served.url}/schedules").text
+        row = page.split(f'<tr data-schedule="{schedule.schedule_id}">')[1].split("</tr>")[0]
+        name = re.search(r'<td class="schedule-name">(.*?)</td>', row, re.DOTALL)
+        assert name and "tests/tiny_zoned" in name.group(1)
+        # 03:00 in Berlin is CET or CEST, with the UTC time under it
+        nxt = re.search(r'<td class="schedule-next">(.*?)</td>', row, re.DOTALL)
+        assert nxt and re.search(r" 03:00:00 CES?T<br><small>.* 0[12]:00:00 UTC", nxt.group(1))
+    finally:
+        engine.schedules.remove(schedule.schedule_id)

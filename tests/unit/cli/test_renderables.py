@@ -69,6 +69,21 @@ def test_status_shows_steps_loops_and_errors() -> None:
     assert "error in fetch: HTTP 500" in out
 
 
+def test_loops_show_succeeded_and_failed_apart() -> None:
+    out = text_of(status_renderable(view()))
+    header = next(line for line in out.splitlines() if "in flight" in line)
+    assert "finished" in header and "succeeded" in header and "failed" in header
+    [row] = [line for line in out.splitlines() if "120/400" in line]
+    # 120 finished of 400: 118 succeeded, 2 failed
+    assert [c for c in row.split("120/400")[1].split() if c != "│"][:2] == ["118", "2"]
+
+
+def test_status_lists_steps_in_the_order_given() -> None:
+    steps = [{"step": n, "status": "completed", "runs": 1} for n in ("start", "fetch", "end")]
+    out = text_of(status_renderable(view(steps=steps)))
+    assert out.index("start ") < out.index("fetch ") < out.index("end ")
+
+
 def test_live_progress_shows_running_loops_only() -> None:
     out = text_of(progress_renderable(view()))
     assert "running: fetch" in out
@@ -167,6 +182,23 @@ def test_the_trigger_column_says_how_each_run_was_started() -> None:
 def test_status_names_the_execution_a_rerun_repeats() -> None:
     assert "rerun of 377" in text_of(status_renderable(view(rerun_of="377", trigger="rerun")))
     assert "rerun of" not in text_of(status_renderable(view()))
+
+
+def test_schedule_list_names_an_unnamed_schedule_by_its_path() -> None:
+    from noetl_celery.cli.renderables import schedules_renderable
+
+    row = {
+        "schedule_id": 3,
+        "name": None,
+        "path": "flows/nightly",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+        "enabled": True,
+        "next_fire_at": "2026-11-26T02:00:00Z",
+        "last_fire_at": None,
+    }
+    [line] = [ln for ln in text_of(schedules_renderable([row])).splitlines() if "0 3 * * *" in ln]
+    assert line.count("flows/nightly") == 2  # the name column and the path column
 
 
 def test_status_says_which_claimed_rows_a_cancel_left_unprocessed() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from noetl_celery.engine.graph import build_graph, tool_kind
 from noetl_celery.engine.readmodels import loop_items
-from noetl_celery.engine.summaries import loop_pace
+from noetl_celery.engine.summaries import in_workflow_order, loop_pace
 from noetl_celery.models.playbook import Step
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.store.overview import LoopTotals
@@ -103,3 +103,17 @@ def test_build_graph_nodes_edges_and_statuses() -> None:
         {"from": "fetch", "to": "alert", "when": "true"},
     ]
     assert tool_kind(Step(step="router")) == "noop"  # a step without tool runs as noop
+
+
+@pytest.mark.parametrize(
+    ("names", "order", "expected"),
+    [
+        # JSONB keeps object keys sorted by length: the playbook's order wins
+        (["end", "each", "start"], ["start", "each", "end"], ["start", "each", "end"]),
+        (["b", "a"], [], ["b", "a"]),  # no order known: as given
+        # names the workflow does not declare keep their order, after it
+        (["zz", "b", "yy", "a"], ["a", "b"], ["a", "b", "zz", "yy"]),
+    ],
+)
+def test_steps_in_workflow_order(names: list[str], order: list[str], expected: list[str]) -> None:
+    assert in_workflow_order(names, order) == expected

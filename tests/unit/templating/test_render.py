@@ -66,7 +66,7 @@ def test_a_rendered_step_result_is_a_plain_dict() -> None:
     [
         ("{{ nope }}", "'nope' is undefined", False),
         ("hello {{ nope.x }}", "'nope' is undefined", False),
-        ("{{ cfg.nope.deeper }}", "has no attribute 'nope'", True),
+        ("{{ cfg.nope.deeper }}", "'cfg' (a mapping) has no field 'nope'", True),
         ("{{ claim.rows[5].id }}", "undefined", True),
     ],
 )
@@ -77,6 +77,62 @@ def test_undefined_raises_with_location(template: str, fragment: str, attribute:
     assert fragment in message
     assert "step 's' tool.field" in message and template.strip() in message
     assert info.value.is_attribute is attribute
+
+
+_USER_TERMS_CTX: dict[str, Any] = build_context(
+    {"n": 3, "cfg": {"t": 30, "retries": 2}, "nothing": None, "empty": {}},
+    {
+        "fetch": {"stats": {"count": 1}, "rows": [{"id": 1}]},
+        "page": {"status_code": 200, "headers": {}, "data": {"items": [1]}},
+    },
+    execution_id="42",
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        # a step result's missing field: the expression, what it is, the closest field
+        (
+            "{{ fetch.stat }}",
+            "'fetch' (a step result) has no field 'stat'; did you mean 'stats'?",
+        ),
+        ("{{ fetch['stat'] }}", "'fetch' (a step result) has no field 'stat'"),
+        ("rows: {{ fetch.stats.cuont }}", "'fetch.stats' (a mapping) has no field 'cuont'"),
+        ("{{ cfg.retry }}", "did you mean 'retries'?"),
+        # nothing close: the fields it has, or that it has none
+        ("{{ cfg.zzz }}", "'cfg' (a mapping) has no field 'zzz' (its fields: retries, t)"),
+        ("{{ empty.x }}", "'empty' (a mapping) has no field 'x' (it is empty)"),
+        # an HTTP result suggests its body's fields too
+        ("{{ page.item }}", "'page' (an HTTP result) has no field 'item'; did you mean 'items'?"),
+        ("{{ fetch.rows[4] }}", "'fetch.rows' (a list of 1 item) has no element 4"),
+        ("{{ nothing.x }}", "'nothing' (null) has no field 'x'"),
+        ("{{ n.x }}", "'n' (a number) has no field 'x'"),
+        # an undefined name used as a number names the name, not NoetlUndefined
+        ("{{ range(count) | list }}", "'count' is undefined"),
+        ("{{ range(cfg.size) | list }}", "'cfg' (a mapping) has no field 'size'"),
+        ("{{ [1, 2][idx] }}", "'idx' is undefined"),
+        ("{{ missing | abs }}", "'missing' is undefined"),
+        ("{{ missing | round }}", "'missing' is undefined"),
+        # the sandbox's refusal names what the object is, not the engine's class
+        ("{{ fetch.__class__ }}", "access to attribute '__class__' of a step result is unsafe"),
+    ],
+)
+def test_undefined_messages_speak_user_terms(template: str, said: str) -> None:
+    with pytest.raises(UndefinedVariable) as info:
+        render_value({"y": template}, _USER_TERMS_CTX, "step 'x' input")
+    message = str(info.value)
+    assert said in message and "step 'x' input.y" in message
+    for internal in ("ResultView", "NoetlUndefined", "dict object", "noetl_celery"):
+        assert internal not in message
+
+
+def test_the_same_field_on_two_expressions_names_neither() -> None:
+    # `a.z` and `b.z` both read `z`: which one was missing is not guessed
+    context = {"a": {"z": 1}, "b": {"y": 2}}
+    with pytest.raises(UndefinedVariable) as info:
+        render_value("{{ a.z + b.z }}", context, "w")
+    assert "a mapping has no field 'z'" in str(info.value)
 
 
 def test_expression_errors_are_template_errors() -> None:

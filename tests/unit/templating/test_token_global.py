@@ -51,5 +51,5 @@ def test_token_errors_name_the_entry(template: str, context: dict[str, object], 
 
 
 def test_an_undeclared_entry_is_an_undefined_attribute() -> None:
-    with pytest.raises(UndefinedVariable, match="has no attribute 'missing'"):
+    with pytest.raises(UndefinedVariable, match="has no field 'missing'"):
         render_string("{{ keychain.missing.x }}", {"keychain": KEYCHAIN})

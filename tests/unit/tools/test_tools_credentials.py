@@ -79,8 +79,19 @@ def test_yaml_file(tmp_path: Path) -> None:
 def test_empty_store() -> None:
     store = CredentialStore.empty()
     assert store.aliases() == []
-    with pytest.raises(CredentialError, match="known aliases: none"):
+    with pytest.raises(CredentialError, match="known aliases: none") as info:
         store.resolve("pg")
+    # no file at all: say where the file must be named (the workers resolve `auth:`)
+    assert "set NOETL_CREDENTIALS_FILE in the environment of the workers" in str(info.value)
+
+
+def test_an_empty_credentials_file_gets_no_hint_about_the_variable(tmp_path: Path) -> None:
+    file = tmp_path / "credentials.json"
+    file.write_text("{}")
+    with pytest.raises(CredentialError) as info:
+        CredentialStore.from_file(file).resolve("pg")
+    assert "known aliases: none" in str(info.value)
+    assert "NOETL_CREDENTIALS_FILE" not in str(info.value)
 
 
 def test_unknown_alias_lists_aliases_but_no_values() -> None:

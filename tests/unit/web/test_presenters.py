@@ -253,3 +253,30 @@ def test_a_loop_back_rounds_every_box_of_the_rows_it_spans() -> None:
     xs = [float(p.split(",")[0]) for p in back["d"][1:].replace("C", " ").replace("S", " ").split()]
     rightmost_box = max(n["x"] + g["node_w"] for n in g["nodes"])
     assert max(xs) > rightmost_box and max(xs) < g["width"]
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        (None, ""),
+        ("", ""),
+        ("boom", "boom"),
+        ("HTTP 500 from api\nbody: {...}", "HTTP 500 from api …"),
+        (
+            'Traceback (most recent call last):\n  File "x", line 1\nAssertionError: item 3',
+            "AssertionError: item 3",
+        ),
+        ("x" * 500, "x" * 159 + "…"),
+        ("<b>odd</b>", "<b>odd</b>"),  # escaped by the template, not here
+    ],
+)
+def test_message_line(message: str | None, line: str) -> None:
+    assert presenters.message_line(message) == line
+
+
+def test_rows_count_succeeded_items_apart_from_failed() -> None:
+    row = presenters.execution_row({"items_done": 10, "items_failed": 3})
+    assert (row["items_succeeded"], row["items_failed"], row["items_done"]) == (7, 3, 10)
+    assert presenters.loop_row(loop())["succeeded"] == 70
+    older = {k: v for k, v in loop().items() if k != "succeeded"}  # done - failed
+    assert presenters.loop_row(older)["succeeded"] == 70
