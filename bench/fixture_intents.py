@@ -37,6 +37,12 @@ class Intent:
 
 
 INTENTS: dict[str, Intent] = {
+    "playbooks/pft_flow_test/test_pft_flow_v2.yaml": Intent(
+        "long",
+        "10 facilities x 1,000 patients x 5 data types, one record per request at HTTP "
+        "concurrency 1 (its workload): the full PFT load test",
+        timeout=1800.0,
+    ),
     "playbooks/pagination/fetch_load_test/test_fetch_load.yaml": Intent(
         "long",
         "500 patients x 3.5 pages at a 2-4 s server delay (its workload passes min_delay "

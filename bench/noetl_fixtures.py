@@ -20,7 +20,8 @@ are; playbooks that need a cloud or external service are NEEDS naming it
 (bench.fixture_services); every other playbook runs, whatever its tool kinds (a kind this
 engine lacks fails naming it), with the in-cluster Postgres rewritten to the local one,
 each by itself except sub-playbooks of another fixture (CHILD: run by their parent, whose
-status they show). Fixtures meant to fail, or needing state outside this machine, or whose
+status they show); e2e's setup tasks (`setup_tasks` of its playbook_test_config.yaml)
+run first. Fixtures meant to fail, or needing state outside this machine, or whose
 checks fail on NoETL too, are judged by bench.fixture_intents (each entry with evidence).
 The test API server is the checkout's own (`fixtures/servers/paginated_api.py`, started
 from the temporary copy; `--api-server kit` for the compat kit's).
@@ -206,6 +207,24 @@ def classify_e2e(fx: Fixture) -> None:
         fx.needs = sorted({*fx.needs, outside})
 
 
+TEST_CONFIG = "fixtures/playbook_test_config.yaml"
+
+
+def setup_playbooks(repo: str, commit: str) -> set[str]:
+    """Fixture paths (relative to `fixtures/`) of e2e's setup tasks."""
+    shown = subprocess.run(
+        ["git", "-C", repo, "show", f"{commit}:{TEST_CONFIG}"], capture_output=True, text=True
+    )
+    config = yaml.safe_load(shown.stdout) if shown.returncode == 0 else None
+    tasks = config.get("setup_tasks") if isinstance(config, dict) else None
+    found = set()
+    for task in (tasks or {}).values():
+        playbook = task.get("playbook") if isinstance(task, dict) else None
+        if isinstance(playbook, str) and playbook.startswith(f"{E2E_FIXTURES}/"):
+            found.add(playbook[len(E2E_FIXTURES) + 1 :] + ".yaml")
+    return found
+
+
 WORKLOAD_NAME = re.compile(r"^\{\{\s*(?:workload\.)?([A-Za-z_]\w*)\s*\}\}$")
 
 
@@ -363,13 +382,17 @@ def main(argv: list[str]) -> int:
     if args.timeout is None:
         args.timeout = 300.0 if layout == "e2e" else 90.0
     selected = [fx for fx in fixtures if fx.skip is None and not fx.needs]
+    # e2e's setup tasks (playbook_test_config.yaml `setup_tasks`, e.g. create_tables for
+    # the save tests) run first, by themselves, as its regression does
+    setups = setup_playbooks(args.noetl_repo, args.commit) if layout == "e2e" else set()
+    selected.sort(key=lambda fx: fx.path not in setups)
     wanted_children = {
         c
         for fx in selected
         if len(fx.children) <= SUITE_CHILDREN
         for c in fx.children
         if c != fx.catalog_path
-    }
+    } - {fx.catalog_path for fx in selected if fx.path in setups}
 
     work = Path(tempfile.mkdtemp(prefix="noetl-fixtures-"))
     db = kit.Database(f"postgresql://postgres@127.0.0.1:5432/{args.data_db}")
