@@ -76,3 +76,15 @@ def _coerce(value: Any) -> Any:
 # a number of seconds written as a number or as a duration string
 Seconds = Annotated[float, BeforeValidator(_coerce)]
 OptionalSeconds = Annotated[float | None, BeforeValidator(_coerce)]
+
+
+def _coerce_or_template(value: Any) -> Any:
+    """As `_coerce`, but a template (`'{{ frame_lease_seconds }}'`) is kept as written:
+    for fields NoETL renders and this engine only accepts (frame leases, heartbeats)."""
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return value
+    return _coerce(value)
+
+
+# a duration, or a template kept as written (a field accepted for NoETL, not acted on)
+OptionalSecondsOrTemplate = Annotated[float | str | None, BeforeValidator(_coerce_or_template)]

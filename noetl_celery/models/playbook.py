@@ -12,7 +12,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from noetl_celery.models.durations import OptionalSeconds, to_seconds
+from noetl_celery.models.durations import (
+    OptionalSeconds,
+    OptionalSecondsOrTemplate,
+    to_seconds,
+)
 from noetl_celery.models.policy import Policy, Rule
 from noetl_celery.models.previous_result import reads_previous_result
 from noetl_celery.models.script_source import StoredScripts
@@ -83,9 +87,11 @@ class FrameSpec(BaseModel):
     # integers, or templates rendering to one (rendered when the loop epoch starts)
     max_rows: int | str = 1
     row_concurrency: int | str = 1
-    lease_seconds: OptionalSeconds = None
-    heartbeat_seconds: OptionalSeconds = None
-    max_seconds: OptionalSeconds = None
+    # accepted for NoETL (its worker's frame lease and heartbeat): here leases are the
+    # engine's own (NOETL_LEASE_SECONDS), so a template is kept as written, not rendered
+    lease_seconds: OptionalSecondsOrTemplate = None
+    heartbeat_seconds: OptionalSecondsOrTemplate = None
+    max_seconds: OptionalSecondsOrTemplate = None
     max_bytes: int | None = None
     process: Literal["row", "frame"] = "row"
     # NoETL's frame attempts; here: runs of a claim whose queue database failed

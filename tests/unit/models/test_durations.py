@@ -79,3 +79,13 @@ def test_zero_and_negative_still_meet_the_field_bounds() -> None:
         ToolOptions.model_validate({"timeout": "0s"})
     with pytest.raises(ValidationError):
         Then.model_validate({"do": "retry", "delay": -1})
+
+
+def test_frame_leases_accept_a_template_noetl_renders() -> None:
+    frame = FrameSpec.model_validate(
+        {"lease_seconds": "{{ frame_lease_seconds }}", "heartbeat_seconds": "30s"}
+    )
+    assert frame.lease_seconds == "{{ frame_lease_seconds }}"
+    assert frame.heartbeat_seconds == 30.0
+    with pytest.raises(ValidationError, match="is not a duration"):
+        FrameSpec.model_validate({"lease_seconds": "30x"})
