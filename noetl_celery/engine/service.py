@@ -243,8 +243,12 @@ class Engine(EngineReads):
         """Run commands on threads of this process (the embedded mode). Executions started
         here record this process as their owner; executions an embedded process that is
         gone left RUNNING are ended first (they cannot progress: engine.owner)."""
-        pool = InProcessDispatcher(self.settings.embedded_workers)
-        pool.bind(self.executor.execute, lambda eid: self.orchestrator.drive(eid, wait=True))
+        pool = InProcessDispatcher(self.settings.embedded_workers, self.settings.batch_size)
+        pool.bind(
+            self.executor.execute,
+            lambda eid: self.orchestrator.drive(eid, wait=True),
+            self.batches.execute,
+        )
         self._inprocess = pool
         self.use_dispatcher(pool)
         self.owner = owner.identity()

@@ -77,7 +77,7 @@ class CompletionTx:
         any of them, without saying which: the caller closes them one at a time (close)
         in a new transaction to find it."""
         if self.conn.dialect.name != "postgresql":
-            return [self.of(command).close(outcome) for command, outcome in closing]
+            return self._close_each(closing)
         try:
             rows = queries.close_many_and_read(self.conn, closing, utcnow())
         except DataError as exc:
@@ -103,6 +103,39 @@ class CompletionTx:
         if not closed.closed:
             return closed, None
         return closed, OrchestrationTx(self.conn, execution, self._results, inbox, self._notify)
+
+    def _close_each(self, closing: Sequence[tuple[ClaimedCommand, Outcome]]) -> list[Closed]:
+        """SQLite: each command closed by statements of its own, then what a close reads
+        (the epoch's waiting completions and loops row, the execution's status) read
+        once per epoch and execution after the last close. The transaction holds the
+        file's write lock, so that is what the last close alone would read, and, as the
+        Postgres statement's, `waiting` counts the batch's own completions (deferral
+        asks all of an execution's closes: the same answer). Read per command, those
+        three statements were half of an embedded batch's close (issue 34)."""
+        now = utcnow()
+        try:
+            took = [queries.close_command(self.conn, c, o, now) for c, o in closing]
+        except DataError as exc:
+            raise _not_storable(exc) from exc
+        epochs: dict[tuple[str, str, int], tuple[int, LoopCounters | None]] = {}
+        statuses: dict[str, str | None] = {}
+        closed = []
+        for (command, _), ok in zip(closing, took, strict=True):
+            if not ok:
+                closed.append(Closed(closed=False))
+                continue
+            eid = command.execution_id
+            key = (eid, command.step, command.epoch)
+            if key not in epochs:
+                epochs[key] = (
+                    queries.waiting_in_epoch(self.conn, *key),
+                    queries.loop_counters(self.conn, *key),
+                )
+            if eid not in statuses:
+                statuses[eid] = queries.execution_status(self.conn, eid)
+            waiting, loop = epochs[key]
+            closed.append(Closed(True, statuses[eid], loop, waiting))
+        return closed
 
     def _close(self, outcome: Outcome) -> Closed:
         cmd, now = self.command, utcnow()
