@@ -147,3 +147,8 @@ def timeout(path: str, default: float) -> float:
     if intent is not None and intent.timeout is not None:
         return max(default, intent.timeout)
     return default
+
+
+def is_long(path: str) -> bool:
+    intent = INTENTS.get(path)
+    return intent is not None and intent.kind == "long"

@@ -357,6 +357,11 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--only", help="only fixtures whose path contains this text")
     ap.add_argument(
+        "--skip-long",
+        action="store_true",
+        help="do not run the load tests fixture_intents marks long (reported LONG)",
+    )
+    ap.add_argument(
         "--data-db",
         default="noetl_fixtures_bench_data",
         help="scratch Postgres database for the fixtures' own tables",
@@ -434,7 +439,7 @@ def main(argv: list[str]) -> int:
         if selected:
             register = [python(), "-m", "noetl_celery.cli.main", "catalog", "register", str(files)]
             subprocess.run(register, env=env, cwd=root, capture_output=True, timeout=600)
-        run_selected(selected, wanted_children, files, env, args.timeout, root)
+        run_selected(selected, wanted_children, files, env, args.timeout, root, args.skip_long)
     finally:
         server.stop()
         db.close()
@@ -472,10 +477,15 @@ def run_selected(
     env: dict[str, str],
     timeout: float,
     root: Path,
+    skip_long: bool = False,
 ) -> None:
     for fx in selected:
         if fx.catalog_path in wanted_children and not fx.problems:
             fx.status = "CHILD"  # alone it reads tables its parent creates
+            continue
+        if skip_long and fixture_intents.is_long(fx.path):
+            fx.status, fx.detail = "LONG", "a load test, not run (--skip-long)"
+            report_line(fx)
             continue
         if fx.problems:
             fx.status, fx.detail = "REFUSED", first_line(fx.problems[0])
