@@ -148,9 +148,7 @@ def test_compose_scales_workers() -> None:
 def test_compose_migrates_once_before_the_engine_starts() -> None:
     svc = services()
     assert parse(svc["migrate"]["command"])[0] == "db upgrade"
-    dependents = {
-        name for name, s in svc.items() if "migrate" in (s.get("depends_on") or {})
-    }
+    dependents = {name for name, s in svc.items() if "migrate" in (s.get("depends_on") or {})}
     assert {"worker", "beat", "flower", "api"} <= dependents
 
 
@@ -255,9 +253,7 @@ def test_serve_probes_liveness_and_readiness_routes() -> None:
     doc = by_name("Deployment", "noetl-serve")
     spec = container(doc)
     routes = {route.path for route in _serve_routes()}
-    probes = {
-        kind: spec[kind]["httpGet"]["path"] for kind in ("livenessProbe", "readinessProbe")
-    }
+    probes = {kind: spec[kind]["httpGet"]["path"] for kind in ("livenessProbe", "readinessProbe")}
     assert probes == {"livenessProbe": "/api/health", "readinessProbe": "/api/ready"}
     assert set(probes.values()) <= routes
     # the probes pass serve's Host check whatever NOETL_API_ALLOWED_HOSTS says

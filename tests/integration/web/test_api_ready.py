@@ -54,13 +54,18 @@ def test_embedded_ready_then_not_once_the_tables_are_gone(database: str, tmp_pat
         assert "Traceback" not in server.tail()
 
 
-def test_with_a_broker_ready(database: str, redis_url: str, tmp_path: Path) -> None:
+def test_with_a_broker_ready_and_open_to_probes(
+    database: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A kubelet's probe sends no credentials: the route answers without them, when
+    every other API route wants the token."""
     env = embedded_env(services.sqlalchemy_url(database), tmp_path / "home")
-    env["NOETL_BROKER_URL"] = redis_url
+    env.update(NOETL_BROKER_URL=redis_url, NOETL_API_TOKEN="ready-token")
     with serving(env) as server:
         response = _ready(server.url)
         assert response.status_code == 200, response.text
         assert response.json() == {"status": "ready", "database": "ok", "broker": "ok"}
+        assert httpx.get(f"{server.url}/api/v1/executions").status_code == 401
 
 
 def test_a_broker_at_a_closed_port_is_503_naming_it(database: str, tmp_path: Path) -> None:
