@@ -279,3 +279,12 @@ def test_the_readiness_route_is_open_to_probes() -> None:
     from noetl_celery.web.auth import OPEN_PATHS
 
     assert {"/api/health", "/api/ready"} <= OPEN_PATHS
+
+
+def test_the_guide_names_only_files_that_exist_and_shows_the_manifests() -> None:
+    guide = (ROOT / "docs" / "operations" / "deployment.md").read_text()
+    named = set(re.findall(r"deploy/[\w@./-]+\.(?:yaml|service|example)", guide))
+    assert {p for p in named if not (ROOT / p).is_file()} == set()
+    included = set(re.findall(r'^--8<-- "([^"]+)"$', guide, re.M))
+    assert {"deploy/kubernetes/worker.yaml", "deploy/kubernetes/serve.yaml"} <= included
+    assert "--scale worker=4" in guide and "/api/ready" in guide
