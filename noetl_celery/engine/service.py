@@ -221,6 +221,30 @@ class Engine(EngineReads):
                 "nothing was started: start it, or fix NOETL_BROKER_URL"
             ) from None
 
+    def readiness(self) -> dict[str, str]:
+        """What `/api/ready` says: "ok" for the engine database when it answers at this
+        engine's schema revision (a plain SELECT), "ok" for the broker when its probe
+        answers ("embedded" without one); otherwise one line saying what failed (URLs
+        shown without passwords)."""
+        checks: dict[str, str] = {}
+        try:
+            self.database.prepare(SchemaMode.READ)
+            checks["database"] = "ok"
+        except Exception as exc:
+            checks["database"] = f"unavailable: {one_line(exc)}"
+        target = self._holding.target if self._holding is not None else None
+        if not isinstance(target, Probe):
+            checks["broker"] = "embedded"
+        else:
+            try:
+                target.probe()
+                checks["broker"] = "ok"
+            except Exception as exc:
+                checks["broker"] = (
+                    f"unreachable: {self.settings.shown_broker_url} ({one_line(exc)})"
+                )
+        return checks
+
     @contextmanager
     def _watch_publishes(self) -> Iterator[list[str]]:
         """The ids the block's publishes held for the broker (on this thread)."""

@@ -2,7 +2,8 @@
 `shared/spec/noetl-server-api.md` and NoETL's server code; the mapping itself, with
 what NoETL's status booleans and event names mean here, is `noetl_shapes`).
 
-    GET  /health
+    GET  /health                      liveness: the process answers
+    GET  /ready                       readiness: database and broker answer (503 naming which not)
     POST /catalog/register            {content: base64 or raw YAML, resource_type} | raw YAML
     POST /catalog/register/batch      {items: [{content, resource_type}, ...]}
     POST /catalog/list                {resource_type?, path?, versions?} -> {entries: [...]}
@@ -101,6 +102,16 @@ RegisterInput = Annotated[tuple[str, Any], Depends(register_input)]
 @router.get("/health")
 def health() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.get("/ready", responses={503: {"description": "the database or the broker is not"}})
+def ready(engine: EngineDep) -> JSONResponse:
+    """Readiness: 200 when the engine database (at this engine's schema revision) and
+    the broker answer; 503 with one line for the one that does not."""
+    checks = engine.readiness()
+    ok = checks["database"] == "ok" and checks["broker"] in ("ok", "embedded")
+    body = {"status": "ready" if ok else "not ready", **checks}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 # ---- catalog -------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ so the same token lets it in. Without any credentials configured the server is o
 `serve` refuses to bind anything but loopback (cli.serve). `/api/health` stays open for
 liveness probes: it says "ok" and nothing else; so does `/api/auth/validate`, NoETL's
 GUI's token check, which says whether the token it was sent is the right one.
+`/api/ready` is open for readiness probes (a kubelet sends no credentials): it says
+"ok"/"embedded" or one line of what failed, URLs shown without their passwords.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from typing import Any
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 
-# paths anyone may call (exact matches): liveness, and the GUI's token check (it answers
-# whether the token sent is serve's, nothing else)
-OPEN_PATHS = frozenset({"/api/health", "/api/auth/validate"})
+# paths anyone may call (exact matches): liveness, readiness, and the GUI's token check
+# (it answers whether the token sent is serve's, nothing else)
+OPEN_PATHS = frozenset({"/api/health", "/api/ready", "/api/auth/validate"})
 REALM = "noetl-celery"
 
 Scope = MutableMapping[str, Any]

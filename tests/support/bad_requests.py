@@ -165,6 +165,7 @@ def _noetl(eid: str) -> list[Bad]:
     one = f"{ex}/{eid}"
     return [
         Bad("GET /api/health", f"/api/health?x={NUL}", 422),
+        Bad("GET /api/ready", f"/api/ready?x={NUL}", 422),
         Bad("POST /api/catalog/register", "/api/catalog/register", 422, {"content": "a\x00"}),
         Bad("POST /api/catalog/register", "/api/catalog/register", 422, {"content": 1}),
         Bad("POST /api/catalog/register", "/api/catalog/register", 422, deep(3000)),

@@ -1,9 +1,12 @@
 """The YAML examples of the docs (`docs/**/*.md`) and the README, so tests can validate
 and run them (docs cannot drift).
 
-A line `--8<-- "path"` in a block (pymdownx.snippets, as the docs site renders it) is the
-file at that path of the repository. A block is a whole playbook, a list of steps, a
-playbook's `metadata:` or a tool's `spec:`; all but the first are wrapped into a playbook.
+A fence with attributes (``` { .yaml title="deploy/kubernetes/worker.yaml" }) shows a
+file that is not a playbook (tests.unit.test_deploy_files checks those): it is not an
+example here. A line `--8<-- "path"` in a block (pymdownx.snippets, as the docs site
+renders it) is the file at that path of the repository. A block is a whole playbook, a
+list of steps, a playbook's `metadata:` or a tool's `spec:`; all but the first are
+wrapped into a playbook.
 A comment line `# {{ step }} -> <json>` in a block states the step's result: the JSON
 must be contained in the actual result (dict keys left out are not compared; lists and
 other values must be equal).
