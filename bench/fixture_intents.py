@@ -9,6 +9,8 @@ evidence for it, so that a fixture is never called fine because a table says so:
   `pattern`; a run that completes, or fails elsewhere, is reported as a FAILED.
 - `needs`: it needs state outside this machine that no service rewrite gives (a user an
   Auth0 login provisions, the kind cluster's own databases): reported NEEDS with it.
+- `chance`: it fails by design with a known probability (a random exception its retry
+  policy may not outlast); a failure matching `pattern` is FAILED-BY-CHANCE.
 - `long`: a load test whose own documentation gives a run time above the default
   timeout: it gets `timeout` seconds.
 - `upstream`: its own checks cannot pass on NoETL either; the reason names the NoETL
@@ -30,13 +32,19 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class Intent:
-    kind: Literal["fail", "needs", "upstream", "long"]
+    kind: Literal["fail", "needs", "upstream", "long", "chance"]
     reason: str
     pattern: str | None = None  # fail: the error must match (case-insensitive)
     timeout: float | None = None  # long: its own timeout (seconds)
 
 
 INTENTS: dict[str, Intent] = {
+    "playbooks/retry_test/python_retry_exception.yaml": Intent(
+        "chance",
+        "raises when random.randint(1, 100) < 70, retried to 5 attempts: all 5 fail in "
+        "0.69^5 = 16% of runs, on any engine",
+        r"Random failure",
+    ),
     "playbooks/pft_flow_test/test_pft_flow_v2.yaml": Intent(
         "long",
         "10 facilities x 1,000 patients x 5 data types, one record per request at HTTP "
@@ -132,6 +140,8 @@ def judge(path: str, status: str, detail: str) -> tuple[str, str]:
         if failed and intent.pattern and re.search(intent.pattern, detail, re.I):
             return "FAILED-AS-MEANT", f"{detail} [{intent.reason}]"
         return "FAILED", f"meant to fail ({intent.reason}) but {status}: {detail}"
+    if intent.kind == "chance" and status == "FAILED" and re.search(intent.pattern or "", detail):
+        return "FAILED-BY-CHANCE", f"{detail} [{intent.reason}]"
     if intent.kind == "upstream" and status != "COMPLETED":
         return "UPSTREAM", f"{status}: {detail} [{intent.reason}]"
     return status, detail

@@ -26,7 +26,8 @@ checks fail on NoETL too, are judged by bench.fixture_intents (each entry with e
 The test API server is the checkout's own (`fixtures/servers/paginated_api.py`, started
 from the temporary copy; `--api-server kit` for the compat kit's).
 
-One line per playbook: COMPLETED, FAILED (the error's first line), FAILED-AS-MEANT and
+One line per playbook: COMPLETED, FAILED (the error's first line), FAILED-AS-MEANT,
+FAILED-BY-CHANCE, LONG (--skip-long) and
 UPSTREAM (fixture_intents), REFUSED (a validation problem), TIMEOUT, CHILD (a sub-playbook
 of a selected one: registered, run by its parent),
 NEEDS (e2e: the services it needs, and VALID/REFUSED from validation) or SKIPPED (not
@@ -517,13 +518,22 @@ def report_line(fx: Fixture) -> None:
 
 def totals(fixtures: list[Fixture]) -> None:
     counts = Counter(fx.status for fx in fixtures)
-    ran_as = ("COMPLETED", "FAILED-AS-MEANT", "UPSTREAM", "FAILED", "TIMEOUT", "REFUSED")
+    ran_as = (
+        "COMPLETED",
+        "FAILED-AS-MEANT",
+        "FAILED-BY-CHANCE",
+        "UPSTREAM",
+        "FAILED",
+        "TIMEOUT",
+        "REFUSED",
+    )
     ran = sum(counts[s] for s in ran_as)
     skipped = [fx for fx in fixtures if fx.status == "SKIPPED"]
     refused_skipped = sum(1 for fx in skipped if fx.problems)
     print(
         f"totals: {counts['COMPLETED']} COMPLETED, {counts['FAILED-AS-MEANT']} "
-        f"FAILED-AS-MEANT, {counts['UPSTREAM']} UPSTREAM, {counts['FAILED']} FAILED, "
+        f"FAILED-AS-MEANT, {counts['FAILED-BY-CHANCE']} FAILED-BY-CHANCE, "
+        f"{counts['UPSTREAM']} UPSTREAM, {counts['FAILED']} FAILED, "
         f"{counts['REFUSED']} REFUSED, {counts['TIMEOUT']} TIMEOUT of {ran} self-contained run; "
         f"{counts['CHILD']} CHILD; {counts['NEEDS']} NEEDS a service; "
         f"{len(skipped)} SKIPPED ({refused_skipped} of them REFUSED "
