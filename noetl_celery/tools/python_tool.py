@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from jinja2.runtime import Undefined
+
 from noetl_celery.errors import TemplateError
 from noetl_celery.models.python_code import compile_step_code
 from noetl_celery.templating.code_template import render_code
@@ -191,7 +193,9 @@ def _namespace(call: ToolCall, libs: Mapping[str, Any]) -> dict[str, Any]:
         "deep_merge": deep_merge,
         "get_val": get_val,
         "print": stderr_print,
-        "context": dict(call.context),
+        # steps without a result (templating.not_run) are for templates: left out here, so
+        # a `main(step)` parameter keeps its default and `context` stays plain data
+        "context": {k: v for k, v in call.context.items() if not isinstance(v, Undefined)},
         # NoETL's python tool (noetl/tools src/tools/python.rs): `args` is the step's
         # input and `input_data` a copy of it, and the input keys are globals. An input
         # key of either name wins (NoETL's Rust tool overwrites an input `input_data`

@@ -187,3 +187,39 @@ def test_artifact_get_of_another_executions_result_fails_naming_it(
     code, summary, stderr = run(embedded_env, tmp_path, text)
     assert code == 1 and summary["status"] == "FAILED", (summary, stderr)
     assert "names execution 123" in summary["errors"][0]["message"], summary
+
+
+NOT_RUN = playbook(
+    "not_run",
+    """\
+    - step: start
+      tool: {kind: python, code: "result = {'v': 1}"}
+      next: {arcs: [{step: use}]}
+    - step: skipped
+      tool: {kind: python, code: "result = 1"}
+    - step: use
+      tool:
+        kind: python
+        input:
+          picked: "{{ skipped.v if skipped else start.v }}"
+        code: |
+          import json
+          def main(picked, skipped='default', context=None):
+              plain = json.dumps(list(context)) != ''
+              return {'picked': picked, 'skipped': skipped, 'plain': plain,
+                      'listed': 'skipped' in context}
+    """,
+)
+
+
+def test_a_step_without_result_is_false_in_templates_and_absent_from_python(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    code, summary, stderr = run(embedded_env, tmp_path, NOT_RUN)
+    assert code == 0 and summary["status"] == "COMPLETED", (summary, stderr)
+    assert summary["steps"]["use"] == {
+        "picked": 1,
+        "skipped": "default",
+        "plain": True,
+        "listed": False,
+    }
