@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -106,18 +107,24 @@ def test_the_quick_start_runs_as_written(
         PYTHONPATH=str(ROOT),
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
     )
-    try:
-        proc = subprocess.run(
-            ["bash", "-c", prelude + script],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out, err = (str(t or b"", "utf-8", "replace")[-3000:] for t in (exc.stdout, exc.stderr))
-        pytest.fail(f"the quick start took over {TIMEOUT} s:\n{out}\n{err}")
+    # its own session: on a timeout the whole group (bash, the worker, the API) is killed,
+    # not only bash, whose EXIT trap would not run
+    with subprocess.Popen(
+        ["bash", "-c", prelude + script],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as running:
+        try:
+            stdout, stderr = running.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(running.pid, signal.SIGKILL)
+            out, err = (text[-3000:] for text in running.communicate())
+            pytest.fail(f"the quick start took over {TIMEOUT} s:\n{out}\n{err}")
+    proc = subprocess.CompletedProcess(running.args, running.returncode, stdout, stderr)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     # three JSON summaries: embedded hello_world, distributed hello_world, api_to_postgres
     summaries = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
