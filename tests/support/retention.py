@@ -154,6 +154,17 @@ def seed(
             rows["publish_outbox"].append(
                 {"item_id": eid, "kind": "wake", "execution_id": eid, "held_at": created_at}
             )
+            rows["notifications"].append(
+                {
+                    "notification_id": f"{eid}.failed.engine",
+                    "execution_id": eid,
+                    "event": "failed",
+                    "target": "engine",
+                    "created_at": created_at,
+                    "next_at": created_at,
+                    "delivered_at": created_at,
+                }
+            )
             _firing[0] += 1
             rows["schedule_firings"].append(
                 {
@@ -165,7 +176,13 @@ def seed(
         tables = metadata.tables
         for name in ("executions", "commands", "events", "results", "contexts", "loops"):
             conn.execute(insert(tables[name]), rows[name])
-        for name in ("cursor_rows", "command_logs", "publish_outbox", "schedule_firings"):
+        for name in (
+            "cursor_rows",
+            "command_logs",
+            "publish_outbox",
+            "schedule_firings",
+            "notifications",
+        ):
             conn.execute(insert(tables[name]), rows[name])
         # one completion not folded yet per execution: the inbox names its event
         first = (
