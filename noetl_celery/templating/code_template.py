@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import TemplateError as JinjaTemplateError
@@ -67,6 +68,15 @@ def _check_plain(value: Any) -> None:
         raise UnsafeCodeValue(f"rendered a {type(value).__name__} inside a list or dict")
 
 
+@lru_cache(maxsize=4096)  # a python step's code is the same for each of its commands
+def _names(expr: str) -> frozenset[str] | None:
+    """The undeclared names of `{{ expr }}`; None when it is not Jinja."""
+    try:
+        return frozenset(meta.find_undeclared_variables(ENV.parse("{{" + expr + "}}")))
+    except TemplateSyntaxError:
+        return None
+
+
 _PLACEHOLDER = re.compile(r"\{\{(?P<expr>.*?)\}\}", re.DOTALL)
 
 
@@ -79,9 +89,8 @@ def render_code(code: str, context: Mapping[str, Any], where: str) -> str:
 
     def one(found: re.Match[str]) -> str:
         expr = found.group("expr")
-        try:
-            names = meta.find_undeclared_variables(ENV.parse("{{" + expr + "}}"))
-        except TemplateSyntaxError:
+        names = _names(expr)
+        if names is None:
             return found.group(0)  # `f"{{'a': 1}}"`: Python's braces, not a template
         if not names or any(n not in context and n not in ENV.globals for n in names):
             return found.group(0)
