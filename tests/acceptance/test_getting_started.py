@@ -6,7 +6,7 @@ credential the worker reads.
 
 Only what must differ on a shared test machine is changed, each by an exact replacement
 that must find its text (so the page cannot drift from what is run): the database name
-(a fresh one), the Redis database (this run's), the example API's port (a free one, and
+(a fresh one), the Redis database (a spare one of this run's), the example API's port (a free one, and
 `api_url` set to it), the sample credentials' database (the test data database, edited
 right after the copy) and `pip install .` (tests/acceptance/test_install.py installs the
 package; here `noetl-celery` is this checkout's CLI).
@@ -63,6 +63,14 @@ def database_name() -> Iterator[str]:
     name = f"noetl_quick_start_{uuid.uuid4().hex[:10]}"
     yield name  # the script creates it
     services.drop_database(name)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """A Redis database of its own: the session's workers (on another engine database)
+    would take this engine's messages from the shared one and refuse them, slowly."""
+    services.redis_client(services.SPARE_REDIS_URL).flushdb()
+    return services.SPARE_REDIS_URL
 
 
 def test_the_quick_start_runs_as_written(

@@ -23,6 +23,17 @@ ADMIN_DSN = os.environ.get(
     "NOETL_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("NOETL_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+def _next_database(url: str) -> str:
+    base, _, db = url.rpartition("/")
+    return f"{base}/{(int(db or 0) + 1) % 16}"
+
+
+# a test running an engine of its own beside the session's workers (which use another
+# engine database) needs a broker of its own: on REDIS_URL those workers would take its
+# messages, refuse them as foreign and put them back two seconds later, every time
+SPARE_REDIS_URL = os.environ.get("NOETL_TEST_SPARE_REDIS_URL", _next_database(REDIS_URL))
 # RabbitMQ: a vhost of the tests' own (other runs on the machine use others)
 AMQP_URL = os.environ.get("NOETL_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/noetl_test")
 AMQP_HINT = (
@@ -91,12 +102,12 @@ def cloned_database(template: str, prefix: str = "noetl_t") -> Iterator[str]:
         drop_database(name)
 
 
-def redis_client() -> redis.Redis:
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+def redis_client(url: str = REDIS_URL) -> redis.Redis:
+    client = redis.Redis.from_url(url, socket_connect_timeout=3)
     try:
         client.ping()
     except redis.RedisError as exc:
-        pytest.fail(f"Redis is required at {REDIS_URL} ({exc}); {REDIS_HINT}", pytrace=False)
+        pytest.fail(f"Redis is required at {url} ({exc}); {REDIS_HINT}", pytrace=False)
     return client
 
 
