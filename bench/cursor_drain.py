@@ -106,6 +106,11 @@ def seed(dsn: str, run: str, rows: int) -> None:
             "CREATE TABLE IF NOT EXISTS public.bench_queue "
             "(run text, id int, status text, PRIMARY KEY (run, id))"
         )
+        # what a work queue has: without it every claim rescans the rows already claimed
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS bench_queue_pending ON public.bench_queue (run, id) "
+            "WHERE status = 'pending'"
+        )
         conn.execute(
             "INSERT INTO public.bench_queue SELECT %s, g, 'pending' FROM generate_series(1, %s) g",
             (run, rows),

@@ -8,8 +8,9 @@ one worker (prefork -c 2) run, one after the other:
 
 - `loop`: the no-op `loop.in` fan-out of bench.loop_fanout (`--items` items);
 - `drain`: the cursor drain of bench.cursor_drain with no-op per-row bodies (`--rows`
-  rows, frames of 50; the queue table lives in another database of the same cluster,
-  and its claims count as the engine's work: the claim is what the engine runs there).
+  rows, frames of 50; the queue table, with a partial index on its pending rows, lives
+  in another database of the same cluster: its claims are the user's SQL, counted in the
+  cluster's CPU but not in the engine database's).
 
 For each: Postgres CPU seconds (every process of the cluster: the postmaster's own and
 reaped children's CPU from /proc/<pid>/stat, plus the live backends'), WAL bytes
@@ -50,26 +51,32 @@ CONF = (
 
 @dataclass(frozen=True)
 class Reading:
-    cpu: float  # seconds
+    cpu: float  # seconds, the whole cluster
+    engine_cpu: float  # seconds, live backends connected to the engine database
     wal: int  # bytes
     calls: int  # statements executed
 
 
-def cluster_cpu(pg: PrivatePostgres) -> float:
-    """CPU seconds of the cluster's processes so far: the postmaster's own and those of
-    its reaped children (cutime, cstime), and the live children's."""
+def cluster_cpu(pg: PrivatePostgres) -> tuple[float, float]:
+    """CPU seconds of the cluster's processes so far (the postmaster's own and those of
+    its reaped children, cutime and cstime, and the live children's), and of the live
+    backends connected to the engine database (their title names it: `postgres: user
+    db host(port) state`). A connection that ends during a run counts in the first only."""
     ticks = os.sysconf("SC_CLK_TCK")
     postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
-    total = 0.0
+    total = engine = 0.0
     for pid in [postmaster, *harness.children(postmaster)]:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:  # exited meanwhile: its CPU is in the postmaster's cutime now
             continue
-        own = int(fields[11]) + int(fields[12])
-        reaped = int(fields[13]) + int(fields[14]) if pid == postmaster else 0
-        total += (own + reaped) / ticks
-    return total
+        own = (int(fields[11]) + int(fields[12])) / ticks
+        reaped = (int(fields[13]) + int(fields[14])) / ticks if pid == postmaster else 0.0
+        total += own + reaped
+        if f" {ENGINE_DB} " in title:
+            engine += own
+    return total, engine
 
 
 def read(pg: PrivatePostgres) -> Reading:
@@ -79,7 +86,7 @@ def read(pg: PrivatePostgres) -> Reading:
             "(SELECT coalesce(sum(calls), 0) FROM pg_stat_statements)::bigint"
         ).fetchone()
     assert row is not None
-    return Reading(cluster_cpu(pg), int(row[0]), int(row[1]))
+    return Reading(*cluster_cpu(pg), int(row[0]), int(row[1]))
 
 
 def reset_statements(pg: PrivatePostgres) -> None:
@@ -126,7 +133,12 @@ def run_once(
         step = "fan" if name == "loop" else "drain"
         stats = engine.summary(eid)["steps"][step]["stats"]
         assert stats["total"] == n and stats["success"] == n, stats
-    used = Reading(after.cpu - before.cpu, after.wal - before.wal, after.calls - before.calls)
+    used = Reading(
+        after.cpu - before.cpu,
+        after.engine_cpu - before.engine_cpu,
+        after.wal - before.wal,
+        after.calls - before.calls,
+    )
     return used, wall
 
 
@@ -159,15 +171,18 @@ def main() -> None:
                 walls.append(wall)
                 print(
                     f"run {run + 1} {name} ({n} {unit}s): {wall:.2f} s, Postgres CPU "
-                    f"{used.cpu:.2f} s, WAL {used.wal / 1e6:.1f} MB, {used.calls} statements",
+                    f"{used.cpu:.2f} s (engine database's connections {used.engine_cpu:.2f} s), "
+                    f"WAL {used.wal / 1e6:.1f} MB, {used.calls} statements",
                     flush=True,
                 )
             cpu_ms = statistics.median(r.cpu for r in readings) * 1000 / n
+            engine_ms = statistics.median(r.engine_cpu for r in readings) * 1000 / n
             wal = statistics.median(r.wal for r in readings) / n
             calls = statistics.median(r.calls for r in readings) / n
             wall = statistics.median(walls)
             print(
-                f"\n{name}: per {unit}, medians of {args.runs}: Postgres CPU {cpu_ms:.3f} ms, "
+                f"\n{name}: per {unit}, medians of {args.runs}: Postgres CPU {cpu_ms:.3f} ms "
+                f"(the engine database's connections {engine_ms:.3f} ms), "
                 f"WAL {wal:.0f} bytes, {calls:.1f} statements; wall {wall:.2f} s"
                 f" -> one Postgres core carries about {1000 / cpu_ms:.0f} {unit}s/s"
             )
