@@ -51,7 +51,8 @@ class CatalogShow(TypedDict):
     name: str
     content_sha256: str
     registered_at: str
-    metadata: dict[str, Any]  # the playbook's own `metadata:` mapping, as written
+    # the playbook's own `metadata:` mapping, as written (YAML keys need not be strings)
+    metadata: dict[Any, Any]
     versions: list[CatalogVersionJSON]
     # `script:` files stored with this version (engine.scripts): {base_dir, files}
     scripts: dict[str, Any] | None

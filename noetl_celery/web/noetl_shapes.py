@@ -258,7 +258,8 @@ class CatalogEntryJSON(TypedDict):
     kind: str
     content: str
     layout: None
-    payload: dict[str, Any]  # the parsed playbook: any mapping its author wrote
+    # the parsed playbook: any mapping its author wrote (YAML keys need not be strings)
+    payload: dict[Any, Any]
     meta: CatalogMeta
     created_at: str | None
 
