@@ -56,7 +56,7 @@ from noetl_celery.web.noetl_shapes import (
     EhdbState,
     EventsSlice,
     Executed,
-    ExecutionDetail,
+    ExecutionDetailResponse,
     ExecutionEntry,
     ExecutionEvents,
     Health,
@@ -296,7 +296,7 @@ def execution(
     since_event_id: EventId = None,
     event_type: str | None = None,
     include_events: bool = True,
-) -> ExecutionDetail:
+) -> ExecutionDetailResponse:
     """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events newest
     first (see `noetl_shapes` for the event names); from `since_event_id`, the
     `page_size` oldest past it, newest first (the GUI prepends them and keeps the

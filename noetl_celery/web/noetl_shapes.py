@@ -570,7 +570,7 @@ class EventsSlice(TypedDict):
     pagination: Pagination
 
 
-class ExecutionDetail(ExecutionEntry):
+class ExecutionDetailResponse(ExecutionEntry):
     """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events."""
 
     events_included: bool

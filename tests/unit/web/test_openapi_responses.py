@@ -89,6 +89,8 @@ def test_every_2xx_answer_of_serve_declares_its_schema() -> None:
     assert operations >= MIN_OPERATIONS, operations
     assert len(list(answers(doc))) >= operations - 2  # only the two 405 refusals lack a 2xx
     assert untyped(doc) == []
+    # two shapes of one name get their module path as a name: rename one
+    assert [n for n in doc["components"]["schemas"] if "__" in n] == []
 
 
 def test_the_walk_finds_an_untyped_route() -> None:
