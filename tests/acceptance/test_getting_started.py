@@ -6,10 +6,10 @@ credential the worker reads.
 
 Only what must differ on a shared test machine is changed, each by an exact replacement
 that must find its text (so the page cannot drift from what is run): the database name
-(a fresh one), the Redis database (a spare one of this run's), the example API's port (a free one, and
-`api_url` set to it), the sample credentials' database (the test data database, edited
-right after the copy) and `pip install .` (tests/acceptance/test_install.py installs the
-package; here `noetl-celery` is this checkout's CLI).
+(a fresh one), the Redis database (a spare one of this run's), the example API's port
+(a free one, and `api_url` set to it), the sample credentials' database (the test data
+database, edited right after the copy) and `pip install .`
+(tests/acceptance/test_install.py installs the package; here `noetl-celery` is this checkout's CLI).
 """
 
 from __future__ import annotations
