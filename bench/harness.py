@@ -51,6 +51,13 @@ def fresh_database(name: str) -> str:
     return url
 
 
+def migrate(url: str) -> None:
+    """Make the engine's tables in an existing database (`db upgrade`)."""
+    from noetl_celery.store.database import SchemaMode, open_database
+
+    open_database(url, SchemaMode.MIGRATE).dispose()
+
+
 def flush_redis() -> redis.Redis:
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()

@@ -3,7 +3,9 @@
 A procrastinate app on the same Postgres server (its own database, created here with
 procrastinate's schema) gets `ceil(rows / frame_rows)` jobs; each claims one frame of the
 bench queue with the bench's CLAIM statement on a pooled connection and commits: what the
-engine's no-op frame body does with `frame.process: frame`, nothing more. One procrastinate
+engine's no-op frame body does with `frame.process: frame`, nothing more. With `mark`, the
+job then commits one UPDATE marking the frame's rows done, as the engine's marking frame
+body does (bench.cursor_drain --work mark). One procrastinate
 worker (one process, `concurrency` jobs at a time; sync jobs run in threads) runs them
 until the queue is caught up (`wait=False`). Needs the `bench` extra (procrastinate).
 """
@@ -36,7 +38,12 @@ def _database() -> str:
     return harness.PG_ADMIN.rsplit("/", 1)[0] + "/" + name
 
 
-def run(dsn: str, run: str, rows: int, frame_rows: int, concurrency: int) -> tuple[float, int]:
+MARK = "UPDATE public.bench_queue SET status = 'done' WHERE run = %(run)s AND id = ANY(%(ids)s)"
+
+
+def run(
+    dsn: str, run: str, rows: int, frame_rows: int, concurrency: int, mark: bool = False
+) -> tuple[float, int]:
     """Seconds from the first job deferred to the worker caught up, and rows drained."""
     import procrastinate
     from procrastinate.types import JSONValue
@@ -49,7 +56,11 @@ def run(dsn: str, run: str, rows: int, frame_rows: int, concurrency: int) -> tup
     @app.task(name="claim_frame")
     def claim_frame(run: str, n: int) -> None:
         with pool.connection() as conn:  # commits on leaving, like the engine's held claim
-            drained.append(len(conn.execute(CLAIM, {"run": run, "n": n}).fetchall()))
+            ids = [r[0] for r in conn.execute(CLAIM, {"run": run, "n": n}).fetchall()]
+        drained.append(len(ids))
+        if mark and ids:  # the body's own transaction, as the engine's is
+            with pool.connection() as conn:
+                conn.execute(MARK, {"run": run, "ids": ids})
 
     async def drain() -> float:
         async with app.open_async():

@@ -9,19 +9,28 @@ run goes on); workers that all use another database end the run with one line na
 both databases, its execution cancelled so nothing is left RUNNING. While the
 execution's commands are held for a broker that is away (engine.outbox), the check waits:
 no worker could answer then, and the progress line names the broker instead.
+
+Once a worker has claimed a command, the check goes on for routed steps (routing): a
+command of a step routed to a queue that no worker of this database consumes would wait
+forever, so after WARN_AFTER_SECONDS of waiting the fleet is asked which queues it
+serves, and an unserved queue is named once, with the command that serves it. `status`
+asks the same question (`unserved_queues`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import click
 
+from noetl_celery.constants import CMD_ISSUED
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import WorkersElsewhere
 from noetl_celery.settings import Settings
+from noetl_celery.store.schema import utcnow
 
 Answers = Sequence[Mapping[str, Any]]  # tasks.fleet.fleet_identities, only read here
 
@@ -42,6 +51,34 @@ def describe(answers: Answers) -> str:
     )
 
 
+def unserved_queues(
+    waiting: Iterable[Mapping[str, Any]], answers: Answers, mine: str | None
+) -> dict[str, list[str]]:
+    """Routed queues that waiting steps (status_view's `waiting`) need and that no
+    answering worker of database `mine` consumes: queue -> its waiting steps. Nothing
+    when no worker answers (that is the "no worker at all" case) or when an answer does
+    not list its queues (an older worker: it may serve them)."""
+    ours = [a for a in answers if mine is None or a.get("database_id") == mine]
+    if not ours or any("queues" not in a for a in ours):
+        return {}
+    served = {str(q) for a in ours for q in a["queues"] or ()}
+    missing: dict[str, list[str]] = {}
+    for entry in waiting:
+        queue = entry.get("queue")
+        if queue and queue not in served:
+            missing.setdefault(str(queue), []).append(str(entry["step"]))
+    return missing
+
+
+def unserved_text(queue: str, steps: Sequence[str]) -> str:
+    names = ", ".join(steps)
+    return (
+        f"step{'s' if len(steps) != 1 else ''} {names} wait{'' if len(steps) != 1 else 's'} "
+        f"on queue {queue}, which no worker of this engine database consumes: start one "
+        f"with `noetl-celery worker -Q {queue}`"
+    )
+
+
 class WorkerCheck:
     def __init__(
         self,
@@ -57,18 +94,23 @@ class WorkerCheck:
         self._started = clock()
         self._next_poll = self._started
         self._next_ask = self._started + ASK_AFTER_SECONDS
-        self._done = False
+        self._done = False  # a worker of this database claimed a command
         self._warned: set[str] = set()
+        self._queues: dict[str, str] | None = None  # the execution's routed steps
 
     def __call__(self) -> None:
         """Raises WorkersElsewhere (after cancelling the execution) when every worker
         that answers uses another database."""
         now = self._clock()
-        if self._done or now < self._next_poll:
+        if now < self._next_poll:
             return
         self._next_poll = now + POLL_SECONDS
+        if self._done:
+            self._routes(now)
+            return
         if self._engine.store.any_claimed(self._execution_id):
-            self._done = True  # a worker of this database exists: nothing more to check
+            self._done = True  # a worker of this database exists: routed queues are left
+            self._next_ask = now
             return
         if self._engine.store.outbox.waiting(self._execution_id):
             # its commands wait for the broker, not for a worker: the progress line says
@@ -109,6 +151,27 @@ class WorkerCheck:
         self._engine.cancel(self._execution_id, reason)
         self._done = True
         raise WorkersElsewhere(f"{reason} (execution {self._execution_id} cancelled)")
+
+    def _routes(self, now: float) -> None:
+        """Warn once per routed queue that a step has waited on for WARN_AFTER_SECONDS
+        and that no worker of this database consumes."""
+        if self._queues is None:
+            catalog_id = self._engine.store.execution(self._execution_id).catalog_id
+            self._queues = self._engine.routed_queues(catalog_id)
+        if not self._queues or now < self._next_ask:
+            return
+        cutoff = utcnow() - dt.timedelta(seconds=WARN_AFTER_SECONDS)
+        waiting = [
+            {"step": f.step, "queue": self._queues.get(f.step)}
+            for f in self._engine.store.in_flight(self._execution_id)
+            if f.status == CMD_ISSUED and f.oldest_issued_at and f.oldest_issued_at <= cutoff
+        ]
+        if not any(w["queue"] and f"queue:{w['queue']}" not in self._warned for w in waiting):
+            return
+        self._next_ask = now + ASK_AFTER_SECONDS
+        missing = unserved_queues(waiting, self._ask(), self._engine.database_id)
+        for queue, steps in missing.items():
+            self._warn_once(f"queue:{queue}", unserved_text(queue, steps))
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

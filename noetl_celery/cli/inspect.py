@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
+from rich.text import Text
 
 from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
+from noetl_celery.cli.fleet import unserved_queues, unserved_text
 from noetl_celery.cli.renderables import (
     executions_renderable,
     status_renderable,
@@ -16,6 +19,10 @@ from noetl_celery.cli.renderables import (
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ExecutionNotFound
+from noetl_celery.settings import Settings
+
+# a routed step waiting at least this long makes `status` ask which queues workers serve
+UNSERVED_AFTER_SECONDS = 5.0
 
 
 def _engine_call(method: str, execution_id: str) -> Any:
@@ -33,11 +40,40 @@ def _engine_call(method: str, execution_id: str) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def status(execution_id: str, as_json: bool) -> None:
     """Show an execution: status, steps, what runs now, loop progress, errors."""
-    view = _engine_call("status", execution_id)
+    settings = load_settings()
+    engine = build_engine(settings, Role.READER)
+    try:
+        view = engine.status(execution_id)
+        database_id = engine.database_id
+    except ExecutionNotFound as exc:
+        raise InvalidInput(str(exc)) from exc
+    finally:
+        engine.close()
     if as_json:
         dump_json(view)
         return
-    stdout_console().print(status_renderable(view))
+    console = stdout_console()
+    console.print(status_renderable(view))
+    for queue, steps in _unserved(view, settings, database_id).items():
+        console.print(Text(unserved_text(queue, steps), style="yellow"))
+
+
+def _unserved(
+    view: Mapping[str, Any], settings: Settings, mine: str | None
+) -> dict[str, list[str]]:
+    """Routed queues the execution's waiting steps need that no worker consumes (asks the
+    fleet, a second at most, only when a routed step has waited a while)."""
+    routed = [
+        w
+        for w in view.get("waiting") or []
+        if w.get("queue") and (w.get("seconds") or 0) >= UNSERVED_AFTER_SECONDS
+    ]
+    if settings.embedded or not routed:
+        return {}
+    from noetl_celery.tasks.app import make_app
+    from noetl_celery.tasks.fleet import fleet_identities
+
+    return unserved_queues(routed, fleet_identities(make_app(settings), timeout=1.0), mine)
 
 
 @click.command()

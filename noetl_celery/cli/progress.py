@@ -98,8 +98,12 @@ def broker_text(held: int) -> str:
 
 
 def waiting_text(waiting: Mapping[str, Any]) -> str:
+    """`waiting for a worker (12s)`; a routed step names its queue, the pool that must
+    take it (`worker -Q io`)."""
     seconds = waiting.get("seconds")
-    return "waiting for a worker" + (f" ({seconds:.0f}s)" if seconds is not None else "")
+    queue = waiting.get("queue")
+    text = "waiting for a worker" + (f" on queue {queue}" if queue else "")
+    return text + (f" ({seconds:.0f}s)" if seconds is not None else "")
 
 
 def now_text(view: Mapping[str, Any]) -> str:

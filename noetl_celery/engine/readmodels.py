@@ -149,11 +149,16 @@ def executions_page(
     return {"executions": lines, "total": total, "limit": limit, "offset": offset}
 
 
-def detail(store: Store, row: ExecutionRow, order: Sequence[str] = ()) -> ExecutionDetail:
+def detail(
+    store: Store,
+    row: ExecutionRow,
+    order: Sequence[str] = (),
+    queues: Mapping[str, str] | None = None,
+) -> ExecutionDetail:
     """`status_view` plus the child executions (first `CHILDREN_LIMIT`, newest first,
     and how many there are), `errors` as `run --json` lists them, and the state's raw
     step failures under `failures`. Loops carry start, rate and ETA (engine.summaries.loop_pace)."""
-    view = status_view(store, row, order)
+    view = status_view(store, row, order, queues)
     children = executions_page(store, parent=row.execution_id, limit=CHILDREN_LIMIT, offset=0)
     return {
         **view,

@@ -18,6 +18,7 @@ from noetl_celery.engine.readmodels import (
     FailedItemsPage,
     LogsPage,
 )
+from noetl_celery.engine.routing import routed_steps
 from noetl_celery.engine.summaries import (
     ExecutionLine,
     RunSummary,
@@ -27,6 +28,7 @@ from noetl_celery.engine.summaries import (
     run_summary,
     status_view,
 )
+from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import EventJSON, LogJSON
 from noetl_celery.tools.services import ToolServices
@@ -41,6 +43,7 @@ class EngineReads:
     store: Store
     playbooks: PlaybookCache
     services: ToolServices
+    settings: Settings
 
     def summary(self, execution_id: str) -> RunSummary:
         """The `run --json` object: execution_id, status, result, error, errors,
@@ -56,11 +59,24 @@ class EngineReads:
     def status(self, execution_id: str) -> StatusView:
         """`status`'s view; its steps in the playbook's workflow order."""
         row = self.store.execution(execution_id)
-        return status_view(self.store, row, self.workflow_order(row.catalog_id))
+        return status_view(
+            self.store,
+            row,
+            self.workflow_order(row.catalog_id),
+            self.routed_queues(row.catalog_id),
+        )
 
     def workflow_order(self, catalog_id: int) -> list[str]:
         """The steps of catalog version `catalog_id` as its workflow declares them."""
         return [s.step for s in self.playbooks.get(catalog_id).workflow]
+
+    def routed_queues(self, catalog_id: int) -> dict[str, str]:
+        """The steps of catalog version `catalog_id` that workers take from a named queue,
+        as this environment routes them (spec.queue, NOETL_QUEUE_BY_KIND); none in the
+        embedded mode, whose threads run every command."""
+        if self.settings.embedded:
+            return {}
+        return routed_steps(self.playbooks.get(catalog_id), dict(self.settings.queue_by_kind))
 
     def executions(
         self,
@@ -115,7 +131,8 @@ class EngineReads:
         `started_at`, `rate_per_second`, `eta_seconds`."""
         row = self.store.execution(execution_id)
         order = self.workflow_order(row.catalog_id)
-        return self._masked(readmodels.detail(self.store, row, order))
+        queues = self.routed_queues(row.catalog_id)
+        return self._masked(readmodels.detail(self.store, row, order, queues))
 
     def failed_items(
         self,

@@ -15,12 +15,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.models.playbook import Playbook
 from noetl_celery.routing import step_queue
 from noetl_celery.store.repository import Store
 
 log = logging.getLogger("noetl_celery.dispatch")
 
 CACHE_LIMIT = 50_000  # (execution, step) entries kept; cleared whole when full
+
+
+def routed_steps(playbook: Playbook, by_kind: Mapping[str, str]) -> dict[str, str]:
+    """The steps of `playbook` whose commands go to a named queue, with that queue (what
+    `status` names when one of them waits for a worker)."""
+    routed: dict[str, str] = {}
+    for step in playbook.workflow:
+        queue = step_queue(step.spec, tuple(tool.kind for _, tool in step.tasks()), by_kind)
+        if queue is not None:
+            routed[step.step] = queue
+    return routed
 
 
 class Routed:

@@ -92,7 +92,8 @@ class WaitingStep(TypedDict):
     step: str
     commands: int
     seconds: float | None
-    queue: NotRequired[str | None]  # the queue they wait in (not every version says)
+    # the named queue they wait in (engine.routing); None: the engine's commands queue
+    queue: NotRequired[str | None]
 
 
 class NotificationLine(TypedDict):
@@ -312,8 +313,15 @@ def in_workflow_order(names: Iterable[str], order: Sequence[str]) -> list[str]:
     return [name for _, name in ranked]
 
 
-def status_view(store: Store, row: ExecutionRow, order: Sequence[str] = ()) -> StatusView:
-    """What `status` shows; `steps` in `order` (the playbook's workflow order)."""
+def status_view(
+    store: Store,
+    row: ExecutionRow,
+    order: Sequence[str] = (),
+    queues: Mapping[str, str] | None = None,
+) -> StatusView:
+    """What `status` shows; `steps` in `order` (the playbook's workflow order). `queues`:
+    the steps routed to a named queue (engine.routing.routed_steps), named on a step
+    whose commands wait for a worker: a pool nobody started is the usual reason."""
     state = row.state or {}
     steps = state.get("steps") or {}
     in_flight = store.in_flight(row.execution_id)
@@ -326,6 +334,8 @@ def status_view(store: Store, row: ExecutionRow, order: Sequence[str] = ()) -> S
             "seconds": round((now - f.oldest_issued_at).total_seconds(), 1)
             if f.oldest_issued_at
             else None,
+            # None: the engine's commands queue
+            "queue": (queues or {}).get(f.step),
         }
         for f in sorted(in_flight, key=lambda f: f.step)
         if f.status == CMD_ISSUED and f.step not in running

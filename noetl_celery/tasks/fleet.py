@@ -41,16 +41,25 @@ def identity_known() -> bool:
 
 @inspect_command(name=IDENTITY_COMMAND)
 def noetl_identity(state: Any, **_: Any) -> dict[str, Any]:
-    """The remote-control answer: this worker's engine database and host."""
+    """The remote-control answer: this worker's engine database, host and the queues it
+    consumes (a routed step waits on a queue no worker serves: `status` says so)."""
     return {
         "database_id": _mine.database_id,
         "database": _mine.database,
         "hostname": state.hostname,
+        "queues": _consumed(state),
     }
 
 
+def _consumed(state: Any) -> list[str]:
+    try:
+        return sorted(q.name for q in state.consumer.task_consumer.queues)
+    except AttributeError:  # the consumer is still starting: no queue is served yet
+        return []
+
+
 def fleet_identities(app: Celery, timeout: float = 1.0) -> list[dict[str, Any]]:
-    """Every worker's answer within `timeout`: `{hostname, database_id, database}`; an
+    """Every worker's answer within `timeout`: `{hostname, database_id, database, queues}`; an
     older worker that does not know the command answers without `database_id`. [] when
     no worker answers, or the broker cannot be reached (logged)."""
     try:

@@ -98,7 +98,8 @@ class PrivatePostgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
 
-    def init(self) -> None:
+    def init(self, extra: tuple[str, ...] = ()) -> None:
+        """`extra`: more postgresql.conf lines (a later line wins: `fsync = on`)."""
         if self._as_postgres:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
@@ -110,6 +111,7 @@ class PrivatePostgres:
                 "fsync = off",
                 "max_connections = 200",
                 "shared_buffers = 128MB",
+                *extra,
             ]
         )
         with (self.data / "postgresql.conf").open("a") as fh:

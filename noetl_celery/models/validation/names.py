@@ -101,6 +101,10 @@ NOETL_ONLY = {
     "catalog_id": "NoETL's catalog id of the playbook, which noetl-celery does not provide "
     "(use `execution_id` or `job`)",
 }
+# A loop step's result (orchestrator.iterations.finish_loop), as templates read it
+LOOP_RESULT = frozenset({"stats", "results", "_ref"})
+LOOP_STATS = frozenset({"total", "success", "failed"})
+_FALLBACK = frozenset({"data", "result"})  # templating.result_view: the result itself
 # What older playbooks call the outcome of the step being routed (NoETL v1 names)
 _OUTCOME_NAMES = frozenset({"result", "response"})
 _STEP_FIELDS = ("tool", "input", "set", "loop", "next")
@@ -111,6 +115,7 @@ class _Defined:
     """Everything the playbook itself defines a name for."""
 
     steps: list[str] = field(default_factory=list)
+    loop_steps: set[str] = field(default_factory=set)  # their result's shape is fixed
     variables: set[str] = field(default_factory=set)  # workload, `set`, iterators
     locals: set[str] = field(default_factory=set)  # input keys, task labels
     iter_keys: set[str] = field(default_factory=set)  # `set: {iter.<k>: ...}`
@@ -163,6 +168,8 @@ def _definitions(data: Mapping[str, Any]) -> _Defined:
         name = step.get("step")
         if isinstance(name, str):
             defined.steps.append(name)
+            if step.get("loop") is not None:
+                defined.loop_steps.add(name)
         iterator = as_dict(step.get("loop")).get("iterator")
         if isinstance(iterator, str):  # NoETL keeps the last item as a variable
             defined.variables.add(iterator)
@@ -231,6 +238,12 @@ def _check_value(
                 line = collector.document.text_line(text_path, ref.line)
                 add = collector.error if is_error else collector.warning
                 add(text_path, message, line=line)
+        for ref in set(refs.references):
+            message = _loop_result_problem(ref.names, defined)
+            if message is not None:
+                collector.error(
+                    text_path, message, line=collector.document.text_line(text_path, ref.line)
+                )
         if where.field == "next" and inner[2:3] == ("when",):
             _check_events(collector, text_path, refs, where)
 
@@ -284,6 +297,33 @@ def _reference_problem(
         f"rendering fails{hint}",
         False,
     )
+
+
+def _loop_result_problem(names: tuple[str, ...], defined: _Defined) -> str | None:
+    """A field of a loop step's result that it never has: the engine makes that result
+    (`{stats: {total, success, failed}, results: [...]}`, orchestrator.iterations), so a
+    misspelt field fails every run that reads it. `data`/`result` read the result itself
+    (templating.result_view); `_ref` is its reference."""
+    step = names[0]
+    if step not in defined.loop_steps or step in defined.variables or step in defined.locals:
+        return None
+    fields = list(names[1:])
+    while fields and fields[0] in _FALLBACK:
+        fields.pop(0)
+    if not fields:
+        return None
+    shown = ".".join(names)
+    if fields[0] not in LOOP_RESULT:
+        return (
+            f"`{shown}`: `{step}` is a loop step, and its result has `stats` and `results` "
+            f"only{did_you_mean(fields[0], LOOP_RESULT, prefix=step + '.')}"
+        )
+    if fields[0] == "stats" and len(fields) > 1 and fields[1] not in LOOP_STATS:
+        return (
+            f"`{shown}`: a loop step's `stats` has {names_list(sorted(LOOP_STATS))}"
+            f"{did_you_mean(fields[1], LOOP_STATS, prefix=step + '.stats.')}"
+        )
+    return None
 
 
 def _iter_problem(key: str, defined: _Defined, where: _Where) -> tuple[str | None, bool]:

@@ -3,14 +3,19 @@ stand-ins here; tests/acceptance/test_misconfiguration.py runs it against real w
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from noetl_celery.cli.fleet import WorkerCheck
+from noetl_celery.cli.fleet import WorkerCheck, unserved_queues
+from noetl_celery.constants import CMD_ISSUED, CMD_RUNNING
 from noetl_celery.errors import WorkersElsewhere
 from noetl_celery.settings import Settings
+from noetl_celery.store.rows import InFlight
+from noetl_celery.store.schema import utcnow
 
 MINE = "abc/db_a"
 SETTINGS = Settings(database_url="postgresql://u:pw@h:5432/db_a", broker_url="redis://:pw@r:6379/1")
@@ -29,10 +34,17 @@ class FakeStore:
     claimed: bool = False
     asked: int = 0
     outbox: FakeOutbox = field(default_factory=FakeOutbox)
+    flights: list[InFlight] = field(default_factory=list)
 
     def any_claimed(self, execution_id: str) -> bool:
         self.asked += 1
         return self.claimed
+
+    def execution(self, execution_id: str) -> SimpleNamespace:
+        return SimpleNamespace(catalog_id=7)
+
+    def in_flight(self, execution_id: str) -> list[InFlight]:
+        return self.flights
 
 
 @dataclass
@@ -40,6 +52,10 @@ class FakeEngine:
     database_id: str | None = MINE
     store: FakeStore = field(default_factory=FakeStore)
     cancelled: list[tuple[str, str]] = field(default_factory=list)
+    routed: dict[str, str] = field(default_factory=dict)
+
+    def routed_queues(self, catalog_id: int) -> dict[str, str]:
+        return self.routed
 
     def cancel(self, execution_id: str, reason: str = "") -> bool:
         self.cancelled.append((execution_id, reason))
@@ -141,3 +157,63 @@ def test_commands_held_for_the_broker_wait_for_it_not_for_a_worker() -> None:
     assert asks[0] == 0 and warnings == []
     run_for(check, clock, 10.0)
     assert asks[0] >= 1 and warnings[0].startswith("waiting for a worker")
+
+
+W = {"step": "each", "queue": "io"}
+
+
+@pytest.mark.parametrize(
+    ("waiting", "answers", "expected"),
+    [
+        # a worker of this database consumes `io`: served
+        ([W], [{"database_id": MINE, "queues": ["io", "noetl.orchestrate"]}], {}),
+        # only the default queue is consumed here; `io` only by another database's worker
+        (
+            [W, {"step": "other", "queue": "io"}, {"step": "plain", "queue": None}],
+            [
+                {"database_id": MINE, "queues": ["noetl.commands", "noetl.orchestrate"]},
+                {"database_id": "x/y", "queues": ["io"]},
+            ],
+            {"io": ["each", "other"]},
+        ),
+        # nobody answers: the "no worker" warning covers it, not this one
+        ([W], [], {}),
+        # an older worker does not list its queues: it may serve it
+        ([W], [{"database_id": MINE}], {}),
+        # the engine's own queue is never "routed"
+        ([{"step": "plain", "queue": None}], [{"database_id": MINE, "queues": []}], {}),
+    ],
+)
+def test_unserved_queues(
+    waiting: list[dict[str, Any]], answers: list[dict[str, Any]], expected: dict[str, list[str]]
+) -> None:
+    assert unserved_queues(waiting, answers, MINE) == expected
+
+
+def flight(step: str, status: str = CMD_ISSUED, age: float = 60.0) -> InFlight:
+    return InFlight(step, status, 3, utcnow() - dt.timedelta(seconds=age))
+
+
+def test_a_routed_step_waiting_on_an_unserved_queue_is_named_once() -> None:
+    engine = FakeEngine(store=FakeStore(claimed=True), routed={"each": "io"})
+    answers = [{"hostname": "w", "database_id": MINE, "queues": ["noetl.commands"]}]
+    check, _, clock, warnings, asks = make(answers, engine)
+    engine.store.flights = [flight("each", age=2.0), flight("start", CMD_RUNNING)]
+    run_for(check, clock, 8.0)
+    assert asks[0] == 0 and warnings == []  # waited 2 s only: not asked yet
+    engine.store.flights = [flight("each", age=30.0)]
+    run_for(check, clock, 20.0)
+    assert warnings == [
+        "step each waits on queue io, which no worker of this engine database consumes: "
+        "start one with `noetl-celery worker -Q io`"
+    ]
+    assert asks[0] == 1  # said once, and nothing more to ask about
+
+
+def test_a_routed_queue_a_worker_consumes_is_not_named() -> None:
+    engine = FakeEngine(store=FakeStore(claimed=True), routed={"each": "io"})
+    engine.store.flights = [flight("each", age=30.0)]
+    answers = [{"hostname": "w", "database_id": MINE, "queues": ["io"]}]
+    check, _, clock, warnings, asks = make(answers, engine)
+    run_for(check, clock, 12.0)
+    assert warnings == [] and asks[0] >= 2  # asked every few seconds while it waits

@@ -70,6 +70,11 @@ def test_a_command_no_worker_took_is_reported_as_waiting() -> None:
     v["waiting"] = [{"step": "start", "commands": 1, "seconds": 11.6}]
     rates.observe(v, 0.0)
     assert progress_lines(v, rates, 12.0) == ["RUNNING 12.0s  waiting for a worker (12s): start"]
+    # a routed step names the queue whose pool must take it
+    v["waiting"] = [{"step": "fetch", "commands": 4, "seconds": 30.2, "queue": "io"}]
+    assert progress_lines(v, rates, 31.0) == [
+        "RUNNING 31.0s  waiting for a worker on queue io (30s): fetch"
+    ]
 
 
 def test_commands_held_for_the_broker_are_named_instead_of_a_bare_rate() -> None:

@@ -57,6 +57,11 @@ LOOP = """
     code: "result = {'n': name}"
 """
 TOP = "workload:\n  cities: [a, b]\n  limit: 3\n"
+FAN = """
+        - step: fan
+          loop: {in: [1, 2], iterator: x}
+          tool: {kind: noop}
+          next: {arcs: [{step: b}]}"""  # indented as the cases that follow it
 PG = "- step: q\n  tool:\n    kind: postgres\n    %s\n    command: select 1\n"
 
 # fmt: off
@@ -207,6 +212,17 @@ BAD = [
             tool: {kind: postgres, auth: nope, command: "select 1"}  # <--
         """), "credential `nope` is not in", None, "workbook[0].tool.auth", "error",
         FILE_CREDS),
+    # --- a loop step's result fields (its shape is the engine's) -----------------------------
+    bad("loop-result-field", pb(FAN + """
+        - step: b
+          tool: {kind: python, input: {n: "{{ fan.count }}"}, code: "result = 1"}  # <--
+        """), "`fan.count`: `fan` is a loop step, and its result has `stats` and `results` "
+        "only", "b", "tool.input.n", "error"),
+    bad("loop-stats-field", pb(FAN + """
+        - step: b
+          tool: {kind: python, input: {n: "{{ fan.data.stats.totl }}"}, code: "result = 1"}  # <--
+        """), "a loop step's `stats` has `failed`, `success`, `total`; did you mean "
+        "`fan.stats.total`?", "b", "tool.input.n", "error"),
 ]
 
 GOOD = [
@@ -285,6 +301,19 @@ GOOD = [
           tool: {kind: duckdb, auth: anything, query: "select 1"}
         """), FILE_CREDS),
     good("credential-not-asked", pb(PG % "auth: whatever")),
+    good("loop-result-fields", pb(FAN + """
+        - step: b
+          tool:
+            kind: python
+            input:
+              a: "{{ fan.stats.total }} {{ fan.results | length }} {{ fan.data.stats.failed }}"
+              b: "{{ fan._ref }} {{ fan.get('x') }} {{ fan.nope | default(0) }}"
+            code: "result = 1"
+        """)),
+    good("a-variable-named-like-a-loop-step-is-not-checked", pb(FAN + """
+        - step: b
+          tool: {kind: python, input: {n: "{{ fan.anything }}"}, code: "result = 1"}
+        """, "workload:\n  fan: {anything: 1}\n")),
 ]
 # fmt: on
 
