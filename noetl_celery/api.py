@@ -31,7 +31,7 @@ from noetl_celery.settings import Settings
 from noetl_celery.tasks.broker import client_dispatcher
 
 if TYPE_CHECKING:
-    from noetl_celery.engine.summaries import ExecutionLine
+    from noetl_celery.engine.summaries import ExecutionLine, RunSummary, StatusView
     from noetl_celery.store.rows import EventJSON, LogJSON
 
 PlaybookSource = str | os.PathLike[str]
@@ -80,12 +80,12 @@ class Client:
         """Start the registered playbook at `catalog_path` (latest version unless given)."""
         return self.engine.start_path(catalog_path, payload, version)
 
-    def wait(self, execution_id: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, execution_id: str, timeout: float | None = None) -> RunSummary:
         """Block until the execution is terminal; returns the `run --json` summary."""
         self.engine.wait(execution_id, timeout)
         return self.engine.summary(execution_id)
 
-    def status(self, execution_id: str) -> dict[str, Any]:
+    def status(self, execution_id: str) -> StatusView:
         return self.engine.status(execution_id)
 
     def executions(
@@ -104,7 +104,7 @@ class Client:
         """Cancel a running execution and its children; False if it had already ended."""
         return self.engine.cancel(execution_id, "cancelled through the Python API")
 
-    def summary(self, execution_id: str) -> dict[str, Any]:
+    def summary(self, execution_id: str) -> RunSummary:
         return self.engine.summary(execution_id)
 
     def rerun(
@@ -161,7 +161,7 @@ def run(
     *,
     settings: Settings | None = None,
     timeout: float | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Run a playbook (file path or YAML text) to its end; returns the summary
     `{execution_id, status, result, error, duration_seconds, steps}`."""
     with Client(settings) as client:

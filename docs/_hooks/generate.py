@@ -5,7 +5,8 @@ they cannot drift from it.
   (`noetl_celery.cli.docgen`).
 - `reference/rest-api.md` and `reference/openapi.json`: the OpenAPI document of
   `noetl-celery serve`'s FastAPI app, and a plain rendering of its paths, methods,
-  summaries and parameters (offline: no CDN, no JavaScript).
+  summaries, parameters and answers, with the fields of every answer's shape (offline:
+  no CDN, no JavaScript).
 """
 
 from __future__ import annotations
@@ -40,6 +41,75 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def _type(schema: dict[str, Any]) -> str:
+    """A field's type in a few words: `ExecutionLine`, `list of string`, `integer or null`."""
+    if "$ref" in schema:
+        name = _ref_name(schema["$ref"])
+        return f"[{name}](#{name.lower()})"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return " or ".join(_type(s) for s in schema[key])
+    kind = schema.get("type")
+    if kind == "array":
+        return "list of " + _type(schema.get("items") or {})
+    if kind == "object":
+        extra = schema.get("additionalProperties")
+        return "object of " + _type(extra) if isinstance(extra, dict) and extra else "object"
+    if kind is None:
+        return "any JSON"
+    return str(kind)
+
+
+def _answer(code: str, response: dict[str, Any]) -> str:
+    """`200` Successful Response: `application/json` [Shape](#shape)."""
+    text = f"`{code}` {_cell(response.get('description', ''))}"
+    shown = [
+        f"`{media}` {_type(body['schema'])}"
+        for media, body in (response.get("content") or {}).items()
+        if body.get("schema")
+    ]
+    return text + (": " + ", ".join(shown) if shown else "")
+
+
+def _answer_refs(spec: dict[str, Any]) -> list[str]:
+    """The components the answers name, with those they name in turn, in order."""
+    components = spec.get("components", {}).get("schemas", {})
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            ref = value.get("$ref")
+            if isinstance(ref, str) and _ref_name(ref) not in found:
+                found.append(_ref_name(ref))
+                visit(components.get(_ref_name(ref)))
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    for ops in spec["paths"].values():
+        for op in ops.values():
+            visit(op.get("responses", {}))
+    return found
+
+
+def _shape(name: str, schema: dict[str, Any]) -> list[str]:
+    lines = [f"### {name}", ""]
+    if schema.get("description"):
+        lines += [" ".join(schema["description"].split()), ""]
+    required = set(schema.get("required", ()))
+    lines += ["| field | type | always there |", "|---|---|---|"]
+    for field, about in schema.get("properties", {}).items():
+        always = "yes" if field in required else ""
+        lines.append(f"| `{field}` | {_cell(_type(about))} | {always} |")
+    return [*lines, ""]
+
+
 def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
     lines = [f"### `{method.upper()} {path}`", "", f"**{op.get('summary', '')}**", ""]
     if op.get("description"):
@@ -55,9 +125,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
     body = op.get("requestBody", {}).get("content", {})
     if body:
         lines += ["Request body: " + ", ".join(f"`{t}`" for t in body), ""]
-    codes = ", ".join(
-        f"`{c}` {_cell(r.get('description', ''))}" for c, r in op["responses"].items()
-    )
+    codes = "; ".join(_answer(c, r) for c, r in op["responses"].items())
     return [*lines, f"Responses: {codes}", ""]
 
 
@@ -90,6 +158,17 @@ def rest_markdown(spec: dict[str, Any]) -> str:
     for tag in tags:
         for method, path, op in by_tag[tag]:
             lines += _operation(method, path, op)
+    components = spec.get("components", {}).get("schemas", {})
+    lines += [
+        "## Answers",
+        "",
+        "The shapes the operations above answer (each one's `--json` twin prints the same:",
+        "`status`, `executions`, `run`, `events`, `logs`, `catalog`, `schedule`). A field",
+        "not marked *always there* may be left out.",
+        "",
+    ]
+    for name in _answer_refs(spec):
+        lines += _shape(name, components[name])
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -38,6 +38,7 @@ from noetl_celery.constants import COMPLETED, RUNNING, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from noetl_celery.engine.service import Engine
+    from noetl_celery.engine.summaries import RunSummary
 
 ASK, CANCEL, DETACH = "ask", "cancel", "detach"
 LIVE_REFRESH_SECONDS = 1.0
@@ -194,7 +195,7 @@ def _confirm_cancel(execution_id: str) -> bool:
         return False
 
 
-def report(summary: dict[str, Any], *, as_json: bool, stdout: TextIO) -> int:
+def report(summary: RunSummary, *, as_json: bool, stdout: TextIO) -> int:
     """Print the end of a wait (`run`, `watch`, `rerun`); returns the exit code. `--json`:
     the summary object. Text: the status line and a COMPLETED run's result on stdout;
     what failed on stderr, one line per error (a failed run has no result to print)."""

@@ -7,10 +7,16 @@ import difflib
 from typing import Any
 
 import yaml
+from typing_extensions import TypedDict
 
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import CatalogEntry, CatalogSummary, CatalogVersion
+from noetl_celery.store.rows import (
+    CatalogEntry,
+    CatalogSummary,
+    CatalogVersion,
+    CatalogVersionJSON,
+)
 
 _PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 
@@ -33,6 +39,24 @@ def suggest(wanted: str, known: list[str], limit: int = 3) -> list[str]:
         if path not in found:
             found.append(path)
     return found[:limit]
+
+
+class CatalogShow(TypedDict):
+    """One version as `catalog show --json` and `/api/v1/catalog/{path}` show it."""
+
+    path: str
+    version: int
+    latest_version: int
+    catalog_id: int
+    name: str
+    content_sha256: str
+    registered_at: str
+    # the playbook's own `metadata:` mapping, as written (YAML keys need not be strings)
+    metadata: dict[Any, Any]
+    versions: list[CatalogVersionJSON]
+    # `script:` files stored with this version (engine.scripts): {base_dir, files}
+    scripts: dict[str, Any] | None
+    content: str
 
 
 def _did_you_mean(paths: list[str]) -> str:
@@ -76,7 +100,7 @@ class Catalog:
         found, _ = self._version(path, version)
         return CatalogEntry(found.catalog_id, found.path, found.version, found.name)
 
-    def show(self, path: str, version: int | None = None) -> dict[str, Any]:
+    def show(self, path: str, version: int | None = None) -> CatalogShow:
         """One version: its metadata, its YAML content and the path's versions."""
         found, all_versions = self._version(path, version)
         content = self.store.catalog_content(found.catalog_id)
@@ -95,7 +119,6 @@ class Catalog:
             "registered_at": found.to_json()["registered_at"],
             "metadata": metadata if isinstance(metadata, dict) else {},
             "versions": [v.to_json() for v in all_versions],
-            # `script:` files stored with this version (engine.scripts): {base_dir, files}
             "scripts": self.store.catalog_scripts(found.catalog_id),
             "content": content,
         }

@@ -5,12 +5,12 @@ stuck executions. Plain rows out; the shapes are web.noetl_shapes'."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from noetl_celery.engine.catalog import suggest
-from noetl_celery.engine.summaries import RunError, run_errors, status_view
+from noetl_celery.engine.summaries import RunError, StatusView, run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
 from noetl_celery.store.rows import CatalogRow, EventRow, ExecutionRow
 from noetl_celery.store.schema import utcnow
@@ -123,7 +123,7 @@ def executions_page(
 
 @dataclass(frozen=True)
 class StatusParts:
-    view: Mapping[str, Any]  # Engine.status
+    view: StatusView  # Engine.status
     errors: list[RunError]  # what failed (engine.summaries.run_errors), empty when COMPLETED
     order: list[str]  # the playbook's steps in declaration order
     last_step: str | None  # the last step that completed

@@ -6,10 +6,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from noetl_celery.models.playbook import Playbook, Step
 
 # a step the execution has not reached has no entry in the state
 NOT_REACHED = "pending"
+
+
+class GraphNode(TypedDict):
+    step: str
+    status: str  # the step's status, NOT_REACHED when it has not run
+    tool: str | None
+
+
+# `from` is a keyword: the functional form
+GraphEdge = TypedDict("GraphEdge", {"from": str, "to": str, "when": str | None})
+
+
+class FlowGraph(TypedDict):
+    entry: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
 
 
 def tool_kind(step: Step) -> str | None:
@@ -30,11 +48,11 @@ def _when(value: str | bool | None) -> str | None:
     return value
 
 
-def build_graph(playbook: Playbook, steps: Mapping[str, Any]) -> dict[str, Any]:
+def build_graph(playbook: Playbook, steps: Mapping[str, Any]) -> FlowGraph:
     """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}` in workflow
     order; `steps` is the state snapshot's `steps` (status per step that ran)."""
-    nodes = []
-    edges = []
+    nodes: list[GraphNode] = []
+    edges: list[GraphEdge] = []
     for step in playbook.workflow:
         state = steps.get(step.step)
         status = state.get("status") if isinstance(state, dict) else None

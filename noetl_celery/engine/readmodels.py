@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from noetl_celery.constants import EVENT_TYPES, FAILURE_EVENTS
-from noetl_celery.engine.graph import build_graph
+from noetl_celery.engine.graph import GraphEdge, GraphNode, build_graph
 from noetl_celery.engine.summaries import (
+    ExecutionLine,
+    ExecutionView,
+    RunError,
     error_kind,
     error_text,
     execution_line,
@@ -22,7 +27,70 @@ from noetl_celery.errors import InputInvalid
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.store.overview import LoopTotals
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.store.rows import EventJSON, ExecutionRow, LogJSON
+
+
+class ExecutionListLine(ExecutionLine):
+    """An execution as `/api/v1/executions` lists it: `executions`' line plus its loop
+    items (`items_done` = succeeded + failed, kept for API clients)."""
+
+    items_done: int
+    items_succeeded: int
+    items_failed: int
+
+
+class ExecutionsPage(TypedDict):
+    executions: list[ExecutionListLine]
+    total: int
+    limit: int
+    offset: int
+
+
+class ExecutionDetail(ExecutionView):
+    """`/api/v1/executions/{id}`: the status view with `errors` as `run --json` lists
+    them, the state's raw step failures under `failures`, and the children."""
+
+    failures: list[dict[str, Any]]
+    errors: list[RunError]
+    children: list[ExecutionListLine]
+    children_total: int
+
+
+class FailedItem(TypedDict):
+    epoch: int | None
+    iteration: int
+    value: str  # a short preview of the item
+    kind: str
+    message: str
+
+
+class FailedItemsPage(TypedDict):
+    items: list[FailedItem]
+    total: int
+    offset: int
+    limit: int
+
+
+class EventsPage(TypedDict):
+    events: list[EventJSON]
+    next_since: int
+    left_out: int
+
+
+class LogsPage(TypedDict):
+    logs: list[LogJSON]
+    next_since: int
+    left_out: int
+
+
+class ExecutionGraph(TypedDict):
+    """`FlowGraph` of an execution (the same fields, after its id)."""
+
+    execution_id: str
+    entry: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
 
 # child executions a detail lists (a loop of sub-playbooks can start thousands: the
 # listing filtered by `parent` pages through all of them)
@@ -49,7 +117,7 @@ def executions_page(
     parent: str | None = None,
     limit: int = 50,
     offset: int = 0,
-) -> dict[str, Any]:
+) -> ExecutionsPage:
     """`{"executions": [line + items_done, items_succeeded, items_failed], "total",
     "limit", "offset"}` (`items_done` = succeeded + failed, kept for API clients),
     newest first. Three queries whatever the page size: the page (with its count), the
@@ -65,7 +133,7 @@ def executions_page(
     totals = store.overview.loop_totals([r.execution_id for r in rows])
     open_ids = [eid for eid, t in totals.items() if t.open_epochs]
     steps = store.overview.step_states(open_ids)
-    lines = []
+    lines: list[ExecutionListLine] = []
     for row in rows:
         done, failed = loop_items(
             totals.get(row.execution_id, LoopTotals()), steps.get(row.execution_id, {})
@@ -86,17 +154,19 @@ def detail(
     row: ExecutionRow,
     order: Sequence[str] = (),
     queues: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> ExecutionDetail:
     """`status_view` plus the child executions (first `CHILDREN_LIMIT`, newest first,
     and how many there are), `errors` as `run --json` lists them, and the state's raw
     step failures under `failures`. Loops carry start, rate and ETA (engine.summaries.loop_pace)."""
     view = status_view(store, row, order, queues)
-    view["failures"] = view.pop("errors")
-    view["errors"] = run_errors(store, row)
     children = executions_page(store, parent=row.execution_id, limit=CHILDREN_LIMIT, offset=0)
-    view["children"] = children["executions"]
-    view["children_total"] = children["total"]
-    return view
+    return {
+        **view,
+        "failures": view["errors"],
+        "errors": run_errors(store, row),
+        "children": children["executions"],
+        "children_total": children["total"],
+    }
 
 
 def check_step(playbook: Playbook, row: ExecutionRow, step: str) -> None:
@@ -113,7 +183,7 @@ def failed_items(
     epoch: int | None = None,
     offset: int = 0,
     limit: int = 50,
-) -> dict[str, Any]:
+) -> FailedItemsPage:
     """`{"items": [{epoch, iteration, value, kind, message}], "total", "offset",
     "limit"}`: failed iterations of `step` (of `epoch`, or every epoch) in iteration
     order, `value` a short preview of the item."""
@@ -159,7 +229,7 @@ def events_since(
     step: str | None,
     since: int,
     limit: int,
-) -> dict[str, Any]:
+) -> EventsPage:
     """`{"events": [...], "next_since", "left_out"}`: the first `limit` matching events
     after event id `since`, oldest first; `next_since` continues after the last one
     (unchanged when there was none), `left_out` counts the matching events past it."""
@@ -175,7 +245,7 @@ def events_since(
 
 def logs_since(
     store: Store, row: ExecutionRow, *, step: str | None, since: int, limit: int
-) -> dict[str, Any]:
+) -> LogsPage:
     """`{"logs": [...], "next_since", "left_out"}` as `events_since`, over log ids."""
     page = store.history.logs_after(row.execution_id, step=step, after=since, limit=limit)
     rows = [r.to_json() for r in page.rows]
@@ -183,8 +253,6 @@ def logs_since(
     return {"logs": rows, "next_since": next_since, "left_out": page.left_out}
 
 
-def graph(playbook: Playbook, row: ExecutionRow) -> dict[str, Any]:
-    return {
-        "execution_id": row.execution_id,
-        **build_graph(playbook, (row.state or {}).get("steps") or {}),
-    }
+def graph(playbook: Playbook, row: ExecutionRow) -> ExecutionGraph:
+    flow = build_graph(playbook, (row.state or {}).get("steps") or {})
+    return {"execution_id": row.execution_id, **flow}

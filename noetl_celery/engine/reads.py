@@ -5,14 +5,24 @@ and the read models of the HTTP API and the pages (engine.readmodels), as method
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import TypeVar, cast
 
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
 from noetl_celery.engine.playbooks import PlaybookCache
+from noetl_celery.engine.readmodels import (
+    EventsPage,
+    ExecutionDetail,
+    ExecutionGraph,
+    ExecutionsPage,
+    FailedItemsPage,
+    LogsPage,
+)
 from noetl_celery.engine.routing import routed_steps
 from noetl_celery.engine.summaries import (
     ExecutionLine,
+    RunSummary,
+    StatusView,
     execution_line,
     run_errors,
     run_summary,
@@ -22,6 +32,8 @@ from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import EventJSON, LogJSON
 from noetl_celery.tools.services import ToolServices
+
+View = TypeVar("View")
 
 
 class EngineReads:
@@ -33,7 +45,7 @@ class EngineReads:
     services: ToolServices
     settings: Settings
 
-    def summary(self, execution_id: str) -> dict[str, Any]:
+    def summary(self, execution_id: str) -> RunSummary:
         """The `run --json` object: execution_id, status, result, error, errors,
         duration, steps. Only a COMPLETED execution has a result; a FAILED or CANCELLED
         one lists what failed in `errors` (`{step, item, kind, message}`, first 20)."""
@@ -41,10 +53,10 @@ class EngineReads:
         summary = run_summary(self.store, row)
         if row.status != COMPLETED:
             summary["result"] = None
-        summary["errors"] = run_errors(self.store, row)
-        return summary
+        # models.summary's fields (RunSummary declares them) plus `errors`
+        return cast(RunSummary, {**summary, "errors": run_errors(self.store, row)})
 
-    def status(self, execution_id: str) -> dict[str, Any]:
+    def status(self, execution_id: str) -> StatusView:
         """`status`'s view; its steps in the playbook's workflow order."""
         row = self.store.execution(execution_id)
         return status_view(
@@ -83,8 +95,9 @@ class EngineReads:
     # Each answer goes through the tools' redactor once more: messages are masked where
     # they are made, but a step's result, a rerun's overrides or a payload echoed in an
     # error may hold a credential's secret, and these answers leave the machine.
-    def _masked(self, view: dict[str, Any]) -> dict[str, Any]:
-        masked: dict[str, Any] = self.services.redactor.redact_value(view)
+    def _masked(self, view: View) -> View:
+        # the redactor replaces secret text inside strings: the shape stays the same
+        masked: View = self.services.redactor.redact_value(view)
         return masked
 
     def executions_page(
@@ -96,7 +109,7 @@ class EngineReads:
         parent: str | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> dict[str, Any]:
+    ) -> ExecutionsPage:
         """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
         `execution_line` plus `items_done` (loop iterations finished, failed included)
         and `items_failed`, over all its loop epochs (open ones live)."""
@@ -112,7 +125,7 @@ class EngineReads:
             )
         )
 
-    def detail(self, execution_id: str) -> dict[str, Any]:
+    def detail(self, execution_id: str) -> ExecutionDetail:
         """`status` plus `children` (lines, `children_total`), `errors` as `run --json`
         lists them (the state's raw step failures under `failures`), and per loop
         `started_at`, `rate_per_second`, `eta_seconds`."""
@@ -129,7 +142,7 @@ class EngineReads:
         epoch: int | None = None,
         offset: int = 0,
         limit: int = 50,
-    ) -> dict[str, Any]:
+    ) -> FailedItemsPage:
         """`{"items": [{epoch, iteration, value, kind, message}], "total"}`: a page of the
         failed iterations of loop step `step`, in iteration order. InputInvalid for a
         step the playbook does not have."""
@@ -148,7 +161,7 @@ class EngineReads:
         step: str | None = None,
         since: int = 0,
         limit: int = 200,
-    ) -> dict[str, Any]:
+    ) -> EventsPage:
         """`{"events", "next_since", "left_out"}`: events after event id `since`, oldest
         first, of any of `types` (failures only with `failed`, as `events --failed`) and
         of `step`. InputInvalid for an unknown type or step."""
@@ -164,7 +177,7 @@ class EngineReads:
 
     def logs_since(
         self, execution_id: str, *, step: str | None = None, since: int = 0, limit: int = 200
-    ) -> dict[str, Any]:
+    ) -> LogsPage:
         """`{"logs", "next_since", "left_out"}`: captured output after log id `since`."""
         row = self.store.execution(execution_id)
         if step is not None:
@@ -173,7 +186,7 @@ class EngineReads:
             readmodels.logs_since(self.store, row, step=step, since=since, limit=limit)
         )
 
-    def graph(self, execution_id: str) -> dict[str, Any]:
+    def graph(self, execution_id: str) -> ExecutionGraph:
         """`{"nodes": [{step, status, tool}], "edges": [{from, to, when}]}`: the
         playbook's `next` arcs with each step's status in this execution."""
         row = self.store.execution(execution_id)

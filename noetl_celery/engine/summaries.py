@@ -1,16 +1,22 @@
-"""Read models for operators: the `run --json` summary and the `status` view."""
+"""Read models for operators: the `run --json` summary and the `status` view.
+
+Their shapes are TypedDicts (typing_extensions': pydantic reads them before Python
+3.12): what `--json` prints and what the HTTP API declares as its response models
+(web.api_native), declared once here."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
 from noetl_celery.models.summary import execution_summary
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.store.rows import CommandCountsJSON, ExecutionRow
 from noetl_celery.store.schema import utcnow
 
 # errors `run --json` lists for a failed execution, and characters kept of an item
@@ -59,6 +65,68 @@ class ExecutionLine(TypedDict):
     finished_at: str | None
     duration_seconds: float
     error: str | None
+
+
+class RunSummary(TypedDict):
+    """`run --json` (`watch`, `rerun`; `Engine.summary`): models.summary's object plus
+    `errors`."""
+
+    execution_id: str
+    status: str
+    result: Any  # the playbook's own result: any JSON
+    error: str | None
+    duration_seconds: float
+    steps: dict[str, Any]  # each step that ran: its last result, any JSON
+    errors: list[RunError]
+
+
+class StepLine(TypedDict):
+    step: str
+    status: str
+    runs: int
+
+
+class WaitingStep(TypedDict):
+    """A step whose commands were issued and no worker has taken yet."""
+
+    step: str
+    commands: int
+    seconds: float | None
+    # the named queue they wait in (engine.routing); None: the engine's commands queue
+    queue: NotRequired[str | None]
+
+
+class NotificationLine(TypedDict):
+    """A notification of an execution: never its url or a secret."""
+
+    id: str
+    event: str
+    target: str
+    attempts: int
+    delivered_at: str | None
+    last_error: str | None
+
+
+class ExecutionView(ExecutionLine):
+    """What `status` and the API's detail (engine.readmodels) both show."""
+
+    steps: list[StepLine]
+    current: list[str]
+    waiting: list[WaitingStep]
+    held_for_broker: int
+    loops: list[LoopProgress]
+    commands: CommandCountsJSON
+    # per cursor step, the `cursor.unfinished` report: {epoch, rows, ...} as recorded
+    unfinished_rows: dict[str, dict[str, Any]]
+    # `deadline.at_risk`/`.missed` events: {event, at} and the event's own fields
+    deadline: list[dict[str, Any]]
+    notifications: list[NotificationLine]
+
+
+class StatusView(ExecutionView):
+    """What `status --json` prints (`Engine.status`)."""
+
+    errors: list[dict[str, Any]]  # the state's raw step failures (orchestrator.state)
 
 
 def run_summary(store: Store, row: ExecutionRow) -> dict[str, Any]:
@@ -250,7 +318,7 @@ def status_view(
     row: ExecutionRow,
     order: Sequence[str] = (),
     queues: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> StatusView:
     """What `status` shows; `steps` in `order` (the playbook's workflow order). `queues`:
     the steps routed to a named queue (engine.routing.routed_steps), named on a step
     whose commands wait for a worker: a pool nobody started is the usual reason."""
@@ -259,7 +327,7 @@ def status_view(
     in_flight = store.in_flight(row.execution_id)
     running = {f.step for f in in_flight if f.status == CMD_RUNNING}
     now = utcnow()
-    waiting = [
+    waiting: list[WaitingStep] = [
         {
             "step": f.step,
             "commands": f.count,
@@ -291,7 +359,7 @@ def status_view(
         "held_for_broker": store.outbox.waiting(row.execution_id) if row.status == RUNNING else 0,
         "errors": state.get("failures") or [],
         "loops": loop_progress(store, row),
-        "commands": store.command_counts(row.execution_id).__dict__,
+        "commands": store.command_counts(row.execution_id).to_json(),
         # rows cursor steps had claimed and left unprocessed when the execution was
         # cancelled or timed out (read only once it has ended: they are written then)
         "unfinished_rows": {}
@@ -311,7 +379,7 @@ def deadline_view(store: Store, execution_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def notifications_view(store: Store, execution_id: str) -> list[dict[str, Any]]:
+def notifications_view(store: Store, execution_id: str) -> list[NotificationLine]:
     """`{id, event, target, attempts, delivered_at, last_error}`: never a url or secret."""
     return [
         {

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
 
 from noetl_celery.models.json_types import JSONObject
 
@@ -93,6 +95,10 @@ class SpawnRequest:
     wait: bool
 
 
+# The `...JSON` TypedDicts are the shapes the read models answer (CLI `--json`, the HTTP
+# API's response models, web.api_native): declared once here. typing_extensions'
+# TypedDict, not typing's: pydantic reads these for the OpenAPI document and, before
+# Python 3.12, only that one carries what it needs.
 class EventJSON(TypedDict):
     """An event as the read models answer it (`EventRow.to_json`)."""
 
@@ -157,6 +163,33 @@ class CommandCounts:
     expired: int = 0  # runs lost with their worker (each replaced by a next attempt)
     waiting: int = 0  # parked until a child execution ends (sub-playbooks)
     delayed: int = 0  # parked until a backoff ends (a cursor claim retried)
+
+    def to_json(self) -> CommandCountsJSON:
+        return {
+            "planned": self.planned,
+            "issued": self.issued,
+            "running": self.running,
+            "completed": self.completed,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "expired": self.expired,
+            "waiting": self.waiting,
+            "delayed": self.delayed,
+        }
+
+
+class CommandCountsJSON(TypedDict):
+    """`CommandCounts.to_json()`: commands of an execution by status."""
+
+    planned: int
+    issued: int
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+    expired: int
+    waiting: int
+    delayed: int
 
 
 @dataclass(frozen=True)
@@ -223,6 +256,22 @@ class Page:
     left_out: int = 0
 
 
+class ScheduleJSON(TypedDict):
+    """A schedule as `schedule list --json` and `/api/v1/schedules` show it."""
+
+    schedule_id: int
+    name: str | None
+    path: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]  # the payload its runs get: any JSON object
+    enabled: bool
+    next_fire_at: str | None
+    last_fire_at: str | None
+    created_at: str | None
+    deadline: str | None
+
+
 @dataclass(frozen=True)
 class ScheduleRow:
     schedule_id: int
@@ -237,7 +286,7 @@ class ScheduleRow:
     created_at: dt.datetime
     deadline: str | None = None  # its runs' deadline (models.deadlines)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScheduleJSON:
         def iso(value: dt.datetime | None) -> str | None:
             return None if value is None else value.isoformat() + "Z"
 
@@ -288,6 +337,28 @@ class LoopTotals:
     open_epochs: int = 0
 
 
+class CatalogVersionJSON(TypedDict):
+    """One version of a path (`CatalogVersion.to_json`)."""
+
+    catalog_id: int
+    version: int
+    name: str
+    content_sha256: str
+    registered_at: str
+
+
+class CatalogSummaryJSON(TypedDict):
+    """A catalog path with its latest version (`CatalogSummary.to_json`)."""
+
+    path: str
+    name: str
+    latest_version: int
+    versions: int
+    catalog_id: int
+    registered_at: str
+    first_registered_at: str
+
+
 @dataclass(frozen=True)
 class CatalogVersion:
     """One registered version of a path."""
@@ -299,7 +370,7 @@ class CatalogVersion:
     content_sha256: str
     created_at: dt.datetime
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CatalogVersionJSON:
         return {
             "catalog_id": self.catalog_id,
             "version": self.version,
@@ -321,7 +392,7 @@ class CatalogSummary:
     registered_at: dt.datetime  # when the latest version was registered
     first_registered_at: dt.datetime
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CatalogSummaryJSON:
         return {
             "path": self.path,
             "name": self.name,

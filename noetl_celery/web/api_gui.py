@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from typing_extensions import TypedDict
 from yaml import YAMLError
 
 from noetl_celery.engine import compat
@@ -36,7 +37,37 @@ from noetl_celery.web.api_noetl import JsonBody, cancel_answer
 from noetl_celery.web.auth import ApiAuth
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import CheckedRoute, digits
-from noetl_celery.web.noetl_shapes import ShapeError
+from noetl_celery.web.noetl_shapes import AlreadyEnded, CancelBody, RegisterBody, ShapeError
+
+# the answers only these routes give (the others: noetl_shapes, gui_shapes)
+
+
+class PlaybookContent(TypedDict):
+    content: str
+    path: str
+    version: int
+    catalog_id: str
+
+
+class Validation(TypedDict):
+    valid: bool
+    errors: list[str]
+    warnings: list[str]
+
+
+class TokenValid(TypedDict):
+    valid: bool
+    user: gui.User
+
+
+class TokenRefused(TypedDict):
+    valid: bool
+    detail: str
+
+
+MANAGED_IN_FILE: dict[int | str, dict[str, Any]] = {
+    405: {"model": gui.ManagedInFile, "description": "Credentials are kept in their file"}
+}
 
 router = APIRouter(prefix="/api", tags=["noetl"], route_class=CheckedRoute)
 
@@ -71,7 +102,7 @@ def _entry(engine: Engine, playbook_id: str) -> CatalogRow:
 
 # ---- catalog -------------------------------------------------------------------------------
 @router.get("/catalog/playbook/content")
-def playbook_content(playbook_id: PlaybookId, engine: EngineDep) -> dict[str, Any]:
+def playbook_content(playbook_id: PlaybookId, engine: EngineDep) -> PlaybookContent:
     row = _entry(engine, playbook_id)
     return {
         "content": row.content,
@@ -84,7 +115,7 @@ def playbook_content(playbook_id: PlaybookId, engine: EngineDep) -> dict[str, An
 @router.put("/catalog/playbook/content")
 def save_playbook_content(
     playbook_id: PlaybookId, body: JsonBody, engine: EngineDep
-) -> dict[str, Any]:
+) -> RegisterBody:
     """Register `content` as a new version of the playbook `playbook_id` names (the same
     content: the same version); 422 when the content names another path."""
     text = shapes.decode_content(_content(body))
@@ -104,7 +135,7 @@ def save_playbook_content(
 
 
 @router.post("/catalog/playbooks/validate")
-def validate(body: JsonBody, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+def validate(body: JsonBody, engine: EngineDep, settings: SettingsDep) -> Validation:
     """What `noetl-celery validate` prints, one string per problem (`auth:` aliases are
     checked against NOETL_CREDENTIALS_FILE when it is set)."""
     aliases = CredentialAliases(None)
@@ -120,7 +151,7 @@ def validate(body: JsonBody, engine: EngineDep, settings: SettingsDep) -> dict[s
 
 
 @router.get("/catalog/{path:path}/ui_schema")
-def ui_schema(path: str, engine: EngineDep, version: str = "latest") -> dict[str, Any]:
+def ui_schema(path: str, engine: EngineDep, version: str = "latest") -> gui.UiSchema:
     """The run dialog's form: one field per `workload` key, its kind from its default."""
     row = compat.catalog_entry(engine, path=path, version=shapes.parse_version(version))
     try:
@@ -131,8 +162,12 @@ def ui_schema(path: str, engine: EngineDep, version: str = "latest") -> dict[str
 
 
 # ---- executions ----------------------------------------------------------------------------
-@router.post("/executions/{execution_id}/stop", response_model=None)
-def stop(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, Any] | JSONResponse:
+@router.post(
+    "/executions/{execution_id}/stop",
+    response_model=CancelBody,
+    responses={409: {"model": AlreadyEnded, "description": "The execution had already ended"}},
+)
+def stop(execution_id: str, body: JsonBody, engine: EngineDep) -> CancelBody | JSONResponse:
     """The GUI's Stop: cancel (the execution and its running children end CANCELLED);
     409 once it has ended, 404 for an unknown id."""
     reason = body.get("reason")
@@ -142,7 +177,7 @@ def stop(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, Any]
 # ---- credentials ---------------------------------------------------------------------------
 def _credentials(
     engine: Engine, settings: Settings, *, include_data: bool
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, gui.CredentialEntry]:
     if not settings.credentials_file:
         return {}
     store = engine.services.credentials  # ConfigurationError (500) names a bad file
@@ -166,7 +201,7 @@ def credentials(
     settings: SettingsDep,
     kind: Annotated[str | None, Query(alias="type")] = None,
     q: str | None = None,
-) -> dict[str, Any]:
+) -> gui.CredentialList:
     """The aliases of NOETL_CREDENTIALS_FILE with their kind and public fields; never a
     password, token, key or connection string."""
     entries = _credentials(engine, settings, include_data=False).values()
@@ -180,7 +215,7 @@ def credentials(
 @router.get("/credentials/{identifier}")
 def credential(
     identifier: str, engine: EngineDep, settings: SettingsDep, include_data: bool = False
-) -> dict[str, Any]:
+) -> gui.CredentialEntry:
     """One alias; `data` (with include_data) holds its public fields only."""
     found = _credentials(engine, settings, include_data=include_data).get(identifier)
     if found is None:
@@ -191,17 +226,20 @@ def credential(
 def _managed_in_file() -> JSONResponse:
     line = gui.MANAGED_IN_FILE
     # `error` too: the GUI's secrets page shows that field of a failed answer
-    return JSONResponse({"detail": line, "error": line}, status_code=405, headers={"Allow": "GET"})
+    body: gui.ManagedInFile = {"detail": line, "error": line}
+    return JSONResponse(body, status_code=405, headers={"Allow": "GET"})
 
 
-@router.post("/credentials", status_code=405, response_model=None)
+@router.post("/credentials", status_code=405, response_model=None, responses=MANAGED_IN_FILE)
 def credential_save(body: JsonBody) -> JSONResponse:
     """Refused (405): the credentials file is where credentials are kept."""
     del body
     return _managed_in_file()
 
 
-@router.delete("/credentials/{identifier}", status_code=405, response_model=None)
+@router.delete(
+    "/credentials/{identifier}", status_code=405, response_model=None, responses=MANAGED_IN_FILE
+)
 def credential_delete(identifier: str) -> JSONResponse:
     """Refused (405): the credentials file is where credentials are kept."""
     del identifier
@@ -209,10 +247,14 @@ def credential_delete(identifier: str) -> JSONResponse:
 
 
 # ---- auth and dashboard --------------------------------------------------------------------
-@router.post("/auth/validate", response_model=None)
+@router.post(
+    "/auth/validate",
+    response_model=TokenValid,
+    responses={401: {"model": TokenRefused, "description": "The token is not serve's"}},
+)
 def auth_validate(
     request: Request, body: JsonBody, settings: SettingsDep
-) -> dict[str, Any] | JSONResponse:
+) -> TokenValid | JSONResponse:
     """The GUI's token sign-in: `{valid: true, user}` for serve's API token (compared in
     constant time), or anything when serve has no credentials; 401 `{valid: false}`
     otherwise. Open to requests without the token: it says only whether this one works."""
@@ -221,12 +263,13 @@ def auth_validate(
         raise ShapeError("session_token", "must be a string")
     auth = ApiAuth.from_settings(settings)
     if auth.allows(request.headers.get("authorization"), token or None):
-        return {"valid": True, "user": dict(gui.USER)}
-    return JSONResponse({"valid": False, "detail": "the token is not valid"}, status_code=401)
+        return {"valid": True, "user": gui.USER}
+    refused: TokenRefused = {"valid": False, "detail": "the token is not valid"}
+    return JSONResponse(refused, status_code=401)
 
 
 @router.get("/dashboard/stats")
-def dashboard_stats(engine: EngineDep) -> dict[str, Any]:
+def dashboard_stats(engine: EngineDep) -> gui.DashboardBody:
     counts = compat.dashboard_counts(engine)
     recent = [shapes.execution_entry(r.row, r.version, r.progress) for r in counts.recent]
     return gui.dashboard_body(

@@ -9,10 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
+from typing_extensions import TypedDict
 
 from noetl_celery.constants import MAX_PLAYBOOK_BYTES
+from noetl_celery.engine.catalog import CatalogShow
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.models.schedule import check_cron
+from noetl_celery.store.rows import CatalogSummaryJSON, ScheduleJSON
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.guard import YAML_TYPES, media_type
 from noetl_celery.web.inputs import INT_MAX, BigIdPath, CheckedRoute
@@ -20,9 +23,31 @@ from noetl_celery.web.inputs import INT_MAX, BigIdPath, CheckedRoute
 router = APIRouter(route_class=CheckedRoute)
 
 
+class Registered(TypedDict):
+    path: str
+    version: int
+    catalog_id: int
+    name: str
+    created: bool  # false: the same content was registered already (this version)
+
+
+class ScheduleRemoved(TypedDict):
+    schedule_id: int
+    removed: bool
+
+
+class ScheduleChanged(ScheduleJSON):
+    changed: bool  # false: it was paused (resumed) already
+
+
+class ScheduleTriggered(TypedDict):
+    schedule_id: int
+    execution_id: str
+
+
 # ---- catalog ---------------------------------------------------------------------------------
 @router.get("/catalog", summary="Every catalog path with its latest version")
-def catalog_list(engine: EngineDep) -> list[dict[str, Any]]:
+def catalog_list(engine: EngineDep) -> list[CatalogSummaryJSON]:
     return [s.to_json() for s in engine.catalog.listing()]
 
 
@@ -33,7 +58,7 @@ def catalog_show(
     version: Annotated[
         int | None, Query(ge=1, le=INT_MAX, description="Default: the latest")
     ] = None,
-) -> dict[str, Any]:
+) -> CatalogShow:
     """Its metadata, every version of the path, and its YAML `content`."""
     return engine.catalog.show(path, version)
 
@@ -68,6 +93,9 @@ def _content_of(body: bytes, content_type: str) -> str:
 @router.post(
     "/catalog",
     summary="Register a playbook",
+    status_code=status.HTTP_201_CREATED,
+    response_model=Registered,
+    responses={200: {"model": Registered, "description": "The same content: its version"}},
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -78,7 +106,7 @@ def _content_of(body: bytes, content_type: str) -> str:
         }
     },
 )
-async def catalog_register(request: Request, response: Response, engine: EngineDep) -> Any:
+async def catalog_register(request: Request, response: Response, engine: EngineDep) -> Registered:
     """A new version of its path (201), or the latest one when the content is the same
     (200); its `metadata.schedule` is installed as `catalog register` does. An invalid
     playbook is a 422 with its `problems`."""
@@ -115,12 +143,12 @@ class ScheduleRequest(BaseModel):
 
 
 @router.get("/schedules", summary="Every schedule")
-def schedules(engine: EngineDep) -> list[dict[str, Any]]:
+def schedules(engine: EngineDep) -> list[ScheduleJSON]:
     return [s.to_json() for s in engine.schedules.all()]
 
 
 @router.post("/schedules", status_code=status.HTTP_201_CREATED, summary="Add a schedule")
-def schedule_add(body: ScheduleRequest, engine: EngineDep) -> dict[str, Any]:
+def schedule_add(body: ScheduleRequest, engine: EngineDep) -> ScheduleJSON:
     """Checked before anything is written: the cron and timezone, the payload, the
     playbook (then registered), the catalog path."""
     try:
@@ -137,20 +165,20 @@ def schedule_add(body: ScheduleRequest, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.delete("/schedules/{schedule_id}", summary="Remove a schedule")
-def schedule_remove(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
+def schedule_remove(schedule_id: BigIdPath, engine: EngineDep) -> ScheduleRemoved:
     """Runs it started are not touched."""
     engine.schedules.get(schedule_id)  # ScheduleNotFound: 404
     return {"schedule_id": schedule_id, "removed": engine.schedules.remove(schedule_id)}
 
 
 @router.post("/schedules/{schedule_id}/pause", summary="Stop firing a schedule")
-def schedule_pause(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
+def schedule_pause(schedule_id: BigIdPath, engine: EngineDep) -> ScheduleChanged:
     row, changed = engine.schedules.pause(schedule_id)
     return {**row.to_json(), "changed": changed}
 
 
 @router.post("/schedules/{schedule_id}/resume", summary="Fire a paused schedule again")
-def schedule_resume(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
+def schedule_resume(schedule_id: BigIdPath, engine: EngineDep) -> ScheduleChanged:
     """From its next cron time after now: firings missed while paused are not made up."""
     try:
         row, changed = engine.schedules.resume(schedule_id)
@@ -164,6 +192,6 @@ def schedule_resume(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]
     status_code=status.HTTP_201_CREATED,
     summary="Start a run of a schedule now",
 )
-def schedule_trigger(schedule_id: BigIdPath, engine: EngineDep) -> dict[str, Any]:
+def schedule_trigger(schedule_id: BigIdPath, engine: EngineDep) -> ScheduleTriggered:
     """Paused or not, with its payload; its cadence is untouched."""
     return {"schedule_id": schedule_id, "execution_id": engine.trigger_schedule(schedule_id)}

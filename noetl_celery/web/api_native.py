@@ -1,6 +1,11 @@
 """The native JSON API under `/api/v1`: executions (list, detail, graph, failed items,
 events, logs, start, cancel, rerun) here; catalog and schedules in `api_manage`.
 
+Response models: each handler's return annotation (FastAPI takes it as the route's
+response model, so the OpenAPI document declares every answer). The read models'
+shapes are the engine's TypedDicts (engine.readmodels, engine.summaries), the same that
+`--json` prints; the answers made here are declared here.
+
 Every handler is a plain `def`: FastAPI runs it on its thread pool, where the engine's
 blocking database calls belong. What an operation means is what the CLI command of the
 same name does (cli.inspect, cli.history, cli.rerun, cli.run).
@@ -12,8 +17,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import TypedDict
 
 from noetl_celery.constants import TERMINAL_STATUSES, TRIGGERS
+from noetl_celery.engine.readmodels import (
+    EventsPage,
+    ExecutionDetail,
+    ExecutionGraph,
+    ExecutionsPage,
+    FailedItemsPage,
+    LogsPage,
+)
 from noetl_celery.web import api_manage
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, BigInt, CheckedRoute
@@ -48,7 +62,7 @@ def executions(
     parent: Annotated[str | None, Query(description="Children of this execution")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_EXECUTIONS_PAGE)] = 50,
     offset: BigInt = 0,
-) -> dict[str, Any]:
+) -> ExecutionsPage:
     """A page of executions with `total` matching; each line carries `items_done` (loop
     iterations finished, failed ones included), `items_succeeded` and `items_failed`."""
     return engine.executions_page(
@@ -62,14 +76,14 @@ def executions(
 
 
 @router.get("/executions/{execution_id}", summary="One execution in detail")
-def execution(execution_id: str, engine: EngineDep) -> dict[str, Any]:
+def execution(execution_id: str, engine: EngineDep) -> ExecutionDetail:
     """Steps, loops (progress, start, rate, ETA), errors as `run --json` lists them, the
     state's raw `failures`, commands in flight, child executions."""
     return engine.detail(execution_id)
 
 
 @router.get("/executions/{execution_id}/graph", summary="The flow with each step's status")
-def graph(execution_id: str, engine: EngineDep) -> dict[str, Any]:
+def graph(execution_id: str, engine: EngineDep) -> ExecutionGraph:
     """Nodes (`step`, `status`, `tool`) and edges (`from`, `to`, `when`) of the playbook's
     `next` arcs; steps the execution has not reached are `pending`."""
     return engine.graph(execution_id)
@@ -85,7 +99,7 @@ def failed_items(
     ] = None,
     offset: BigInt = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_FAILED_ITEMS_PAGE)] = 50,
-) -> dict[str, Any]:
+) -> FailedItemsPage:
     """A page of the step's failed iterations in iteration order (`value`: a preview
     of the item), with `total`."""
     return engine.failed_items(execution_id, step, epoch=epoch, offset=offset, limit=limit)
@@ -102,7 +116,7 @@ def events(
     failed: Annotated[bool, Query(description="Failures only (as `events --failed`)")] = False,
     since: Annotated[int, Query(ge=0, le=BIGINT_MAX, description="Events after this event id")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_PAGE)] = 200,
-) -> dict[str, Any]:
+) -> EventsPage:
     """Events oldest first after `since`; pass `next_since` back to continue (no gap, no
     repeat); `left_out` counts the matching events past this page (0: the end, for now)."""
     return engine.events_since(
@@ -119,9 +133,26 @@ def logs(
         int, Query(ge=0, le=BIGINT_MAX, description="Log blocks after this log id")
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_PAGE)] = 200,
-) -> dict[str, Any]:
+) -> LogsPage:
     """What the commands printed and logged (redacted), paged like `events`."""
     return engine.logs_since(execution_id, step=step, since=since, limit=limit)
+
+
+class Started(TypedDict):
+    execution_id: str
+
+
+class Cancelled(TypedDict):
+    execution_id: str
+    cancelled: bool
+    # per cursor step: the rows it had claimed and will not process ({epoch, rows, ...})
+    unfinished_rows: dict[str, dict[str, Any]]
+    child_unfinished_rows: dict[str, dict[str, dict[str, Any]]]  # the same, per child
+
+
+class Rerun(TypedDict):
+    execution_id: str
+    rerun_of: str
 
 
 class StartRequest(BaseModel):
@@ -145,7 +176,7 @@ class StartRequest(BaseModel):
 
 
 @router.post("/executions", status_code=status.HTTP_201_CREATED, summary="Start an execution")
-def start(body: StartRequest, engine: EngineDep) -> dict[str, Any]:
+def start(body: StartRequest, engine: EngineDep) -> Started:
     """Start it and answer at once with its id (the workers run it)."""
     if body.playbook is not None:
         execution_id = engine.start_text(body.playbook, body.payload)
@@ -156,7 +187,7 @@ def start(body: StartRequest, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.post("/executions/{execution_id}/cancel", summary="Cancel a running execution")
-def cancel(execution_id: str, engine: EngineDep) -> dict[str, Any]:
+def cancel(execution_id: str, engine: EngineDep) -> Cancelled:
     """End it CANCELLED with its children (409 when it had already ended);
     `unfinished_rows`: per cursor step, rows it had claimed and will not process."""
     ended = engine.cancel_tree(execution_id, "cancelled through the HTTP API")
@@ -191,7 +222,7 @@ class RerunRequest(BaseModel):
     status_code=status.HTTP_201_CREATED,
     summary="Run an ended execution again",
 )
-def rerun(execution_id: str, engine: EngineDep, body: RerunRequest | None = None) -> dict[str, Any]:
+def rerun(execution_id: str, engine: EngineDep, body: RerunRequest | None = None) -> Rerun:
     """A new execution of the same catalog version: from the start, from `from_step`, or
     over the failed loop items (409 when it cannot be made: still running, no such
     step, no failed items)."""

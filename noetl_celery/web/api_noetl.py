@@ -23,6 +23,9 @@ failed: true` (NoETL's CLI would show RUNNING otherwise); cancel always ends the
 tree (a child cannot report to a cancelled parent), whatever `cascade` says;
 `variables` in a status is always `{}` (the payload may hold secrets); registering
 installs the playbook's `metadata.schedule` as `noetl-celery catalog register` does.
+
+Each route declares its answer (noetl_shapes' TypedDicts) as its response model: the
+OpenAPI document shows NoETL's shapes, and the answers keep exactly those keys.
 """
 
 from __future__ import annotations
@@ -40,7 +43,29 @@ from noetl_celery.store.rows import CatalogEntry
 from noetl_celery.web import noetl_shapes as shapes
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import BIGINT_MAX, BigInt, CheckedRoute, check_int, load_json
-from noetl_celery.web.noetl_shapes import ShapeError
+from noetl_celery.web.noetl_shapes import (
+    AlreadyEnded,
+    BatchBody,
+    BatchResult,
+    CancelBody,
+    CatalogEntryJSON,
+    CatalogList,
+    CleanupBody,
+    EhdbEvents,
+    EhdbExecutions,
+    EhdbState,
+    EventsSlice,
+    Executed,
+    ExecutionDetailResponse,
+    ExecutionEntry,
+    ExecutionEvents,
+    Health,
+    Readiness,
+    RegisterBody,
+    RerunStarted,
+    ShapeError,
+    StatusBody,
+)
 from noetl_celery.web.problems import body_for
 
 router = APIRouter(prefix="/api", tags=["noetl"], route_class=CheckedRoute)
@@ -99,24 +124,38 @@ JsonBody = Annotated[dict[str, Any], Depends(json_object)]
 RegisterInput = Annotated[tuple[str, Any], Depends(register_input)]
 
 
+# a cancel of an execution that has ended
+ALREADY_ENDED: dict[int | str, dict[str, Any]] = {
+    409: {"model": AlreadyEnded, "description": "The execution had already ended"}
+}
+
+
 @router.get("/health")
-def health() -> dict[str, str]:
+def health() -> Health:
     return {"status": "ok"}
 
 
-@router.get("/ready", responses={503: {"description": "the database or the broker is not"}})
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "the database or the broker is not"}},
+)
 def ready(engine: EngineDep) -> JSONResponse:
     """Readiness: 200 when the engine database (at this engine's schema revision) and
     the broker answer; 503 with one line for the one that does not."""
     checks = engine.readiness()
     ok = checks["database"] == "ok" and checks["broker"] in ("ok", "embedded")
-    body = {"status": "ready" if ok else "not ready", **checks}
+    body: Readiness = {
+        "status": "ready" if ok else "not ready",
+        "database": checks["database"],
+        "broker": checks["broker"],
+    }
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
 # ---- catalog -------------------------------------------------------------------------------
 @router.post("/catalog/register")
-def register(given: RegisterInput, engine: EngineDep) -> dict[str, Any]:
+def register(given: RegisterInput, engine: EngineDep) -> RegisterBody:
     """Register a playbook; 422 names every problem of an invalid one."""
     text, resource_type = given
     shapes.check_kind(resource_type, "resource_type")
@@ -125,14 +164,14 @@ def register(given: RegisterInput, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.post("/catalog/register/batch")
-def register_batch(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def register_batch(body: JsonBody, engine: EngineDep) -> BatchBody:
     """Register each item on its own: one invalid item fails alone."""
     items = body.get("items")
     if not isinstance(items, list):
         raise ShapeError("items", "must be a list of {content, resource_type}")
     if len(items) > MAX_BATCH_ITEMS:
         raise ShapeError("items", f"at most {MAX_BATCH_ITEMS} per request")
-    results = []
+    results: list[BatchResult] = []
     for index, item in enumerate(items):
         try:
             if not isinstance(item, dict) or not isinstance(item.get("content"), str):
@@ -153,7 +192,7 @@ def register_batch(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.post("/catalog/list")
-def catalog_list(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def catalog_list(body: JsonBody, engine: EngineDep) -> CatalogList:
     """Each path's latest version (the GUI's cards); every version of `path` when given,
     or of every path with `versions: true`. Kinds other than Playbook: none."""
     kind = body.get("resource_type")
@@ -168,7 +207,7 @@ def catalog_list(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.post("/catalog/resource")
-def catalog_resource(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def catalog_resource(body: JsonBody, engine: EngineDep) -> CatalogEntryJSON:
     path = body.get("path")
     catalog_id = shapes.parse_catalog_id(body.get("catalog_id"))
     if not path and catalog_id is None:
@@ -184,7 +223,7 @@ def catalog_resource(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
 
 # ---- executions ----------------------------------------------------------------------------
 @router.post("/execute")
-def execute(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def execute(body: JsonBody, engine: EngineDep) -> Executed:
     """Start a registered playbook: 404 `Playbook not found in catalog: P` when it is
     not registered (NoETL's CLI then exits 1). Unknown keys (`merge`, ...) are ignored."""
     shapes.check_kind(body.get("resource_kind"), "resource_kind")
@@ -216,7 +255,7 @@ EventId = Annotated[int | None, Query(ge=0, le=BIGINT_MAX)]
 @router.get("/executions")
 def executions(
     engine: EngineDep, page: Page = 1, page_size: PageSize = 100, status: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[ExecutionEntry]:
     """Executions newest first, NoETL's `ExecutionEntryResponse` each (a JSON array)."""
     rows = compat.executions_page(
         engine, status=status, offset=(page - 1) * page_size, limit=page_size
@@ -231,7 +270,7 @@ def _events(
     page_size: int,
     since_event_id: int | None,
     event_type: str | None,
-) -> dict[str, Any]:
+) -> EventsSlice:
     types = shapes.native_types(event_type.split(",")) if event_type else set()
     rows, total = compat.events_slice(
         engine,
@@ -257,7 +296,7 @@ def execution(
     since_event_id: EventId = None,
     event_type: str | None = None,
     include_events: bool = True,
-) -> dict[str, Any]:
+) -> ExecutionDetailResponse:
     """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events newest
     first (see `noetl_shapes` for the event names); from `since_event_id`, the
     `page_size` oldest past it, newest first (the GUI prepends them and keeps the
@@ -266,14 +305,23 @@ def execution(
     entry = shapes.execution_entry(
         row, compat.version_of(engine, row.catalog_id), compat.progress(engine, execution_id)
     )
-    entry["events_included"] = include_events
-    entry["events_endpoint"] = f"/api/executions/{execution_id}/events"
-    if include_events:
-        entry.update(_events(engine, execution_id, page, page_size, since_event_id, event_type))
-    else:
-        entry["events"] = []
-        entry["pagination"] = None
-    return entry
+    endpoint = f"/api/executions/{execution_id}/events"
+    if not include_events:
+        return {
+            **entry,
+            "events_included": False,
+            "events_endpoint": endpoint,
+            "events": [],
+            "pagination": None,
+        }
+    found = _events(engine, execution_id, page, page_size, since_event_id, event_type)
+    return {
+        **entry,
+        "events_included": True,
+        "events_endpoint": endpoint,
+        "events": found["events"],
+        "pagination": found["pagination"],
+    }
 
 
 @router.get("/executions/{execution_id}/events")
@@ -284,7 +332,7 @@ def execution_events(
     page_size: PageSize = 100,
     since_event_id: EventId = None,
     event_type: str | None = None,
-) -> dict[str, Any]:
+) -> ExecutionEvents:
     row = engine.store.execution(execution_id)
     return {
         "execution_id": execution_id,
@@ -295,13 +343,13 @@ def execution_events(
 
 
 @router.get("/executions/{execution_id}/status")
-def execution_status(execution_id: str, engine: EngineDep) -> dict[str, Any]:
+def execution_status(execution_id: str, engine: EngineDep) -> StatusBody:
     parts = compat.status_parts(engine, execution_id)
     return shapes.status_body(parts.view, parts.errors, parts.order, parts.last_step)
 
 
 @router.post("/executions/cleanup")
-def cleanup(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def cleanup(body: JsonBody, engine: EngineDep) -> CleanupBody:
     """Cancel top-level executions RUNNING for more than `older_than_minutes` (5)."""
     minutes = body.get("older_than_minutes", 5)
     if not isinstance(minutes, int) or isinstance(minutes, bool):
@@ -317,8 +365,10 @@ def cleanup(body: JsonBody, engine: EngineDep) -> dict[str, Any]:
     }
 
 
-@router.post("/executions/{execution_id}/cancel", response_model=None)
-def cancel(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, Any] | JSONResponse:
+@router.post(
+    "/executions/{execution_id}/cancel", response_model=CancelBody, responses=ALREADY_ENDED
+)
+def cancel(execution_id: str, body: JsonBody, engine: EngineDep) -> CancelBody | JSONResponse:
     """End the execution CANCELLED with its running children; 409 `already_completed`
     once it has ended, 404 for an unknown id."""
     reason = body.get("reason")
@@ -327,7 +377,7 @@ def cancel(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, An
 
 def cancel_answer(
     engine: Engine, execution_id: str, reason: str | None
-) -> dict[str, Any] | JSONResponse:
+) -> CancelBody | JSONResponse:
     """What cancel (and the GUI's stop) answers."""
     ended = engine.cancel_tree(execution_id, reason or "cancelled through the NoETL API")
     if ended is None:
@@ -338,7 +388,7 @@ def cancel_answer(
 
 
 @router.post("/executions/{execution_id}/rerun")
-def rerun(execution_id: str, body: JsonBody, engine: EngineDep) -> dict[str, Any]:
+def rerun(execution_id: str, body: JsonBody, engine: EngineDep) -> RerunStarted:
     """A new execution of the version the original ran, its payload overridden by
     `workload`; 409 while the original still runs."""
     shapes.check_kind(body.get("resource_kind"), "resource_kind")
@@ -354,13 +404,13 @@ def ehdb_executions(
     status: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: BigInt = 0,
-) -> dict[str, Any]:
+) -> EhdbExecutions:
     rows = compat.executions_page(engine, status=status, offset=offset, limit=limit)
     return {"executions": [shapes.ehdb_line(r.row, r.event_count) for r in rows]}
 
 
 @router.get("/ehdb/executions/{execution_id}")
-def ehdb_execution(execution_id: str, engine: EngineDep) -> dict[str, Any]:
+def ehdb_execution(execution_id: str, engine: EngineDep) -> EhdbState:
     try:
         parts = compat.status_parts(engine, execution_id)
         row = engine.store.execution(execution_id)
@@ -376,7 +426,7 @@ def ehdb_events(
     engine: EngineDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[int | None, Query(ge=0, le=BIGINT_MAX)] = None,
-) -> dict[str, Any]:
+) -> EhdbEvents:
     try:
         engine.store.execution(execution_id)
     except ExecutionNotFound:

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, Response
 from noetl_celery import __version__
 from noetl_celery.web.pages import render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
 OPENAPI_URL = "/openapi.json"
 # name -> (package holding it, media type)
@@ -91,7 +91,7 @@ def asset(name: str) -> tuple[bytes, str] | None:
     return resources.files(package).joinpath(folder, name).read_bytes(), media
 
 
-@router.get("/docs-static/{name}")
+@router.get("/docs-static/{name}", response_class=Response)
 def docs_static(name: str) -> Response:
     found = asset(name)
     if found is None:

@@ -6,6 +6,9 @@ Credentials: an entry shows only the fields named in `PUBLIC_FIELDS` (host, port
 database, ...) whose value is not one of the store's secrets; every other field (a
 password, token, key, secret, DSN or URL, which may hold a password) is named in
 `meta.hidden_fields` and never served, whatever `include_data` asks.
+
+The shapes are TypedDicts the routes declare as their response models (as in
+noetl_shapes: only declared keys are answered).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import datetime as dt
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from noetl_celery.constants import ExecutionStatus
 from noetl_celery.tools.credentials import Credential
 from noetl_celery.tools.redaction import is_secret_field
-from noetl_celery.web.noetl_shapes import iso
+from noetl_celery.web.noetl_shapes import ExecutionEntry, iso
 
 # field names a credential may show (values that are plain scalars only)
 PUBLIC_FIELDS = frozenset(
@@ -57,7 +62,17 @@ MANAGED_IN_FILE = (
     "credentials are managed in the file NOETL_CREDENTIALS_FILE names; "
     "serve lists them (without secrets) and does not change them"
 )
-USER = {
+
+
+class User(TypedDict):
+    id: str
+    email: str | None
+    name: str
+    display_name: str
+    roles: list[str]
+
+
+USER: User = {
     "id": "api",
     "email": None,
     "name": "noetl-celery",
@@ -95,7 +110,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def ui_field(name: str, value: Any) -> dict[str, Any]:
+class UiField(TypedDict):
+    name: str
+    kind: str
+    default: Any  # the workload's default as written: any JSON
+    description: None
+    secret: bool
+    credential_glob: None
+    options: None
+    children: list[UiField] | None  # an object default's keys
+
+
+class UiSchema(TypedDict):
+    """NoETL's `UiSchemaResponse` (`ui_schema`)."""
+
+    path: str
+    version: int
+    kind: str
+    title: str | None
+    description_markdown: str | None
+    exposed_in_ui: bool
+    fields: list[UiField]
+    generated_at: str | None
+
+
+def ui_field(name: str, value: Any) -> UiField:
     kind = field_kind(value)
     children = (
         [ui_field(str(k), v) for k, v in value.items()] if isinstance(value, Mapping) else None
@@ -116,7 +155,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def ui_schema(path: str, version: int, document: Any, generated_at: dt.datetime) -> dict[str, Any]:
+def ui_schema(path: str, version: int, document: Any, generated_at: dt.datetime) -> UiSchema:
     """NoETL's `UiSchemaResponse` for a playbook's parsed YAML."""
     data: Mapping[str, Any] = document if isinstance(document, Mapping) else {}
     metadata = _mapping(data.get("metadata"))
@@ -154,13 +193,52 @@ def public_fields(credential: Credential, secrets: Collection[str]) -> dict[str,
     return shown
 
 
+class CredentialMeta(TypedDict):
+    source: str
+    fields: dict[str, Any]  # the public fields shown, by name (PUBLIC_FIELDS)
+    hidden_fields: list[str]
+    secrets: str
+
+
+class CredentialEntry(TypedDict):
+    """NoETL's `CredentialResponse` (`credential_entry`)."""
+
+    id: str
+    name: str
+    type: str
+    meta: CredentialMeta
+    tags: list[str]
+    description: str
+    data: dict[str, Any] | None  # the public fields again, with include_data
+    created_at: str | None
+    updated_at: str | None
+
+
+class CredentialFilter(TypedDict):
+    type: str | None
+    q: str | None
+
+
+class CredentialList(TypedDict):
+    items: list[CredentialEntry]
+    filter: CredentialFilter
+    note: str
+
+
+class ManagedInFile(TypedDict):
+    """The 405 of a credential write (the GUI shows `error`)."""
+
+    detail: str
+    error: str
+
+
 def credential_entry(
     credential: Credential,
     secrets: Collection[str],
     updated: dt.datetime | None,
     *,
     include_data: bool,
-) -> dict[str, Any]:
+) -> CredentialEntry:
     """NoETL's `CredentialResponse` for one alias: `data` holds its public fields only
     (with `include_data`; None otherwise)."""
     shown = public_fields(credential, secrets)
@@ -193,14 +271,51 @@ def matches(entry: Mapping[str, Any], kind: str | None, query: str | None) -> bo
 
 
 # ---- dashboard (GET /dashboard/stats) ------------------------------------------------------
+class CatalogCounts(TypedDict):
+    paths: int
+    versions: int
+
+
+class ScheduleCounts(TypedDict):
+    total: int
+    enabled: int
+
+
+class DashboardStats(TypedDict):
+    """NoETL's Rust server's `stats`."""
+
+    total_executions: int
+    successful_executions: int
+    failed_executions: int
+    cancelled_executions: int
+    running_executions: int
+    total_playbooks: int
+    total_workers: None  # not known here: workers do not register with serve
+
+
+class DashboardBody(TypedDict):
+    """The GUI's `DashboardStats` fields and NoETL's Rust server's `{status, stats}`."""
+
+    total_playbooks: int
+    total_executions: int
+    active_executions: int
+    success_rate: float
+    recent_executions: list[ExecutionEntry]
+    executions_by_status: dict[str, int]
+    catalog: CatalogCounts
+    schedules: ScheduleCounts
+    status: str
+    stats: DashboardStats
+
+
 def dashboard_body(
     by_status: Mapping[str, int],
     catalog_paths: int,
     catalog_versions: int,
     schedules: int,
     schedules_enabled: int,
-    recent: list[dict[str, Any]],
-) -> dict[str, Any]:
+    recent: list[ExecutionEntry],
+) -> DashboardBody:
     """The GUI's `DashboardStats` fields and NoETL's Rust server's `{status, stats}`."""
     total = sum(by_status.values())
     completed = by_status.get(ExecutionStatus.COMPLETED, 0)

@@ -18,6 +18,13 @@ from noetl_celery.store.schema import utcnow
 router = APIRouter(tags=["metrics"])
 
 
+class PrometheusText(Response):
+    """Prometheus' text format: the OpenAPI document names this media type (a string),
+    not JSON."""
+
+    media_type = CONTENT_TYPE_LATEST
+
+
 class EngineCollector(Collector):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -38,7 +45,11 @@ def registry_for(engine: Engine) -> CollectorRegistry:
     return registry
 
 
-@router.get("/metrics", summary="Prometheus metrics of the engine database")
-def metrics(request: Request) -> Response:
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of the engine database",
+    response_class=PrometheusText,
+)
+def metrics(request: Request) -> PrometheusText:
     registry: CollectorRegistry = request.app.state.metrics_registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return PrometheusText(generate_latest(registry))

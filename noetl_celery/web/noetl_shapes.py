@@ -27,6 +27,13 @@ the native type stays in `context.native_type`:
     pass.failed, cursor.unfinished                 unchanged
 
 The renaming is one to one, so an `event_type` filter in either vocabulary works.
+
+Shapes. Each answer is a TypedDict here (gui_shapes for the GUI's): the routes declare
+them as their response models, so the OpenAPI document shows NoETL's shapes. FastAPI
+keeps only the declared keys of an answer: a key missing here would vanish from it
+(mypy checks every literal these functions build against its TypedDict). What is open
+by nature (a step's result, a playbook's parsed YAML, an event's payload) is `Any` or
+`dict[str, Any]`, never a closed shape.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ import binascii
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
+
+from typing_extensions import TypedDict
 
 from noetl_celery.constants import (
     CANCELLED,
@@ -210,7 +219,56 @@ class CatalogLike(Protocol):
     def created_at(self) -> dt.datetime: ...
 
 
-def register_body(path: str, version: int, catalog_id: int, created: bool) -> dict[str, Any]:
+class RegisterBody(TypedDict):
+    status: str
+    message: str
+    path: str
+    version: int
+    catalog_id: str
+    kind: str
+
+
+class BatchResult(TypedDict):
+    index: int
+    status: str
+    path: str | None
+    version: int | None
+    catalog_id: str | None
+    error: str | None
+
+
+class BatchBody(TypedDict):
+    registered: int
+    failed: int
+    results: list[BatchResult]
+
+
+class CatalogMeta(TypedDict):
+    name: str
+    content_sha256: str
+    registered_at: str | None
+
+
+class CatalogEntryJSON(TypedDict):
+    """NoETL's `CatalogEntry` (`catalog_entry`)."""
+
+    catalog_id: str
+    path: str
+    version: int
+    kind: str
+    content: str
+    layout: None
+    # the parsed playbook: any mapping its author wrote (YAML keys need not be strings)
+    payload: dict[Any, Any]
+    meta: CatalogMeta
+    created_at: str | None
+
+
+class CatalogList(TypedDict):
+    entries: list[CatalogEntryJSON]
+
+
+def register_body(path: str, version: int, catalog_id: int, created: bool) -> RegisterBody:
     said = "registered" if created else "already registered (same content)"
     return {
         "status": "success",
@@ -229,7 +287,7 @@ def batch_result(
     version: int | None = None,
     catalog_id: int | None = None,
     error: str | None = None,
-) -> dict[str, Any]:
+) -> BatchResult:
     return {
         "index": index,
         "status": "failed" if error is not None else "registered",
@@ -240,12 +298,12 @@ def batch_result(
     }
 
 
-def batch_body(results: list[dict[str, Any]]) -> dict[str, Any]:
+def batch_body(results: list[BatchResult]) -> BatchBody:
     failed = sum(1 for r in results if r["status"] != "registered")
     return {"registered": len(results) - failed, "failed": failed, "results": results}
 
 
-def catalog_entry(row: CatalogLike) -> dict[str, Any]:
+def catalog_entry(row: CatalogLike) -> CatalogEntryJSON:
     """NoETL's `CatalogEntry`; `payload` is the parsed playbook (the GUI reads
     `payload.metadata.name/description`)."""
     try:
@@ -294,12 +352,31 @@ def error_line(errors: Iterable[Mapping[str, Any]], fallback: str | None = None)
     return "; ".join(parts) + more
 
 
+class StatusBody(TypedDict):
+    """`GET /api/executions/{id}/status` (`status_body`)."""
+
+    execution_id: str
+    path: str | None
+    status: str
+    current_step: str | None
+    completed_steps: list[str]
+    completed: bool
+    failed: bool
+    completion_inferred: bool
+    error: str | None
+    start_time: str | None
+    end_time: str | None
+    duration_seconds: float | None
+    duration_human: str | None
+    variables: dict[str, Any]  # always {} (see status_body)
+
+
 def status_body(
     view: Mapping[str, Any],
     errors: Sequence[Mapping[str, Any]],
     order: Sequence[str] = (),
     last_step: str | None = None,
-) -> dict[str, Any]:
+) -> StatusBody:
     """`GET /api/executions/{id}/status` from `Engine.status` (view) and the failures
     of `Engine.summary` (errors). `order` is the playbook's step order (completed steps
     are listed in it), `last_step` the last step that completed. `variables` stays
@@ -360,9 +437,27 @@ def _error_text(error: Any) -> str | None:
     return str(error)
 
 
+class ExecutionEntry(TypedDict):
+    """NoETL's `ExecutionEntryResponse` (`execution_entry`)."""
+
+    execution_id: str
+    catalog_id: str
+    path: str
+    version: int | None
+    status: str
+    start_time: str | None
+    end_time: str | None
+    duration_seconds: float
+    duration_human: str | None
+    progress: int
+    result: Any  # the playbook's own result: any JSON
+    error: str | None
+    parent_execution_id: str | None
+
+
 def execution_entry(
     row: ExecutionRow, version: int | None, progress: tuple[int, int]
-) -> dict[str, Any]:
+) -> ExecutionEntry:
     """NoETL's `ExecutionEntryResponse` (the GUI's execution list). `result` only for a
     COMPLETED execution (the engine stored it redacted)."""
     seconds = round(row.duration_seconds, 3)
@@ -470,7 +565,54 @@ def pagination(page: int, page_size: int, total: int) -> Pagination:
     }
 
 
-def cancel_body(execution_id: str, cancelled: list[str], reason: str | None) -> dict[str, Any]:
+class EventsSlice(TypedDict):
+    events: list[EventEntry]
+    pagination: Pagination
+
+
+class ExecutionDetailResponse(ExecutionEntry):
+    """NoETL's `ExecutionDetailResponse`: the entry, then a page of its events."""
+
+    events_included: bool
+    events_endpoint: str
+    events: list[EventEntry]
+    pagination: Pagination | None  # None without events
+
+
+class ExecutionEvents(EventsSlice):
+    """`GET /api/executions/{id}/events`: the events without the entry's fields."""
+
+    execution_id: str
+    path: str
+    status: str
+
+
+class Executed(TypedDict):
+    execution_id: str
+    status: str
+    commands_generated: int
+
+
+class RerunStarted(TypedDict):
+    execution_id: str
+    source_execution_id: str
+    status: str
+
+
+class CleanupBody(TypedDict):
+    cancelled_count: int
+    execution_ids: list[str]
+    message: str
+
+
+class CancelBody(TypedDict):
+    status: str
+    execution_id: str
+    cancelled_executions: list[str]
+    message: str
+
+
+def cancel_body(execution_id: str, cancelled: list[str], reason: str | None) -> CancelBody:
     message = f"Cancelled {len(cancelled)} execution(s)"
     if reason:
         message += f": {reason}"
@@ -522,7 +664,31 @@ def ehdb_line(row: ExecutionRow, event_count: int) -> EhdbLine:
     }
 
 
-def ehdb_state(row: ExecutionRow, event_count: int, current_node: str | None) -> dict[str, Any]:
+class EhdbExecutions(TypedDict):
+    executions: list[EhdbLine]
+
+
+class EhdbStateLine(TypedDict):
+    """An execution's state in `ehdb_state`: `ehdb_line`'s fields after three of its own."""
+
+    status: str
+    terminal: bool
+    current_node: str | None
+    path: str
+    catalog_id: str
+    parent_execution_id: str | None
+    event_count: int
+    started_at: str | None
+    completed_at: str | None
+
+
+class EhdbState(TypedDict):
+    exists: bool
+    execution_id: str
+    state: EhdbStateLine | None  # None: no such execution
+
+
+def ehdb_state(row: ExecutionRow, event_count: int, current_node: str | None) -> EhdbState:
     line = ehdb_line(row, event_count)
     return {
         "exists": True,
@@ -531,7 +697,12 @@ def ehdb_state(row: ExecutionRow, event_count: int, current_node: str | None) ->
             "status": row.status,
             "terminal": row.status in TERMINAL_STATUSES,
             "current_node": current_node,
-            **{k: v for k, v in line.items() if k not in ("execution_id", "status")},
+            "path": line["path"],
+            "catalog_id": line["catalog_id"],
+            "parent_execution_id": line["parent_execution_id"],
+            "event_count": line["event_count"],
+            "started_at": line["started_at"],
+            "completed_at": line["completed_at"],
         },
     }
 
@@ -553,3 +724,22 @@ def ehdb_event(event: Mapping[str, Any]) -> EhdbEvent:
         "status": EVENT_STATUS.get(native),
         "created_at": event.get("created_at"),
     }
+
+
+class EhdbEvents(TypedDict):
+    exists: bool
+    execution_id: str
+    events: list[EhdbEvent]
+    next_cursor: int | None  # the last event's id when the page was full
+
+
+class Health(TypedDict):
+    status: str
+
+
+class Readiness(TypedDict):
+    """`/api/ready`: "ready" or "not ready", and each check's one line."""
+
+    status: str
+    database: str
+    broker: str

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from tests.integration.test_loops import PLAYBOOKS, finish, loop_dones
 from tests.support.http_server import http_api
 from tests.support.workers import run_cli
@@ -22,7 +23,7 @@ def engine(engine_on_workers: Engine) -> Engine:
     return engine_on_workers
 
 
-def drain(engine: Engine, **payload: Any) -> tuple[str, dict[str, Any]]:
+def drain(engine: Engine, **payload: Any) -> tuple[str, RunSummary]:
     with http_api() as api:
         eid = engine.start_text(
             (PLAYBOOKS / "cursor_drain.yaml").read_text(), {"api": api, **payload}

@@ -99,8 +99,8 @@ def test_runtime_failures_end_failed_with_a_clear_message(
         row = engine.wait(eid, 60)
     assert row.status == "FAILED"
     summary = engine.summary(eid)
-    assert fragment in summary["error"], summary["error"]
-    assert "step '" in summary["error"]  # names the step
+    assert fragment in str(summary["error"]), summary["error"]
+    assert "step '" in str(summary["error"])  # names the step
     nothing_left_running(engine, eid)
 
 

@@ -4,12 +4,12 @@ loop, and the loop progress operators see."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from tests.support import http_server
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
@@ -21,7 +21,7 @@ def engine(engine_on_workers: Engine) -> Engine:
     return engine_on_workers
 
 
-def finish(engine: Engine, eid: str, timeout: float = 180) -> dict[str, Any]:
+def finish(engine: Engine, eid: str, timeout: float = 180) -> RunSummary:
     row = engine.wait(eid, timeout)
     assert row.status == "COMPLETED", row.error
     counts = engine.store.command_counts(eid)

@@ -57,8 +57,8 @@ def test_unsupported_kind_runs_until_that_step_and_fails_naming_it(
     assert summary["steps"]["start"]["first"] == 1  # the steps before it ran
     [error] = summary["errors"]
     assert error["step"] == "load"
-    assert "kind snowflake is not supported by noetl-celery" in error["message"]
-    assert "step 'load'" in error["message"]
+    assert "kind snowflake is not supported by noetl-celery" in str(error["message"])
+    assert "step 'load'" in str(error["message"])
 
 
 def test_unsupported_kind_on_a_branch_not_taken_completes(engine_on_workers: Engine) -> None:

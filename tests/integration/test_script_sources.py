@@ -329,7 +329,7 @@ def test_distributed_unsupported_and_missing(engine_on_workers: Engine, tmp_path
     eid = engine.start_text(UNSUPPORTED.format(tag=unique()))
     assert engine.wait(eid, 60).status == "FAILED"
     [error] = engine.summary(eid)["errors"]
-    assert error["message"].startswith(
+    assert str(error["message"]).startswith(
         "step 'cloud': script source 's3' is not supported by noetl-celery"
     )
     file = tmp_path / "pb.yaml"

@@ -35,7 +35,14 @@ class PageRoute(CheckedRoute):
         return page
 
 
-router = APIRouter(tags=["pages"], include_in_schema=False, route_class=PageRoute)
+# HTML by default (a page, or its error page); the redirect and the static files say what
+# they answer instead. Outside the OpenAPI document: the document is the JSON API's.
+router = APIRouter(
+    tags=["pages"],
+    include_in_schema=False,
+    route_class=PageRoute,
+    default_response_class=HTMLResponse,
+)
 # a form post is a few short fields: anything larger is not one of ours
 MAX_FORM_BYTES = 16 * 1024
 
@@ -70,7 +77,7 @@ def _forbidden(engine: EngineDep) -> Response:
     return _answer(Site(engine).forbidden())
 
 
-@router.get("/")
+@router.get("/", response_class=RedirectResponse)
 def home() -> Response:
     return RedirectResponse("/executions", status_code=307)
 
@@ -117,7 +124,7 @@ async def schedule(schedule_id: str, action: str, request: Request, engine: Engi
     return _answer(await run_in_threadpool(Site(engine).schedule, schedule_id, action))
 
 
-@router.get("/pages-static/{name}")
+@router.get("/pages-static/{name}", response_class=Response)
 def static(name: str) -> Response:
     found = render.static_file(name)
     if found is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -25,7 +26,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def run(engine: Engine, text: str, payload: dict[str, object] | None = None) -> dict[str, object]:
+def run(engine: Engine, text: str, payload: dict[str, object] | None = None) -> RunSummary:
     eid = engine.start_text(HEAD + text, payload)
     engine.wait(eid, 60)
     return engine.summary(eid)
@@ -51,7 +52,7 @@ workflow:
 """,
     )
     assert out["status"] == "COMPLETED", out["error"]
-    results = out["steps"]["each"]["results"]  # type: ignore[index]
+    results = out["steps"]["each"]["results"]
     assert results == [
         {"name": "ann", "top": "ann", "index": 0, "first": True, "last": False, "li": 0},
         {"name": "bob", "top": "bob", "index": 1, "first": False, "last": False, "li": 1},
@@ -74,7 +75,7 @@ workflow:
         result = {"i": i}
 """,
     )
-    each = out["steps"]["each"]  # type: ignore[index]
+    each = out["steps"]["each"]
     assert each["stats"] == {"total": 7, "success": 6, "failed": 1}
     assert each["results"] == [{"i": 0}, {"i": 1}, {"i": 2}]  # cap 3, iteration order
     # an unhandled item error fails the run (as in NoETL); the loop still completed
@@ -85,10 +86,10 @@ workflow:
             "item": 5,
             "value": "5",
             "kind": "python_error",
-            "message": out["errors"][0]["message"],  # type: ignore[index]
+            "message": out["errors"][0]["message"],
         }
     ]
-    assert "AssertionError: five is bad" in out["errors"][0]["message"]
+    assert "AssertionError: five is bad" in str(out["errors"][0]["message"])
 
 
 def test_step_set_runs_per_iteration_with_the_iteration_scope(engine: Engine) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.models.validation import validate_text
 from tests.support.engines import embedded_engine
 
@@ -24,7 +25,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> RunSummary:
     report = validate_text(text, "pb.yaml")
     assert report.ok and not report.warnings, report.problems
     eid = engine.start_text(text, payload=payload)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -43,7 +43,7 @@ def engine(pg_url: str, tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def run(engine: Engine, text: str) -> tuple[dict[str, Any], float]:
+def run(engine: Engine, text: str) -> tuple[RunSummary, float]:
     started = time.monotonic()
     eid = engine.start_text(HEAD + text)
     engine.wait(eid, 60)
@@ -118,7 +118,7 @@ def test_a_pass_that_cannot_store_its_state_fails_the_execution(engine: Engine) 
     )
     assert seconds < LEASE, "the command was left running until its lease ran out"
     assert summary["status"] == "FAILED"
-    assert summary["error"].startswith(
+    assert str(summary["error"]).startswith(
         "the engine could not orchestrate this execution: 3 passes in a row crashed "
         "(DataError: (psycopg.errors.UntranslatableCharacter) unsupported Unicode escape"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import LoopProgress
 from noetl_celery.errors import ExecutionNotFound, InputInvalid
 from tests.support.engines import embedded_engine
 
@@ -78,7 +79,7 @@ def test_executions_page_detail_failed_items_and_graph(engine: Engine) -> None:
     assert [s["step"] for s in engine.status(failed)["steps"]] == ["start", "each", "end"]
     (loop,) = detail["loops"]
     assert loop["finished"] and loop["done"] == 40 and loop["started_at"]
-    assert loop["eta_seconds"] == 0.0 and loop["rate_per_second"] > 0
+    assert loop["eta_seconds"] == 0.0 and (loop["rate_per_second"] or 0) > 0
 
     first = engine.failed_items(failed, "each", limit=10)
     assert first["total"] == 14
@@ -126,7 +127,7 @@ def test_a_running_loop_counts_live_with_rate_and_eta(engine: Engine) -> None:
     import time
 
     eid = engine.start_text(SLOW)
-    seen: list[tuple[int, dict[str, object]]] = []
+    seen: list[tuple[int, LoopProgress]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         line = engine.executions_page(limit=1)["executions"][0]

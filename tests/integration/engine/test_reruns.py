@@ -11,6 +11,7 @@ import pytest
 
 from noetl_celery.engine.rerun import RerunError, start_inputs
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.orchestrator.decide import start
 from noetl_celery.settings import Settings
@@ -53,7 +54,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def finish(engine: Engine, eid: str) -> dict[str, Any]:
+def finish(engine: Engine, eid: str) -> RunSummary:
     engine.wait(eid, 60)
     return engine.summary(eid)
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -28,7 +29,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> RunSummary:
     eid = engine.start_text(text, payload)
     engine.wait(eid, 120)
     return engine.summary(eid)
@@ -96,7 +97,7 @@ workflow:
 """,
     )
     assert out["status"] == "FAILED"
-    assert "child execution" in out["error"] and "FAILED" in out["error"]
+    assert "child execution" in str(out["error"]) and "FAILED" in str(out["error"])
 
 
 def test_fire_and_forget_and_unknown_paths(engine: Engine) -> None:
@@ -115,7 +116,7 @@ workflow:
     )
     assert out["steps"]["call"]["status"] == "started"
     assert out["status"] == "FAILED"
-    assert "no playbook registered at catalog path 'tests/no_such_playbook'" in out["error"]
+    assert "no playbook registered at catalog path 'tests/no_such_playbook'" in str(out["error"])
     child = out["steps"]["call"]["execution_id"]
     engine.wait(child, 60)
     assert engine.summary(child)["result"] == {"doubled": 6}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -45,7 +46,7 @@ def engine(store_url: str, tmp_path: Path) -> Iterator[Engine]:
     built.close()
 
 
-def finish(engine: Engine, eid: str, limit: float = 20) -> tuple[dict[str, object], float]:
+def finish(engine: Engine, eid: str, limit: float = 20) -> tuple[RunSummary, float]:
     started = time.monotonic()
     engine.wait(eid, limit)
     return engine.summary(eid), time.monotonic() - started

@@ -179,7 +179,7 @@ def test_an_execution_whose_pass_crashes_does_not_cost_the_others_their_catch_up
         built.reaper.sweep()
     summary = built.summary(bad)
     assert summary["status"] == "FAILED"
-    assert summary["error"].startswith(
+    assert str(summary["error"]).startswith(
         "the engine could not orchestrate this execution: 3 passes in a row crashed "
         "(RecursionError: maximum recursion depth exceeded"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -171,7 +172,7 @@ def _view(status: str, **extra: Any) -> dict[str, Any]:
 def test_status_body(
     view: dict[str, Any], errors: list[dict[str, Any]], expected: dict[str, Any]
 ) -> None:
-    body = shapes.status_body(view, errors)
+    body: Mapping[str, Any] = shapes.status_body(view, errors)
     assert {k: body[k] for k in expected} == expected
     assert body["execution_id"] == "42"
     assert body["completed_steps"] == ["start"]
@@ -380,12 +381,14 @@ def test_cancel_bodies() -> None:
 
 
 def test_ehdb_state() -> None:
-    state = shapes.ehdb_state(_row("RUNNING"), 4, "work")
-    assert state["exists"] is True
-    assert state["state"]["terminal"] is False
-    assert state["state"]["current_node"] == "work"
-    assert state["state"]["event_count"] == 4
-    assert state["state"]["completed_at"] is None
+    answer = shapes.ehdb_state(_row("RUNNING"), 4, "work")
+    assert answer["exists"] is True
+    state = answer["state"]
+    assert state is not None
+    assert state["terminal"] is False
+    assert state["current_node"] == "work"
+    assert state["event_count"] == 4
+    assert state["completed_at"] is None
 
 
 def test_status_lists_completed_steps_in_playbook_order() -> None:
