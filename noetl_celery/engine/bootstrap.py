@@ -12,6 +12,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from noetl_celery import tracing
 from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ConfigurationError
@@ -72,6 +73,7 @@ def build_engine(settings: Settings, role: Role, *, broker: BrokerFactory | None
     """An engine for `role`; `broker` builds the Celery dispatcher when the role sends
     commands to workers (needed unless the role never does)."""
     options = options_for(role, settings)
+    tracing.check()  # OTEL_* asking for what cannot work: one line now, not per command
     if options.require_shared_database:
         settings.require_shared_database()
     engine = Engine(settings, schema=options.schema)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from noetl_celery import logcapture
+from noetl_celery import logcapture, tracing
 from noetl_celery.constants import FAILED
 from noetl_celery.engine.deadlines import check_one
 from noetl_celery.engine.logsink import LogSink
@@ -211,6 +211,7 @@ class Reaper:
         new_id = self.store.reaper.reissue(lost)
         if new_id is not None:
             report.reissued += 1
+            _trace_lost(lost, new_id)
             log.warning(
                 "command %s lost its worker; issued again as %s",
                 lost.command_id,
@@ -222,7 +223,23 @@ class Reaper:
     def _give_up(self, lost: LostCommand, kind: ErrorKind, message: str, report: Sweep) -> None:
         if self.store.reaper.give_up(lost, kind, message):
             report.failed += 1
+            _trace_lost(lost, None, kind)
             log.warning("command %s failed: %s", lost.command_id, message, extra=_about(lost))
+
+
+def _trace_lost(lost: LostCommand, new_id: str | None, failed: str | None = None) -> None:
+    """A `lease expired` mark under the lost command's step (tracing on only)."""
+    if not tracing.enabled():
+        return
+    attributes: dict[str, tracing.AttributeValue] = {
+        "command_id": lost.command_id,
+        "attempt": lost.attempt,
+    }
+    if new_id is not None:
+        attributes["reissued_as"] = new_id
+    if failed is not None:
+        attributes["failed"] = failed
+    tracing.step_mark(lost.execution_id, lost.step, lost.epoch, "lease expired", attributes)
 
 
 def _about(lost: LostCommand, command_id: str | None = None) -> dict[str, str]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,22 @@ from noetl_celery.settings import (
 from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
 from noetl_celery.store.sqlite_wal import SQLITE_BUSY_SECONDS, use_wal
 from noetl_celery.templating.environment import json_default
+
+log = logging.getLogger("noetl_celery.store")
+
+# the key in a write transaction's `Connection.info` of what runs after its commit
+_AFTER_COMMIT = "noetl_after_commit"
+
+
+def after_commit(conn: Connection, action: Callable[[], None]) -> None:
+    """Run `action` once the write transaction of `conn` (`Database.write`) committed;
+    at once when `conn` is not one (nothing to wait for)."""
+    hooks = conn.info.get(_AFTER_COMMIT)
+    if hooks is None:
+        action()
+    else:
+        hooks.append(action)
+
 
 # how the store writes JSON (the engine's serializer, and statements that pass JSON as text)
 json_dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
@@ -256,9 +273,22 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction, committed when the block ends without an error."""
-        with self._checkout(self.engine) as conn, conn.begin():
-            yield conn
+        """A write transaction, committed when the block ends without an error. What the
+        block registered with `after_commit` runs once the commit succeeded (never after
+        a rollback, never twice for a transaction tried again)."""
+        with self._checkout(self.engine) as conn:
+            hooks: list[Callable[[], None]] = []
+            conn.info[_AFTER_COMMIT] = hooks
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                conn.info.pop(_AFTER_COMMIT, None)
+            for hook in hooks:
+                try:
+                    hook()
+                except Exception:  # the commit stands; what follows it is best effort
+                    log.warning("an after-commit action failed", exc_info=True)
 
     def single_write(self) -> AbstractContextManager[Connection]:
         """A connection for one write statement: autocommit on Postgres; on SQLite a

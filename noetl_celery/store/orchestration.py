@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from noetl_celery import tracing
 from noetl_celery.orchestrator.decisions import (
     Completion,
     Decision,
@@ -28,8 +29,10 @@ from noetl_celery.orchestrator.decisions import (
 from noetl_celery.orchestrator.ids import iteration_command_id, parse_claim
 from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
+from noetl_celery.store.database import after_commit
 from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.queries import ResultCache
+from noetl_celery.store.queries import tracing as trace_queries
 from noetl_celery.store.rows import ClaimedCommand, ExecutionRow
 from noetl_celery.store.schema import utcnow
 from noetl_celery.store.statements import COMMAND_COLUMNS
@@ -301,6 +304,7 @@ class OrchestrationTx:
         atomically (returned to publish)."""
         state = decision.state.to_json()
         queries.end_execution_row(self.conn, self.execution_id, terminal, state, now)
+        trace_end(self.conn, self.execution, str(terminal.status), now)
         if self._notify is not None:
             row = self.execution
             self._notify.enqueue_in(
@@ -322,6 +326,24 @@ class OrchestrationTx:
         )
         parent = resume_parent(self.conn, ended, self._results)
         return [] if parent is None else [parent]
+
+
+def trace_end(conn: Connection, row: ExecutionRow, status: str, now: dt.datetime) -> None:
+    """With tracing on: export the execution's span and its steps' once the transaction
+    that ends it committed (exactly once: only one transaction ends an execution). The
+    steps' times are read here, in that transaction."""
+    if not tracing.enabled():
+        return
+    times = tracing.ExecutionTimes(
+        execution_id=row.execution_id,
+        path=row.path,
+        status=status,
+        started=row.created_at,
+        ended=now,
+        parent_execution_id=row.parent_execution_id,
+        steps=trace_queries.step_times(conn, row.execution_id, now),
+    )
+    after_commit(conn, lambda: tracing.ended(times))
 
 
 def issued_whole(plan: LoopPlan, issues: Sequence[IssueRange]) -> int | None:

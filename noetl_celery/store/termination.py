@@ -41,7 +41,7 @@ from noetl_celery.store import queries
 from noetl_celery.store.children import resume_parent
 from noetl_celery.store.database import Database
 from noetl_celery.store.notifications import NotificationsManager
-from noetl_celery.store.orchestration import claimed_rows, row_key
+from noetl_celery.store.orchestration import claimed_rows, row_key, trace_end
 from noetl_celery.store.queries import STARTED, ResultCache
 from noetl_celery.store.schema import utcnow
 
@@ -139,6 +139,7 @@ class TerminationManager:
                 conn.execute(queries.SYNC_COMMIT)  # what `cancel` reports must survive a crash
             error = {"message": message} if kind is None else {"kind": kind, "message": message}
             queries.set_ended(conn, execution_id, status, error, now)
+            trace_end(conn, row, str(status), now)
             ended = EV_EXECUTION_CANCELLED if status == CANCELLED else EV_EXECUTION_FAILED
             payload = {"status": status, "error": error}
             queries.insert_events(conn, execution_id, [EngineEvent(ended, payload=payload)], now)

@@ -14,8 +14,15 @@ import logging
 import time
 
 from celery.exceptions import Reject
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import (
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
+from noetl_celery import tracing
 from noetl_celery.constants import (
     TASK_EXECUTE_COMMAND,
     TASK_EXECUTE_COMMANDS,
@@ -48,6 +55,14 @@ REFUSE_PAUSE_SECONDS = 2.0
 def _fresh_engine_per_child(**_: object) -> None:
     reset_after_fork()
     start_soon()  # its relay runs whether or not a task comes (engine.outbox)
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _flush_traces(**_: object) -> None:
+    # a pool process may end without running atexit handlers: the spans its batch
+    # processor still holds are sent now (no-op with tracing off)
+    tracing.shutdown()
 
 
 @worker_ready.connect

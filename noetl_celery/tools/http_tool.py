@@ -8,15 +8,18 @@ import email.utils
 import http
 import json
 import math
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from noetl_celery import tracing
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.tools import http_direct
 from noetl_celery.tools.base import ToolCall, ToolOutcome
-from noetl_celery.tools.http_pacing import host_key, route_key
+from noetl_celery.tools.http_pacing import Ticket, host_key, route_key
 from noetl_celery.tools.http_request import (
     RequestConfigError,
     RequestSpec,
@@ -24,6 +27,9 @@ from noetl_celery.tools.http_request import (
     build_request,
 )
 from noetl_celery.tools.jsonable import to_jsonable
+
+# a pacer's wait shorter than this is not an event of the request's span (its lock)
+PACER_WAIT_SHOWN_SECONDS = 0.001
 
 
 class HttpTool:
@@ -41,12 +47,51 @@ class HttpTool:
         follow = as_bool(config.get("follow_redirects"), False)
         # 0 in the settings means "no timeout", as for httpx
         timeout = call.timeout or call.services.settings.http_timeout_seconds or None
+        # wait this host's turn (tools.http_pacing): not at all unless it answered 429
+        pacer = call.services.http_pacer
+        if tracing.enabled():
+            return self._traced(call, spec, timeout, follow, verify, redact)
+        ticket = pacer.wait(host_key(spec.url), route_key(spec.url))
+        return self._send(call, spec, timeout, follow, verify, redact, ticket)
+
+    def _traced(
+        self,
+        call: ToolCall,
+        spec: RequestSpec,
+        timeout: float | None,
+        follow: bool,
+        verify: bool,
+        redact: Callable[[str], str],
+    ) -> ToolOutcome:
+        """`run` with tracing on: the pacer's wait an event of the tool's span, the
+        request a client span of its own (its URL without query or credentials)."""
+        pacer = call.services.http_pacer
+        host = host_key(spec.url)
+        began = time.monotonic()
+        ticket = pacer.wait(host, route_key(spec.url))
+        waited = time.monotonic() - began
+        if waited >= PACER_WAIT_SHOWN_SECONDS:
+            tracing.event("pacer.wait", {"wait_seconds": round(waited, 6), "host": host})
+        with tracing.span(f"HTTP {spec.method}", _request_attributes(spec, redact), client=True):
+            outcome = self._send(call, spec, timeout, follow, verify, redact, ticket)
+            _trace_response(outcome)
+            return outcome
+
+    def _send(
+        self,
+        call: ToolCall,
+        spec: RequestSpec,
+        timeout: float | None,
+        follow: bool,
+        verify: bool,
+        redact: Callable[[str], str],
+        ticket: Ticket,
+    ) -> ToolOutcome:
+        """Send the request (its pacer's turn taken: `ticket`) and tell the pacer the answer."""
+        pacer = call.services.http_pacer
         client = call.services.http_client(verify)
         # no redirects to follow: straight to the client's transport (tools.http_direct)
         direct = None if follow else call.services.http_direct(verify)
-        # wait this host's turn (tools.http_pacing): not at all unless it answered 429
-        pacer = call.services.http_pacer
-        ticket = pacer.wait(host_key(spec.url), route_key(spec.url))
         try:
             if direct is not None:
                 response, elapsed = http_direct.send(
@@ -80,6 +125,40 @@ class HttpTool:
         retry_after = outcome.error.retry_after if outcome.error is not None else None
         pacer.observe(ticket, response.status_code, retry_after)
         return outcome
+
+
+def _request_attributes(spec: RequestSpec, redact: Callable[[str], str]) -> tracing.Attributes:
+    """The request's span attributes: no query string and no user info (secrets live
+    there), what is left redacted as a stored URL is."""
+    try:
+        parts = urlsplit(spec.url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return {"http.request.method": spec.method}
+    netloc = f"{host}:{port}" if port else host
+    attributes: dict[str, tracing.AttributeValue] = {
+        "http.request.method": spec.method,
+        "url.full": redact(urlunsplit((parts.scheme, netloc, parts.path, "", ""))),
+        "server.address": host,
+    }
+    if port:
+        attributes["server.port"] = port
+    return attributes
+
+
+def _trace_response(outcome: ToolOutcome) -> None:
+    data = outcome.data if isinstance(outcome.data, dict) else {}
+    code = data.get("status_code")
+    error = outcome.error
+    if error is not None and error.status_code is not None:
+        code = error.status_code
+    if isinstance(code, int):
+        tracing.set_attributes({"http.response.status_code": code})
+    if error is not None:
+        if error.retry_after is not None:
+            tracing.set_attributes({"http.retry_after_seconds": error.retry_after})
+        tracing.failed(f"{error.kind}: {error.message}")
 
 
 def _body_arguments(spec: RequestSpec) -> dict[str, Any]:

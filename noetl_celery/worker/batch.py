@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from noetl_celery import logcapture
+from noetl_celery import logcapture, tracing
 from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.orchestrate import PassResult, crash_message
 from noetl_celery.engine.retry import again_if_interrupted
@@ -49,6 +49,9 @@ from noetl_celery.worker.handback import Unstarted, Watchdog
 from noetl_celery.worker.reports import DUPLICATE, CommandReport, report_of
 
 log = logging.getLogger("noetl_celery.worker")
+
+# command ids a hand-back's trace mark names (its count is always exact)
+HAND_BACK_IDS_SHOWN = 10
 
 
 @dataclass
@@ -134,7 +137,11 @@ class BatchExecutor:
                         else f"command took over {self.slow_item:g}s",
                         len(rest),
                     )
-                    self._hand_back(rest, per_message=count if over_budget else 1)
+                    self._hand_back(
+                        rest,
+                        per_message=count if over_budget else 1,
+                        reason="budget" if over_budget else "slow command",
+                    )
                 break
             command = queue.next(now)
             if command is None:  # all ran, or the watchdog handed the rest back
@@ -171,9 +178,14 @@ class BatchExecutor:
             len(rest),
             extra=of_command(slow_id) if slow is not None else {},
         )
-        self._hand_back(rest, per_message=1)
+        tracing.command_event(
+            slow_id, "batch.handed_back", {"commands": len(rest), "slow_seconds": self.slow_item}
+        )
+        self._hand_back(rest, per_message=1, reason="slow command")
 
-    def _hand_back(self, rest: list[ClaimedCommand], per_message: int) -> None:
+    def _hand_back(
+        self, rest: list[ClaimedCommand], per_message: int, reason: str = "budget"
+    ) -> None:
         """Release the unstarted commands (still ours) and publish them again, in
         messages of `per_message` (as many as this batch ran within its budget): slow
         items then spread over the pool's processes instead of hopping from one to the
@@ -186,6 +198,7 @@ class BatchExecutor:
         log.debug("batch: %d of %d unstarted commands released", len(released), len(ids))
         if not released:
             return
+        _trace_hand_back(rest, set(released), reason)
         try:
             for ids in pack(released, per_message):
                 ex.orchestrator.dispatcher.publish(ids)
@@ -287,6 +300,24 @@ class BatchExecutor:
                 raise _PassCrashed from exc
             folds.append(_Fold(execution_id, None if passed.deferred else passed.publish, True))
         return folds
+
+
+def _trace_hand_back(rest: list[ClaimedCommand], released: set[str], reason: str) -> None:
+    """A `hand back` mark under each step whose commands were handed back."""
+    if not tracing.enabled():
+        return
+    steps: dict[tuple[str, str, int], list[str]] = {}
+    for command in rest:
+        if command.command_id in released:
+            key = (command.execution_id, command.step, command.epoch)
+            steps.setdefault(key, []).append(command.command_id)
+    for (execution_id, step, epoch), ids in steps.items():
+        attributes: tracing.Attributes = {
+            "commands": len(ids),
+            "reason": reason,
+            "command_ids": ids[:HAND_BACK_IDS_SHOWN],
+        }
+        tracing.step_mark(execution_id, step, epoch, "hand back", attributes)
 
 
 def _by_execution(

@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass
 from functools import partial
 
-from noetl_celery import logcapture
+from noetl_celery import logcapture, tracing
 from noetl_celery.constants import RUNNING
 from noetl_celery.cursors.base import HeldClaim
 from noetl_celery.engine.ids import new_execution_id
@@ -166,10 +166,13 @@ class CommandExecutor:
     def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:
         """Run a claimed command (its heartbeat started) to its masked result; stops its
         heartbeat. Never raises for the command's own faults: they become its outcome."""
+        resumed = bool(command.resume)
         try:
-            playbook = self.playbooks.get(command.catalog_id)
-            stop = self._stop_check(playbook, command)
-            result = self.runner.run(playbook, command, _Children(self, command), stop)
+            with tracing.command_span(command, resumed):
+                playbook = self.playbooks.get(command.catalog_id)
+                stop = self._stop_check(playbook, command)
+                result = self.runner.run(playbook, command, _Children(self, command), stop)
+                _trace_result(result)
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command.command_id)
             redact = self.runner.services.redactor.redact
@@ -455,6 +458,23 @@ class CommandExecutor:
         if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
             return False
         return may_defer_window(loop.window, loop.in_flight, closed.waiting)
+
+
+def _trace_result(result: Outcome | Suspended | HeldFrame | Parked) -> None:
+    """What the run came to, on its span (tracing on only)."""
+    if not tracing.enabled():
+        return
+    if isinstance(result, Parked):
+        tracing.set_attributes({"noetl.outcome": "parked"})
+        return
+    if isinstance(result, Suspended):
+        tracing.set_attributes({"noetl.outcome": "waiting_for_child"})
+        return
+    outcome = result.outcome if isinstance(result, HeldFrame) else result
+    tracing.set_attributes({"noetl.outcome": outcome.status})
+    if outcome.error is not None:
+        tracing.set_attributes({"noetl.error.kind": outcome.error.kind})
+        tracing.failed(f"{outcome.error.kind}: {outcome.error.message}")
 
 
 def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | HeldFrame:

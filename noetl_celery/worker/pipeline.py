@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
+from noetl_celery import tracing
 from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
 from noetl_celery.errors import NoetlError, UndefinedVariable
 from noetl_celery.models.outcome import (
@@ -302,7 +303,9 @@ def _act(
             return PIPELINE_STATUS_FAILED, _exhausted(outcome, attempt)
         delay = _retry_delay(then, attempt, outcome, limits.max_retry_delay)
         run.attempts[label] = attempt + 1  # counted before parking: max attempts still bound it
-        if limits.park_after is not None and delay > limits.park_after:
+        parks = limits.park_after is not None and delay > limits.park_after
+        _trace_retry(label, attempt, then.attempts, delay, outcome, parks)
+        if parks:
             if limits.storable(run.to_json()):
                 return _Wait(delay)
             log.info(
@@ -330,6 +333,30 @@ def _act(
     # fail
     failure = outcome.error or StepError("policy", f"task '{label}' failed by policy")
     return PIPELINE_STATUS_FAILED, failure
+
+
+def _trace_retry(
+    label: str, attempt: int, attempts: int, delay: float, outcome: ToolOutcome, parks: bool
+) -> None:
+    """A `retry` event on the command's span: which task, which attempt failed, why (the
+    error's kind, and the HTTP status and Retry-After of an HTTP error) and the wait."""
+    if not tracing.enabled():
+        return
+    error = outcome.error
+    attributes: dict[str, tracing.AttributeValue] = {
+        "task": label,
+        "attempt": attempt,
+        "attempts": attempts,
+        "delay_seconds": delay,
+        "parked": parks,
+    }
+    if error is not None:
+        attributes["reason"] = error.kind
+        if error.status_code is not None:
+            attributes["http.status_code"] = error.status_code
+        if error.retry_after is not None:
+            attributes["retry_after_seconds"] = error.retry_after
+    tracing.event("retry", attributes)
 
 
 def _match(

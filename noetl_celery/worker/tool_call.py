@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from noetl_celery import tracing
 from noetl_celery.engine.scripts import apply_script, script_text
 from noetl_celery.errors import NoetlError, TemplateError, ToolError
 from noetl_celery.models.playbook import Playbook, ToolSpec
@@ -96,7 +97,13 @@ def run_tool(
             services=services,
             context=field_context,
         )
-        return implementation.run(call)
+        if not tracing.enabled():
+            return implementation.run(call)
+        with tracing.span(f"tool {target.kind}", {"noetl.tool.kind": target.kind}):
+            outcome = implementation.run(call)
+            if outcome.error is not None:
+                tracing.failed(f"{outcome.error.kind}: {outcome.error.message}")
+            return outcome
     except ScriptFetchError as exc:
         redact = services.redactor.redact
         return ToolOutcome.failure(exc.kind, redact(exc.message), retryable=exc.retryable)

@@ -11,8 +11,8 @@ import pkgutil
 from noetl_celery.store import queries
 
 # used as modules by their managers, not re-exported (see the package docstring): the
-# operators' read models, the http tool's pacing schedule, the publish outbox and
-# retention's prune
+# operators' read models, the http tool's pacing schedule, the publish outbox,
+# retention's prune and an ended execution's trace
 READ_MODELS = {
     "overview",
     "history",
@@ -25,6 +25,7 @@ READ_MODELS = {
     "outbox",
     "notifications",
     "prune",
+    "tracing",
 }
 
 
