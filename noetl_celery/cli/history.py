@@ -98,7 +98,7 @@ def _show_log(r: Mapping[str, Any]) -> None:
     if r["iteration"] is not None:
         where += f"[{r['iteration']}]"
     source = f"command {r['command_id']}" if r["command_id"] else "engine"
-    click.echo(f"=== {where}  {source}  {r['created_at']}")
+    click.echo(f"=== {where}  {source}  {r['created_at']}  trace {r['trace_id']}")
     click.echo(r["text"], nl=not r["text"].endswith("\n"))
     if r["truncated"]:
         click.echo("[... truncated: NOETL_LOG_CAPTURE_BYTES]")

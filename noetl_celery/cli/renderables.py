@@ -83,6 +83,8 @@ def status_renderable(view: Mapping[str, Any]) -> RenderableType:
     if view.get("rerun_of"):
         head.append(f"  rerun of {view['rerun_of']}")
     parts: list[RenderableType] = [head]
+    if view.get("trace_id"):
+        parts.append(Text(f"trace {view['trace_id']}", style="dim"))
     steps = Table(title="steps", title_justify="left")
     steps.add_column("step", no_wrap=True)
     steps.add_column("status")

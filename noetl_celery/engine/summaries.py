@@ -13,6 +13,7 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from noetl_celery import tracing
 from noetl_celery.constants import CANCELLED, CMD_ISSUED, CMD_RUNNING, COMPLETED, RUNNING
 from noetl_celery.models.summary import execution_summary
 from noetl_celery.store.repository import Store
@@ -369,6 +370,8 @@ def status_view(
         # notifications of this execution with their delivery (engine.notify)
         "deadline": deadline_view(store, row.execution_id),
         "notifications": notifications_view(store, row.execution_id),
+        # the execution's OpenTelemetry trace (noetl_celery.tracing: derived from its id)
+        "trace_id": tracing.trace_id_of(row.execution_id),
     }
 
 

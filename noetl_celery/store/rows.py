@@ -10,6 +10,7 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from noetl_celery.models.json_types import JSONObject
+from noetl_celery.tracing import trace_id_of
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class LogJSON(TypedDict):
     text: str
     truncated: bool
     created_at: str | None
+    trace_id: str  # the execution's OpenTelemetry trace (noetl_celery.tracing)
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,7 @@ class LogRow:
             "text": self.text,
             "truncated": self.truncated,
             "created_at": self.created_at.isoformat() + "Z" if self.created_at else None,
+            "trace_id": trace_id_of(self.execution_id),
         }
 
 

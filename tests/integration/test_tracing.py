@@ -145,6 +145,10 @@ def test_one_trace_per_execution_with_429_retries_and_pacer_waits(
         assert row.status == "COMPLETED", row.error
         commands = cluster.command_ids(eid)
         trace_id = tracing.trace_id_of(eid)
+        # what an operator searches a trace viewer for: in `status --json` and `logs`
+        assert cluster.engine.status(eid)["trace_id"] == trace_id
+        blocks, _ = cluster.engine.logs_page(eid)
+        assert blocks and {b["trace_id"] for b in blocks} == {trace_id}
 
         def complete(spans: list[Span]) -> bool:
             names = [s.name for s in spans if s.trace_id == trace_id]

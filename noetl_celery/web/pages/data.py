@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.pages.presenters import (
     TERMINAL,
@@ -93,6 +94,8 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         "logs_limit": logs_limit,
         "logs_more": min(LOGS_MAX, logs_limit * 2) if logs_left and logs_limit < LOGS_MAX else None,
         "terminal": ended,
+        # to find its trace in Jaeger/Tempo (noetl_celery.tracing: derived from the id)
+        "trace_id": tracing.trace_id_of(execution_id),
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
 
 pytestmark = pytest.mark.integration
@@ -105,6 +106,10 @@ def test_loops_show_succeeded_and_failed_apart_with_each_error_inline(
     assert all("&lt;b&gt;odd&lt;/b&gt; item" in line for line in lines)
     assert all(len(line) < 260 and line.endswith("…") for line in lines)
     assert "<b>odd</b>" not in page
+    # the execution's trace id (noetl_celery.tracing), in its head and on each failed item
+    trace = tracing.trace_id_of(execution_id)
+    assert f'<code id="trace-id">{trace}</code>' in page
+    assert page.count(f'<p class="noetl-trace">trace <code>{trace}</code>') == 2
     listed = httpx.get(f"{served.url}/executions?path=tests/half_fail").text
     assert re.search(r'class="num items-succeeded">2<', listed)
 
