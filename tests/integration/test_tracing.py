@@ -12,6 +12,7 @@ pacer.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -27,11 +28,19 @@ from tests.conftest import _env
 from tests.support import services
 from tests.support.engines import celery_engine
 from tests.support.http_server import http_api, stats
-from tests.support.otlp_receiver import Receiver, Span, otlp_receiver
+from tests.support.otlp_receiver import Receiver, Span, otlp_receiver, tree
 from tests.support.private_services import PrivateRedis
-from tests.support.workers import WorkerProcess
+from tests.support.workers import BeatProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
+
+# a lost command is re-issued within seconds (tests/integration/test_threads_pool.py too)
+FAST_RECOVERY = {
+    "NOETL_LEASE_SECONDS": "4",
+    "NOETL_REAPER_INTERVAL_SECONDS": "1",
+    "NOETL_ISSUED_GRACE_SECONDS": "3",
+    "NOETL_WAKE_GRACE_SECONDS": "2",
+}
 
 THROTTLED_LOOP = """
 apiVersion: noetl.io/v2
@@ -80,10 +89,10 @@ class Fleet:
 @pytest.fixture
 def fleet(
     template_db: str, credentials_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[dict[str, str], str], Fleet]]:
-    """`make(otel_env, api)`: a database, a Redis, two prefork workers (-c 2) with
-    `otel_env`, pacing `api`'s host at 1/s; the test process (whose engine may run a
-    pass too) gets the same variables."""
+) -> Iterator[Callable[..., Fleet]]:
+    """`make(otel_env, api)`: a database, a Redis, two prefork workers (-c 2; `count`)
+    with `otel_env` (and `extra`), pacing `api`'s host at 1/s, and a beat with `beat`;
+    the test process (whose engine may run a pass too) gets the same variables."""
     with ExitStack() as stack:
         redis = PrivateRedis()
         redis.start()
@@ -91,7 +100,13 @@ def fleet(
         name = stack.enter_context(services.cloned_database(template_db, prefix="noetl_trace"))
         url = services.sqlalchemy_url(name)
 
-        def make(otel_env: dict[str, str], api: str) -> Fleet:
+        def make(
+            otel_env: dict[str, str],
+            api: str,
+            count: int = 2,
+            beat: bool = False,
+            extra: dict[str, str] | None = None,
+        ) -> Fleet:
             for key, value in otel_env.items():
                 monkeypatch.setenv(key, value)
             tracing.reset()
@@ -104,8 +119,11 @@ def fleet(
                 NOETL_MAX_RETRY_DELAY_SECONDS="0.2",
                 NOETL_HTTP_RATE_LIMITS=f"{api.split('//')[1]}=1",
                 **otel_env,
+                **(extra or {}),
             )
-            workers = [WorkerProcess(f"trace{i}", env, 2) for i in (1, 2)]
+            workers = [WorkerProcess(f"trace{i}", env, 2) for i in range(1, count + 1)]
+            if beat:
+                workers.append(BeatProcess(env))
             for worker in workers:
                 stack.callback(worker.stop)
             for worker in workers:
@@ -135,7 +153,7 @@ def _children(spans: list[Span], parent: Span) -> list[Span]:
 
 
 def test_one_trace_per_execution_with_429_retries_and_pacer_waits(
-    fleet: Callable[[dict[str, str], str], Fleet],
+    fleet: Callable[..., Fleet],
 ) -> None:
     with otlp_receiver() as receiver, http_api() as api:
         cluster = fleet(_otel(receiver), api)
@@ -213,10 +231,14 @@ def test_one_trace_per_execution_with_429_retries_and_pacer_waits(
     # the rest of the server's second after the 0.2 s retry delay
     assert max(e.attributes["wait_seconds"] for e in waits) > 0.3
     assert item.attributes["noetl.outcome"] == "ok" and item.status_code != 2
+    shown = tree(spans)
+    print(shown)  # the trace as a viewer shows it (pytest -s)
+    assert shown.startswith("execution tests/traced_throttle [")
+    assert "\n  step fetch [" in shown and "\n    command fetch [" in shown
 
 
 def test_nothing_is_exported_when_tracing_is_off(
-    fleet: Callable[[dict[str, str], str], Fleet],
+    fleet: Callable[..., Fleet],
 ) -> None:
     with otlp_receiver() as receiver, http_api() as api:
         cluster = fleet({}, api)  # no OTEL_* variable: the default
@@ -228,3 +250,65 @@ def test_nothing_is_exported_when_tracing_is_off(
         for worker in cluster.workers:
             worker.stop()  # a flush at shutdown would send what was held
         assert receiver.posts == 0 and receiver.snapshot() == []
+
+
+LOST = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: traced_lost, path: tests/traced_lost}
+workload: {marker: ""}
+workflow:
+  - step: slow
+    tool:
+      kind: python
+      input: {marker: "{{ marker }}"}
+      code: |
+        import os, time
+        first = not os.path.exists(marker)
+        if first:
+            open(marker, "w").close()
+            time.sleep(120)
+        result = {"first": first}
+"""
+
+
+def test_a_lease_that_expired_is_marked_under_its_step(
+    fleet: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    """kill -9 while the command runs: the reaper re-issues it once its lease expired
+    (`lease expired` under the step, naming both attempts), the second attempt's run is
+    the command span the trace keeps; the killed run's span died with its process."""
+    with otlp_receiver() as receiver, http_api() as api:
+        cluster = fleet(_otel(receiver), api, count=1, beat=True, extra=FAST_RECOVERY)
+        marker = tmp_path / "ran-once"
+        eid = cluster.engine.start_text(LOST, {"marker": str(marker)})
+        first = f"{eid}:slow:1"
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # the first run is inside its code, sleeping
+            assert time.monotonic() < deadline, cluster.workers[0].tail()
+            time.sleep(0.05)
+        worker = cluster.workers[0]
+        worker.kill(signal.SIGKILL)
+        worker.restart()
+        row = cluster.engine.wait(eid, 60)
+        assert row.status == "COMPLETED", row.error
+        assert cluster.engine.summary(eid)["result"] == {"first": False}
+        trace_id = tracing.trace_id_of(eid)
+        spans = receiver.wait_for(
+            "the execution's spans",
+            lambda got: any(s.name == "execution tests/traced_lost" for s in got),
+        )
+    spans = [s for s in spans if s.trace_id == trace_id]
+    [step] = [s for s in spans if s.name == "step slow"]
+    [mark] = [s for s in spans if s.name == "lease expired"]
+    assert mark.parent_id == step.span_id and mark.start_ns == mark.end_ns
+    [event] = mark.events
+    assert event.name == "lease expired"
+    assert event.attributes["command_id"] == first and event.attributes["attempt"] == 1
+    again = event.attributes["reissued_as"]
+    assert again != first and again.startswith(first)
+    runs = [s for s in spans if s.name == "command slow"]
+    assert [(r.attributes["noetl.command_id"], r.attributes["noetl.attempt"]) for r in runs] == [
+        (again, 2)
+    ]
+    assert runs[0].parent_id == step.span_id

@@ -108,6 +108,33 @@ class Receiver:
             time.sleep(0.05)
 
 
+def tree(spans: list[Span]) -> str:
+    """The spans as an indented tree (children by start time), each with its duration,
+    its key attributes and its events: how a trace viewer would show the trace."""
+    known = {s.span_id for s in spans}
+    children: dict[str, list[Span]] = {}
+    for span in spans:
+        parent = span.parent_id if span.parent_id in known else ""
+        children.setdefault(parent, []).append(span)
+    shown = ("noetl.iteration", "noetl.attempt", "http.response.status_code", "url.full")
+    lines: list[str] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for span in sorted(children.get(parent, []), key=lambda s: s.start_ns):
+            ms = (span.end_ns - span.start_ns) / 1e6
+            attrs = " ".join(f"{k}={span.attributes[k]}" for k in shown if k in span.attributes)
+            error = " ERROR" if span.status_code == 2 else ""
+            lines.append(f"{'  ' * depth}{span.name} [{ms:.0f} ms]{error} {attrs}".rstrip())
+            for event in span.events:
+                at = (event.time_ns - span.start_ns) / 1e6
+                detail = " ".join(f"{k}={v}" for k, v in event.attributes.items())
+                lines.append(f"{'  ' * (depth + 1)}* {event.name} @{at:.0f} ms {detail}")
+            walk(span.span_id, depth + 1)
+
+    walk("", 0)
+    return "\n".join(lines)
+
+
 @contextmanager
 def otlp_receiver() -> Iterator[Receiver]:
     """Yield a running receiver; `receiver.url` is its base (OTEL_EXPORTER_OTLP_ENDPOINT)."""
