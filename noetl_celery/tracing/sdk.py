@@ -4,6 +4,7 @@ records its first span with tracing on (the `otel` extra)."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -80,7 +81,8 @@ class _Ids(IdGenerator):
 
 def _exporter(config: TraceConfig) -> SpanExporter:
     if config.exporter == "console":
-        return ConsoleSpanExporter(service_name=config.service_name)
+        # stderr: stdout carries what commands like `run --json` answer
+        return ConsoleSpanExporter(service_name=config.service_name, out=sys.stderr)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     # endpoint, headers, timeout and compression from the standard OTEL_EXPORTER_OTLP_*
