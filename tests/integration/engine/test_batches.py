@@ -322,3 +322,39 @@ def test_single_closes_that_all_defer_in_parallel_still_fold_the_window(
     assert engine.wait(eid, 30).status == "COMPLETED"
     assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(8)}
     assert not engine.store.has_unhandled(eid)
+
+
+def test_a_hand_back_is_in_the_execution_trace(
+    pg_url: str, tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With tracing on (noetl_celery.tracing), the watchdog's hand-back is an event of
+    the slow command's span and a `hand back` mark under its step naming the commands."""
+    from noetl_celery import tracing
+    from tests.support.otlp_receiver import otlp_receiver
+
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        tracing.reset()
+        engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+        try:
+            code = "import time; time.sleep(1 if i == 0 else 0); result = i"
+            eid = engine.start_text(loop_playbook(4, code))
+            ids = recorder.take()
+            engine.batches.execute(ids)
+            run_the_rest(engine, recorder, eid, 4)
+            tracing.flush()
+            spans = receiver.snapshot()
+        finally:
+            engine.close()
+            tracing.reset()
+    assert {s.trace_id for s in spans} == {tracing.trace_id_of(eid)}
+    [slow] = [s for s in spans if s.attributes.get("noetl.command_id") == ids[0]]
+    [event] = [e for e in slow.events if e.name == "batch.handed_back"]
+    assert event.attributes["commands"] == 3
+    [mark] = [s for s in spans if s.name == "hand back"]
+    assert mark.parent_id == slow.parent_id  # the step's span
+    [moment] = mark.events
+    assert moment.attributes["reason"] == "slow command"
+    assert moment.attributes["command_ids"] == ids[1:]
+    runs = sorted(s.attributes["noetl.command_id"] for s in spans if s.name == "command each")
+    assert runs == sorted(ids)  # each ran once, handed back or not
