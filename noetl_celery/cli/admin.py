@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noetl_celery import tracing
 from noetl_celery.cli.common import InvalidInput, dump_json, load_settings
 from noetl_celery.constants import QUEUE_COMMANDS, QUEUE_ORCHESTRATE, ROW_CHUNK
 from noetl_celery.engine.bootstrap import schema_mode
@@ -31,6 +32,9 @@ def _fleet_settings() -> tuple[Settings, str | None]:
             "set NOETL_BROKER_URL (e.g. redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//)"
         )
     settings.require_shared_database()
+    # the engines are built in the pool's processes, later: a bad OTEL_* value is
+    # refused here, in one line, before Celery starts
+    tracing.check()
     database = open_database(settings.effective_database_url, schema_mode(settings, writes=True))
     try:
         return settings, database.database_id

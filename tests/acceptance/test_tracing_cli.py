@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,13 @@ def test_a_bad_otel_setting_stops_the_run_with_one_line(
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_worker_with_a_bad_otel_setting_does_not_start(distributed: dict[str, Any]) -> None:
+    """The pool's processes build their engines later: the worker command itself checks
+    the OTEL_* variables and stops in one line before Celery starts."""
+    env = {**distributed["env"], "OTEL_TRACES_EXPORTER": "zipkin"}
+    proc = run_cli(["worker", "-c", "1"], env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "OTEL_TRACES_EXPORTER='zipkin' is not supported" in proc.stderr
+    assert "Traceback" not in proc.stderr
