@@ -47,7 +47,7 @@ workflow:
 
 
 @contextmanager
-def fleet(url: str, otel: dict[str, str], log: Path) -> Iterator[Engine]:
+def fleet(url: str, otel: dict[str, str], log: Path) -> Iterator[tuple[Engine, int]]:
     """An engine in this process (tracing off: the passes it runs are not what is
     measured) and one worker with `otel` in its environment."""
     from noetl_celery.settings import Settings
@@ -78,10 +78,23 @@ def fleet(url: str, otel: dict[str, str], log: Path) -> Iterator[Engine]:
         )
     )
     try:
-        with harness.worker(cmd, env, log):
-            yield engine
+        with harness.worker(cmd, env, log) as proc:
+            yield engine, proc.pid
     finally:
         engine.close()
+
+
+def worker_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of the worker's main process and its pool's so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for each in [pid, *harness.children(pid)]:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
 
 
 def timed(engine: Engine, n: int) -> tuple[float, str]:
@@ -180,23 +193,39 @@ def main() -> None:
     url = harness.fresh_database(f"noetl_bench_trace_{uuid.uuid4().hex[:8]}")
     logdir = Path(tempfile.mkdtemp(prefix="noetl-bench-trace-"))
     walls: dict[str, list[float]] = {"off": [], "on": []}
+    cpus: dict[str, list[float]] = {"off": [], "on": []}
     spans: list[int] = []
     with otlp_receiver() as receiver:
         otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "noetl-bench"}
         for run in range(args.runs):
             for mode in ("off", "on"):
-                with fleet(url, otel if mode == "on" else {}, logdir / f"{mode}{run}.log") as eng:
+                with fleet(url, otel if mode == "on" else {}, logdir / f"{mode}{run}.log") as (
+                    eng,
+                    pid,
+                ):
                     timed(eng, 1)  # warm: the worker's imports, its engine, the pools
+                    before = worker_cpu(pid)
                     wall, eid = timed(eng, args.n)
+                    # the spans still held are sent when the worker stops: not counted
+                    cpus[mode].append(worker_cpu(pid) - before)
                 walls[mode].append(wall)
                 if mode == "on":
                     spans.append(spans_of(receiver, eid))
-                print(f"run {run + 1} {mode:>3}: {wall:.2f} s", flush=True)
+                print(
+                    f"run {run + 1} {mode:>3}: {wall:.2f} s, worker CPU {cpus[mode][-1]:.2f} s",
+                    flush=True,
+                )
     off, on = statistics.median(walls["off"]), statistics.median(walls["on"])
     print(f"{args.n}-item python loop, 1 worker (prefork -c 2), medians of {args.runs}:")
     print(f"  tracing off: {off:.2f} s ({args.n / off:.0f} items/s)")
     print(f"  tracing on:  {on:.2f} s ({args.n / on:.0f} items/s)")
     print(f"  overhead:    {(on - off) / off * 100:+.1f} %")
+    cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+    print(
+        f"  worker CPU (main and pool processes): {cpu_off:.2f} s off, {cpu_on:.2f} s on "
+        f"({(cpu_on - cpu_off) / args.n * 1e6:+.0f} µs per item, "
+        f"{(cpu_on - cpu_off) / cpu_off * 100:+.1f} %)"
+    )
     print(f"  spans per execution received: {spans}")
 
 

@@ -54,6 +54,7 @@ REFUSE_PAUSE_SECONDS = 2.0
 @worker_process_init.connect
 def _fresh_engine_per_child(**_: object) -> None:
     reset_after_fork()
+    tracing.runtime()  # this process's span exporter (its parent's thread did not fork)
     start_soon()  # its relay runs whether or not a task comes (engine.outbox)
 
 
@@ -74,6 +75,7 @@ def _engine_in_the_main_process(**_: object) -> None:
 @worker_init.connect
 def _worker_start(**_: object) -> None:
     kombu_redis.install()
+    tracing.preload()  # imported once, before the pool forks
     if not fleet.identity_known():  # started by `celery worker`, not `noetl-celery worker`
         fleet.set_identity(read_identity(), settings.shown_database_url)
 

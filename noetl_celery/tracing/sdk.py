@@ -79,14 +79,21 @@ class _Ids(IdGenerator):
         return self._random.generate_trace_id()
 
 
+def load_exporter(config: TraceConfig) -> type[SpanExporter]:
+    """The exporter's class, imported (the OTLP one pulls in protobuf and an HTTP client)."""
+    if config.exporter == "console":
+        return ConsoleSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter
+
+
 def _exporter(config: TraceConfig) -> SpanExporter:
     if config.exporter == "console":
         # stderr: stdout carries what commands like `run --json` answer
         return ConsoleSpanExporter(service_name=config.service_name, out=sys.stderr)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
     # endpoint, headers, timeout and compression from the standard OTEL_EXPORTER_OTLP_*
-    return OTLPSpanExporter()
+    return load_exporter(config)()
 
 
 def _ns(when: dt.datetime) -> int:
@@ -205,10 +212,12 @@ class Runtime:
             span.add_event(name, _short(attributes))  # type: ignore[arg-type]
 
     def command_event(self, command_id: str, name: str, attributes: Attributes) -> None:
+        # under the lock: the span is taken out of `_commands` before it ends, so a span
+        # found here has not ended (another thread's command may end meanwhile)
         with self._lock:
             span = self._commands.get(command_id)
-        if span is not None and span.is_recording():
-            span.add_event(name, _short(attributes))  # type: ignore[arg-type]
+            if span is not None:
+                span.add_event(name, _short(attributes))  # type: ignore[arg-type]
 
     def step_mark(
         self, execution_id: str, step: str, epoch: int, name: str, attributes: Attributes
