@@ -6,7 +6,8 @@ in-process receiver, tests/support/otlp_receiver.py, that decodes every span).
 
 Each mode gets a worker of its own (started with or without OTEL_EXPORTER_OTLP_ENDPOINT)
 and the same fresh database; the runs alternate off/on so drift on a shared machine hits
-both. Prints the median wall time of each mode, the overhead, and the spans the receiver
+both. Prints the median wall time and worker CPU time (main and pool processes, read
+from /proc) of each mode, the overhead, and the spans the receiver
 got per execution (one per command run, tool call, step and the execution: about
 2 x n + 4 here). First, in this process, the CPU time tracing adds per command (its
 span and its tool call's, exported): wall times on a shared machine are noisy, CPU time
