@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from noetl_celery.errors import ConfigurationError
 
@@ -306,8 +306,3 @@ def ended(times: ExecutionTimes) -> None:
     rt = runtime()
     if rt is not None:
         rt.ended(times)
-
-
-def trace_fields(execution_id: str) -> dict[str, Any]:
-    """`{"trace_id": ...}` for what shows an execution (status, logs, pages)."""
-    return {"trace_id": trace_id_of(execution_id)}
