@@ -122,6 +122,7 @@ class ExecutionView(ExecutionLine):
     # `deadline.at_risk`/`.missed` events: {event, at} and the event's own fields
     deadline: list[dict[str, Any]]
     notifications: list[NotificationLine]
+    trace_id: str  # the execution's OpenTelemetry trace (noetl_celery.tracing)
 
 
 class StatusView(ExecutionView):
