@@ -139,10 +139,16 @@ def python() -> str:
 
 @contextmanager
 def engine_and_worker(
-    url: str, log: Path, credentials: Path | None = None, pool: str = "prefork"
+    url: str,
+    log: Path,
+    credentials: Path | None = None,
+    pool: str = "prefork",
+    poll_seconds: float = 0.005,
 ) -> Iterator[tuple[Engine, subprocess.Popen[bytes]]]:
     """A fresh Redis db, one `noetl-celery worker` (prefork, concurrency 2, or `POOLS`),
-    and an engine in this process publishing to it."""
+    and an engine in this process publishing to it, whose `wait` looks at the execution
+    every `poll_seconds` (short: wall times to the millisecond; a bench of the database's
+    own cost polls less, or the polls count as the engine's)."""
     from noetl_celery.engine.service import Engine
     from noetl_celery.settings import Settings
     from noetl_celery.store.database import SchemaMode
@@ -155,7 +161,7 @@ def engine_and_worker(
         home=Path(tempfile.mkdtemp()),
         database_url=url,
         broker_url=REDIS_URL,
-        wait_poll_seconds=0.005,
+        wait_poll_seconds=poll_seconds,
         batch_size=int(BATCH_SIZE),
         credentials_file=creds,
     )
