@@ -34,7 +34,7 @@
     │                             otherwise nothing was created
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
-    ├── RerunError                (engine.rerun) a rerun that cannot be made as asked
+    ├── RerunError                (passes.rerun) a rerun that cannot be made as asked
     ├── ReplayError               a replayed pass asked history a question its record does
     │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist

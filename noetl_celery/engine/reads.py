@@ -9,7 +9,6 @@ from typing import TypeVar, cast
 
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.readmodels import (
     EventsPage,
     ExecutionDetail,
@@ -28,6 +27,7 @@ from noetl_celery.engine.summaries import (
     run_summary,
     status_view,
 )
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import EventJSON, LogJSON

@@ -161,7 +161,7 @@ class Store:
         return self._content.get_or_load(catalog_id, load)
 
     def catalog_scripts(self, catalog_id: int) -> dict[str, Any] | None:
-        """The `script:` files stored with a catalog version (engine.scripts), or None."""
+        """The `script:` files stored with a catalog version (passes.scripts), or None."""
         with self.db.read() as conn:
             return queries.catalog_scripts(conn, catalog_id)
 

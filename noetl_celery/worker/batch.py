@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from noetl_celery import logcapture, tracing
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import PassResult, crash_message
-from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.packing import pack
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassResult, crash_message
+from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.rows import ClaimedCommand

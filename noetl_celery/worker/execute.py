@@ -7,7 +7,7 @@ lock, that process handles our completion before it lets go.
 Whatever the command produced, it is closed once: an outcome the database refuses (a
 NUL character in a result, on Postgres) fails the command with kind
 `result_not_storable`, and an in-place pass that crashes is left to the orchestrator
-(engine.orchestrate records the crash) while the close commits without it. Raising out
+(passes.orchestrate records the crash) while the close commits without it. Raising out
 of here instead would leave the command `running` until its lease ran out, and the
 reaper would run it again, to the same end, `NOETL_MAX_ATTEMPTS` times.
 """
@@ -26,17 +26,17 @@ from functools import partial
 from noetl_celery import logcapture, tracing
 from noetl_celery.constants import RUNNING
 from noetl_celery.cursors.base import HeldClaim
-from noetl_celery.engine.ids import new_execution_id
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import PassDriver, crash_message
-from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
 from noetl_celery.orchestrator.batching import may_defer_window
+from noetl_celery.passes.ids import new_execution_id
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassDriver, crash_message
+from noetl_celery.passes.playbooks import PlaybookCache
+from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import Follow, OrchestrationTx
