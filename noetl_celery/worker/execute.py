@@ -64,13 +64,24 @@ class _PassCrashed(Exception):
 
 
 @dataclass(frozen=True)
-class _Recorded:
+class CloseResult:
+    """What closing one command (and folding it in place) came to, in one transaction."""
+
     closed: bool  # False: the command was no longer ours (cancelled or re-issued)
     publish: list[str] | None  # what to publish; None: nothing more is to be done
-    ran_pass: bool
+    ran_pass: bool  # a pass ran in place (so its re-check is this process's to make)
+    follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
+
+
+# the command was no longer ours: nothing recorded, nothing to publish
+NOT_CLOSED = CloseResult(closed=False, publish=None, ran_pass=False)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    close: CloseResult
     as_given: bool  # the outcome recorded is the one the command produced
     outcome: Outcome  # the outcome recorded (or offered, when not closed)
-    follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
 
 
 class CommandExecutor:
@@ -221,8 +232,8 @@ class CommandExecutor:
             recorded = self._finish(command, result.outcome, result.claim, capture, chain)
         else:
             recorded = self._finish(command, result, capture=capture, chain=chain)
-        report = report_of(command_id, recorded.outcome, recorded=recorded.closed)
-        return report, recorded.follow
+        report = report_of(command_id, recorded.outcome, recorded=recorded.close.closed)
+        return report, recorded.close.follow
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -293,24 +304,25 @@ class CommandExecutor:
             if held is not None:
                 held.rollback()
             raise
+        close = recorded.close
         if held is not None:
             # the claimed rows are the engine's only once their outcome is recorded; a
             # claim closed as failed (its rows not storable) puts them back
-            if recorded.closed and recorded.as_given:
+            if close.closed and recorded.as_given:
                 held.commit()
             else:
                 held.rollback()
-        if recorded.publish is None:
-            if recorded.closed:  # deferred: folded later, unless it was the last to close
+        if close.publish is None:
+            if close.closed:  # deferred: folded later, unless it was the last to close
                 self.orchestrator.after_deferral(command.execution_id)
             return recorded
-        publish = recorded.publish
-        if recorded.follow is not None:
-            self.heartbeats.start(recorded.follow.command_id)
-            publish = [cid for cid in publish if cid != recorded.follow.command_id]
+        publish = close.publish
+        if close.follow is not None:
+            self.heartbeats.start(close.follow.command_id)
+            publish = [cid for cid in publish if cid != close.follow.command_id]
         if publish:
             self.orchestrator.dispatcher.publish(publish)
-        if recorded.follow is not None and recorded.ran_pass:
+        if close.follow is not None and close.ran_pass:
             # the re-check waits: the close of the command that runs here next waits for
             # the lock and folds whatever arrived meanwhile, and execute() re-checks
             # once the chain ends
@@ -318,7 +330,7 @@ class CommandExecutor:
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
         # its final inbox check before our commit
-        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
+        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=close.ran_pass)
         return recorded
 
     def _record(
@@ -337,9 +349,7 @@ class CommandExecutor:
         given, fold = outcome, True
         while True:
             try:
-                closed, publish, ran_pass, follow = self._record_once(
-                    command, outcome, capture, fold, chain
-                )
+                close = self._record_once(command, outcome, capture, fold, chain)
             except ResultNotStorable as exc:
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
@@ -356,9 +366,7 @@ class CommandExecutor:
                 )
                 fold = False
                 continue
-            return _Recorded(
-                closed, publish, ran_pass, as_given=outcome is given, outcome=outcome, follow=follow
-            )
+            return _Recorded(close, as_given=outcome is given, outcome=outcome)
 
     def _record_once(
         self,
@@ -367,25 +375,23 @@ class CommandExecutor:
         capture: logcapture.Capture | None,
         fold: bool,
         chain: bool = False,
-    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
-        """(closed, what to publish or None when nothing more is to be done, a pass ran,
-        the command claimed to run here next). Not closed: the command was no longer
-        ours (cancelled or re-issued meanwhile). The captured output is stored in the
-        same transaction, last, so it holds the lines the pass logged too; nothing is
-        written when nothing was captured. With `chain`, a cursor lane's next command
-        the pass issued is claimed in the same transaction (local continuation): it
-        commits with the close, so a retried transaction claims it again or not at all."""
+    ) -> CloseResult:
+        """Close the command and fold it in place, in one transaction. Not closed: the
+        command was no longer ours (cancelled or re-issued meanwhile). The captured
+        output is stored in the same transaction, last, so it holds the lines the pass
+        logged too; nothing is written when nothing was captured. With `chain`, a cursor
+        lane's next command the pass issued is claimed in the same transaction (local
+        continuation): it commits with the close, so a retried transaction claims it
+        again or not at all."""
         with self.store.completion(command) as completion:
             wait = chain and may_follow(command)
             request = None
             if chain:
                 pick = partial(next_here, command)
                 request = Follow(pick, worker_identity(), self.lease_seconds)
-            closed, publish, ran_pass, follow = self._close_and_fold(
-                completion, command, outcome, fold, wait, request
-            )
+            close = self._close_and_fold(completion, command, outcome, fold, wait, request)
             completion.add_logs(LogSink.command_rows(capture, command))
-            return closed, publish, ran_pass, follow
+            return close
 
     def _close_and_fold(
         self,
@@ -395,29 +401,30 @@ class CommandExecutor:
         fold: bool = True,
         wait: bool = False,
         follow: Follow | None = None,
-    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
-        """(closed, what to publish, a pass ran, the command it claimed for `follow`).
-        `wait`: wait for the execution's lock if another pass holds it (a cursor lane
-        continuing locally: its next command comes out of this pass, and the holder's
-        re-check does not fold our completion, publishing that command, while we wait
-        for a pass of our own). `follow`: the pass claims the command this process runs
-        next in its own writes (local continuation), committed with the close or not
-        at all."""
+    ) -> CloseResult:
+        """Close the command, then run a pass on it in place unless it may wait for a
+        later one. `wait`: wait for the execution's lock if another pass holds it (a
+        cursor lane continuing locally: its next command comes out of this pass, and the
+        holder's re-check does not fold our completion, publishing that command, while
+        we wait for a pass of our own). `follow`: the pass claims the command this
+        process runs next in its own writes (local continuation; the result's `follow`),
+        committed with the close or not at all."""
         tx: OrchestrationTx | None
         if wait and fold:  # a pass follows: the lock is taken by the closing statement
             closed, tx = completion.close_and_lock(outcome)
         else:
             closed, tx = completion.close(outcome), None
         if not closed.closed:
-            return False, None, False, None
+            return NOT_CLOSED
         if not fold:
-            return True, [], False, None
+            return CloseResult(closed=True, publish=[], ran_pass=False)
         if tx is None:
             if self.deferrable(command, closed):
-                return True, None, False, None  # enough of the window still runs: folded later
+                # enough of the window still runs: folded later
+                return CloseResult(closed=True, publish=None, ran_pass=False)
             tx = completion.lock(wait=wait)
             if tx is None:
-                return True, [], False, None
+                return CloseResult(closed=True, publish=[], ran_pass=False)
         # a lock taken by the close always passes: a holder that skipped its pass would
         # leave those who found the lock taken waiting for a re-check it never makes
         tx.follow = follow
@@ -427,7 +434,8 @@ class CommandExecutor:
             if transient(exc):
                 raise  # the database is away: nothing can be recorded now
             raise _PassCrashed from exc
-        return True, None if passed.deferred else passed.publish, True, tx.followed
+        publish = None if passed.deferred else passed.publish
+        return CloseResult(closed=True, publish=publish, ran_pass=True, follow=tx.followed)
 
     def not_storable(
         self, command: ClaimedCommand, outcome: Outcome, exc: ResultNotStorable
