@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import overview as sql
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
@@ -21,27 +22,10 @@ class OverviewManager:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def executions_page(
-        self,
-        *,
-        status: str | None = None,
-        path: str | None = None,
-        trigger: str | None = None,
-        parent: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[ExecutionRow], int]:
+    def executions_page(self, match: ExecutionFilter) -> tuple[list[ExecutionRow], int]:
         """(executions newest first, state left out; how many match the filters)."""
         with self.db.read() as conn:
-            return sql.executions_page(
-                conn,
-                status=status,
-                path=path,
-                trigger=trigger,
-                parent=parent,
-                limit=limit,
-                offset=offset,
-            )
+            return sql.executions_page(conn, match)
 
     def loop_totals(self, execution_ids: Collection[str]) -> dict[str, LoopTotals]:
         """Per execution: finished epochs' succeeded and failed iterations summed, and

@@ -12,6 +12,8 @@ from typing import Any
 from sqlalchemy import Connection, case, func, select
 
 from noetl_celery.constants import EV_COMMAND_FAILED
+from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.store.queries.executions import filter_clauses
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
 from noetl_celery.store.schema import commands, events, executions, loops
 from noetl_celery.store.statements import EXECUTION_COLUMNS
@@ -20,26 +22,10 @@ from noetl_celery.store.statements import EXECUTION_COLUMNS
 _LINE_COLUMNS = [c for c in EXECUTION_COLUMNS if c.name != "state"]
 
 
-def executions_page(
-    conn: Connection,
-    *,
-    status: str | None,
-    path: str | None,
-    trigger: str | None,
-    parent: str | None,
-    limit: int,
-    offset: int,
-) -> tuple[list[ExecutionRow], int]:
+def executions_page(conn: Connection, match: ExecutionFilter) -> tuple[list[ExecutionRow], int]:
     """(executions newest first, state left out; how many match the filters)."""
-    where = []
-    if status is not None:
-        where.append(executions.c.status == status.upper())
-    if path is not None:
-        where.append(executions.c.path == path)
-    if trigger is not None:
-        where.append(executions.c.trigger == trigger.lower())
-    if parent is not None:
-        where.append(executions.c.parent_execution_id == parent)
+    where = filter_clauses(match)
+    limit, offset = match.limit, match.offset
     query = (
         select(*_LINE_COLUMNS)
         .where(*where)

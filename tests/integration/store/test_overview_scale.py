@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import event, text
 
 from noetl_celery.engine import readmodels
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
 
@@ -109,7 +110,7 @@ def test_pages_stay_bounded_at_scale(store: Store) -> None:
     counter = Statements(store)
     try:
         started = time.monotonic()
-        page = readmodels.executions_page(store, limit=500, offset=1000)
+        page = readmodels.executions_page(store, ExecutionFilter(limit=500, offset=1000))
         elapsed = time.monotonic() - started
         statements, counter.count = counter.count, 0
         assert statements == 4  # page, count, loop totals of its ids, live steps
