@@ -46,7 +46,8 @@ from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.batch import BatchExecutor
-from noetl_celery.worker.execute import CommandExecutor, worker_identity
+from noetl_celery.worker.closing import worker_identity
+from noetl_celery.worker.execute import CommandExecutor
 from noetl_celery.worker.runner import StepRunner
 
 if TYPE_CHECKING:
