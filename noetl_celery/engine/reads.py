@@ -82,7 +82,7 @@ class EngineReads:
     def executions(self, match: ExecutionFilter = RECENT) -> list[ExecutionLine]:
         """Recent executions, newest first, optionally by status, catalog path and how
         they were started (`constants.TRIGGERS`)."""
-        return [execution_line(r) for r in self.store.list_executions(match)]
+        return [execution_line(r) for r in self.store.overview.list_executions(match)]
 
     # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
     # Each answer goes through the tools' redactor once more: messages are masked where

@@ -1,6 +1,6 @@
-"""`store.overview`: the reads behind the HTTP API and the pages (executions paged with
-their loop totals, failed loop items paged), each in a read transaction of its own; the
-SQL is `store.queries.overview`.
+"""`store.overview`: the reads behind the CLI, the HTTP API and the pages (executions
+listed, and paged with their loop totals, by one `ExecutionFilter`; failed loop items
+paged), each in a read transaction of its own; the SQL is `store.queries.overview`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.models.filters import RECENT, ExecutionFilter
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import overview as sql
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
@@ -17,10 +17,15 @@ __all__ = ["LoopTotals", "OverviewManager"]
 
 
 class OverviewManager:
-    """Executions paged, their loop totals, failed loop items paged."""
+    """Executions listed and paged, their loop totals, failed loop items paged."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def list_executions(self, match: ExecutionFilter = RECENT) -> list[ExecutionRow]:
+        """Recent executions, newest first (the state snapshot is left out)."""
+        with self.db.read() as conn:
+            return sql.list_executions(conn, match)
 
     def executions_page(self, match: ExecutionFilter) -> tuple[list[ExecutionRow], int]:
         """(executions newest first, state left out; how many match the filters)."""

@@ -20,7 +20,6 @@ from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
-from noetl_celery.models.filters import RECENT, ExecutionFilter
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.store import queries
@@ -385,11 +384,6 @@ class Store:
     def loops(self, execution_id: str) -> list[LoopRow]:
         with self.db.read() as conn:
             return queries.loops_of(conn, execution_id)
-
-    def list_executions(self, match: ExecutionFilter = RECENT) -> list[ExecutionRow]:
-        """Recent executions, newest first (the state snapshot is left out)."""
-        with self.db.read() as conn:
-            return queries.list_executions(conn, match)
 
     def in_flight(self, execution_id: str) -> list[InFlight]:
         """Per step: commands issued (waiting for a worker) and running (claimed)."""

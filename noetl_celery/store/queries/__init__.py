@@ -79,9 +79,7 @@ from noetl_celery.store.queries.executions import (
     execution,
     execution_state,
     execution_status,
-    filter_clauses,
     insert_execution,
-    list_executions,
     lock_execution,
 )
 from noetl_celery.store.queries.inbox import (
@@ -191,7 +189,6 @@ __all__ = [
     "execution_state",
     "execution_status",
     "expire_run",
-    "filter_clauses",
     "first_claimed_keys",
     "has_unhandled",
     "in_flight",
@@ -217,7 +214,6 @@ __all__ = [
     "iteration_results",
     "latest_catalog_version",
     "lease_holder",
-    "list_executions",
     "lock_execution",
     "lock_live_commands",
     "lock_schedule_enabled",

@@ -6,10 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, select
+from sqlalchemy import Connection, select
 
 from noetl_celery.constants import EV_EXECUTION_STARTED, RUNNING
-from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.store.schema import events, executions
 from noetl_celery.store.statements import (
@@ -95,30 +94,3 @@ def lock_execution(conn: Connection, execution_id: str, *, wait: bool) -> Execut
     (without `wait`)."""
     row = conn.execute(LOCK_WAIT if wait else LOCK_TRY, {"b_eid": execution_id}).first()
     return None if row is None else _execution(row)
-
-
-def filter_clauses(match: ExecutionFilter) -> list[ColumnElement[bool]]:
-    """The WHERE clauses of a filter's fields (its page, limit and offset, aside)."""
-    where = []
-    if match.status is not None:
-        where.append(executions.c.status == match.status.upper())
-    if match.path is not None:
-        where.append(executions.c.path == match.path)
-    if match.trigger is not None:
-        where.append(executions.c.trigger == match.trigger.lower())
-    if match.parent is not None:
-        where.append(executions.c.parent_execution_id == match.parent)
-    return where
-
-
-def list_executions(conn: Connection, match: ExecutionFilter) -> list[ExecutionRow]:
-    """Recent executions, newest first (the state snapshot is left out)."""
-    columns = [c for c in EXECUTION_COLUMNS if c.name != "state"]
-    query = (
-        select(*columns)
-        .where(*filter_clauses(match))
-        .order_by(executions.c.created_at.desc())
-        .limit(match.limit)
-        .offset(match.offset)
-    )
-    return [ExecutionRow(state=None, **r._mapping) for r in conn.execute(query).all()]
