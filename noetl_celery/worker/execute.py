@@ -4,7 +4,7 @@ Running the orchestration pass in the worker that just finished (when the execut
 lock is free) saves a broker round trip per completion; if another process holds the
 lock, that process handles our completion before it lets go. This module claims and
 runs one delivery (and the commands it continues locally); recording what it came to is
-`worker.closing`'s, and a sub-playbook's start `worker.subplaybook`'s protocol.
+`worker.closing`'s, starting a sub-playbook `worker.children`'s.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from noetl_celery import logcapture, tracing
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
 from noetl_celery.models.playbook import Playbook, step_timeout
-from noetl_celery.passes.ids import new_execution_id
 from noetl_celery.passes.logsink import LogSink
 from noetl_celery.passes.orchestrate import PassDriver
 from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
+from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks, mask_command_value
 from noetl_celery.worker import parking
+from noetl_celery.worker.children import CommandChildren, wait_for_child
 from noetl_celery.worker.claims import HeldFrame
 from noetl_celery.worker.closing import Closer, worker_identity
 from noetl_celery.worker.heartbeat import Heartbeats
@@ -140,7 +140,8 @@ class CommandExecutor:
             with tracing.command_span(command, resumed):
                 playbook = self.playbooks.get(command.catalog_id)
                 stop = self._stop_check(playbook, command)
-                result = self.runner.run(playbook, command, _Children(self, command), stop)
+                children = CommandChildren(self.store, self.orchestrator, command)
+                result = self.runner.run(playbook, command, children, stop)
                 _trace_result(result)
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command.command_id)
@@ -183,7 +184,7 @@ class CommandExecutor:
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             self.store.history.write_logs(LogSink.command_rows(capture, command))
-            self._wait_for_child(command, result)
+            wait_for_child(self.store, self.orchestrator, command, result)
             return CommandReport(command_id, WAITING), None
         chain = chain_until is not None and time.monotonic() < chain_until
         if isinstance(result, HeldFrame):
@@ -222,18 +223,6 @@ class CommandExecutor:
 
         return check
 
-    def _wait_for_child(self, command: ClaimedCommand, suspended: Suspended) -> None:
-        """Park the command and start its child (one transaction), then drive the child."""
-        child, resumed = self.store.children.suspend_and_spawn(
-            command, suspended.continuation, suspended.request, new_execution_id()
-        )
-        if child is None:
-            return  # no longer ours
-        if resumed:  # that child had already finished (an earlier run of this command)
-            self.orchestrator.dispatcher.publish([command.command_id])
-        else:
-            self.orchestrator.drive(child, wait=True)
-
 
 def _trace_result(result: Outcome | Suspended | HeldFrame | Parked) -> None:
     """What the run came to, on its span (tracing on only)."""
@@ -268,22 +257,3 @@ def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | He
 def _masked_outcome(outcome: Outcome) -> Outcome:
     # masked as the JSON it is stored as: a value may hide anywhere in it
     return Outcome.from_json(mask_command_value(outcome.to_json()))
-
-
-class _Children:
-    """Sub-playbook access for the task a worker runs (worker.subplaybook.Children)."""
-
-    def __init__(self, executor: CommandExecutor, command: ClaimedCommand) -> None:
-        self.executor = executor
-        self.command = command
-
-    def check(self, request: SpawnRequest) -> None:
-        self.executor.store.resolve_catalog(request.path, request.version)
-
-    def start_detached(self, request: SpawnRequest) -> str:
-        request = dataclasses.replace(request, payload=mask_command_value(request.payload))
-        child = self.executor.store.children.spawn_detached(
-            self.command, request, new_execution_id()
-        )
-        self.executor.orchestrator.drive(child, wait=True)
-        return child
