@@ -174,7 +174,9 @@ def failed_items(
     """`{"items": [{epoch, iteration, value, kind, message}], "total", "offset",
     "limit"}`: failed iterations of `step` (of `epoch`, or every epoch) in iteration
     order, `value` a short preview of the item."""
-    found = store.failed_iterations(row.execution_id, step, epoch, limit, offset=offset)
+    found = store.overview.failed_iterations(
+        row.execution_id, step, epoch=epoch, offset=offset, limit=limit
+    )
     return {
         "items": [
             {
@@ -186,7 +188,7 @@ def failed_items(
             }
             for f in found
         ],
-        "total": store.count_failed_iterations(row.execution_id, step, epoch),
+        "total": store.overview.count_failed_iterations(row.execution_id, step, epoch=epoch),
         "offset": offset,
         "limit": limit,
     }

@@ -48,7 +48,6 @@ from noetl_celery.store.rows import (
     CommandCounts,
     EventRow,
     ExecutionRow,
-    FailedItem,
     InFlight,
     LoopRow,
 )
@@ -361,21 +360,6 @@ class Store:
     def events(self, execution_id: str) -> list[EventRow]:
         with self.db.read() as conn:
             return queries.events_of(conn, execution_id)
-
-    def failed_iterations(
-        self, execution_id: str, step: str, epoch: int | None, limit: int, *, offset: int = 0
-    ) -> list[FailedItem]:
-        """`limit` failed iterations of a loop epoch (every epoch when None) from
-        `offset`, in iteration order, with their items (through the failed iterations'
-        partial index); `count_failed_iterations` tells how many there are."""
-        return self.overview.failed_iterations(
-            execution_id, step, epoch=epoch, offset=offset, limit=limit
-        )
-
-    def count_failed_iterations(
-        self, execution_id: str, step: str, epoch: int | None = None
-    ) -> int:
-        return self.overview.count_failed_iterations(execution_id, step, epoch=epoch)
 
     def command_counts(self, execution_id: str) -> CommandCounts:
         with self.db.read() as conn:

@@ -121,9 +121,9 @@ def test_pages_stay_bounded_at_scale(store: Store) -> None:
         assert (lines["x1999"]["items_done"], lines["x1999"]["items_failed"]) == (10, 2)
         assert page["executions"][0]["execution_id"] == "x2000"  # newest first
 
-        first = store.failed_iterations("x1", "big", 1, 10, offset=0)
-        rest = store.failed_iterations("x1", "big", None, 50, offset=10)
-        total = store.count_failed_iterations("x1", "big", 1)
+        first = store.overview.failed_iterations("x1", "big", epoch=1, offset=0, limit=10)
+        rest = store.overview.failed_iterations("x1", "big", epoch=None, offset=10, limit=50)
+        total = store.overview.count_failed_iterations("x1", "big", epoch=1)
         assert counter.count == 3
     finally:
         counter.close()
