@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.engine.bootstrap import Role, build_engine
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.models.validation import read_playbook
 from noetl_celery.settings import Settings
 from noetl_celery.tasks.broker import client_dispatcher
@@ -98,7 +99,8 @@ class Client:
     ) -> list[ExecutionLine]:
         """Recent executions, newest first (`playbook` is a catalog path, `trigger` how
         they were started: manual, schedule, rerun or parent)."""
-        return self.engine.executions(status=status, path=playbook, trigger=trigger, limit=limit)
+        match = ExecutionFilter(status=status, path=playbook, trigger=trigger, limit=limit)
+        return self.engine.executions(match)
 
     def cancel(self, execution_id: str) -> bool:
         """Cancel a running execution and its children; False if it had already ended."""

@@ -34,7 +34,7 @@
     │                             otherwise nothing was created
     ├── ResultNotStorable         a command's outcome holds a value the engine's database
     │                             refuses (Postgres: NUL in text, a lone surrogate)
-    ├── RerunError                (engine.rerun) a rerun that cannot be made as asked
+    ├── RerunError                (passes.rerun) a rerun that cannot be made as asked
     ├── ReplayError               a replayed pass asked history a question its record does
     │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist
@@ -57,7 +57,7 @@ NoetlError there), or must be the type the library it is raised into expects.
     │                             the code's own `except Exception` must not swallow it
     └── Exception
         ├── Suspend               (worker.subplaybook) a task waits for a sub-playbook
-        ├── _PassCrashed          (worker.execute) the in-place pass crashed after the close
+        ├── PassCrashed           (worker.closing) the in-place pass crashed after the close
         ├── CommandFailed         (tasks.tasks) shows Celery's observers a failed command
         ├── CursorError           (cursors.base) a claim failed: the step's error
         ├── ScriptFetchError      (tools.script_fetch) a script source could not be fetched

@@ -12,17 +12,17 @@ from noetl_celery.cli.common import EXIT_INVALID, build_engine, dump_json, load_
 from noetl_celery.cli.renderables import catalog_renderable, stdout_console
 from noetl_celery.cli.targets import TargetError, split_ref
 from noetl_celery.engine.bootstrap import Role
-from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.errors import CatalogNotFound, PlaybookInvalid, Problem
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import CredentialAliases, ValidationReport, validate_file
 from noetl_celery.models.yaml_positions import YamlSyntaxError, parse_yaml
+from noetl_celery.passes.scripts import capture_scripts
 from noetl_celery.tools.credentials import CredentialStore
 
 
 def check_file(path: Path, credentials: CredentialAliases | None = None) -> ValidationReport:
     """`validate_file`, plus the `script:` files it names: a missing one is an error here,
-    as it is when the playbook is registered (engine.scripts)."""
+    as it is when the playbook is registered (passes.scripts)."""
     report = validate_file(path, credentials=credentials)
     if report.playbook is not None:
         try:

@@ -19,6 +19,7 @@ from noetl_celery.cli.renderables import (
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES, TRIGGERS
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.errors import ExecutionNotFound
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.settings import Settings
 
 # a routed step waiting at least this long makes `status` ask which queues workers serve
@@ -100,7 +101,8 @@ def executions(
         )
     engine = build_engine(load_settings(), Role.READER)
     try:
-        rows = engine.executions(status=status_, path=playbook, trigger=trigger, limit=limit)
+        match = ExecutionFilter(status=status_, path=playbook, trigger=trigger, limit=limit)
+        rows = engine.executions(match)
     finally:
         engine.close()
     if as_json:

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from noetl_celery.models.durations import format_duration
+
 RATE_WINDOW = 30.0
 
 LoopKey = tuple[str, int]
@@ -46,18 +48,6 @@ class Rates:
         return (d1 - d0) / (t1 - t0) if t1 > t0 else None
 
 
-def duration(seconds: float) -> str:
-    """`45s`, `2m01s`, `1h02m`."""
-    whole = max(0, round(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 def loop_line(lp: Mapping[str, Any], rate: float | None) -> str:
     name = lp["step"] if lp["epoch"] <= 1 else f"{lp['step']} (epoch {lp['epoch']})"
     done, total = lp["done"], lp["total"]
@@ -68,7 +58,7 @@ def loop_line(lp: Mapping[str, Any], rate: float | None) -> str:
     if rate is not None:
         text += f" {rate:.1f}/s"
         if total and lp["mode"] != "cursor" and rate > 0:
-            text += f" ETA {duration(max(0, total - done) / rate)}"
+            text += f" ETA {format_duration(max(0, total - done) / rate)}"
     if lp["failed"]:
         text += f"  failed {lp['failed']}"
     return text

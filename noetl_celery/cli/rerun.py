@@ -12,8 +12,8 @@ from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_
 from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_sets
 from noetl_celery.engine.bootstrap import Role
-from noetl_celery.engine.rerun import RerunError
 from noetl_celery.errors import BrokerUnavailable, ExecutionNotFound
+from noetl_celery.passes.rerun import RerunError
 
 
 @click.command()

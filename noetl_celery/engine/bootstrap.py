@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from noetl_celery import tracing
-from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ConfigurationError
+from noetl_celery.passes.dispatch import Dispatcher
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 

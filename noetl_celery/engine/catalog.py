@@ -54,7 +54,7 @@ class CatalogShow(TypedDict):
     # the playbook's own `metadata:` mapping, as written (YAML keys need not be strings)
     metadata: dict[Any, Any]
     versions: list[CatalogVersionJSON]
-    # `script:` files stored with this version (engine.scripts): {base_dir, files}
+    # `script:` files stored with this version (passes.scripts): {base_dir, files}
     scripts: dict[str, Any] | None
     content: str
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from noetl_celery.engine.catalog import suggest
 from noetl_celery.engine.summaries import RunError, StatusView, run_errors, status_view
 from noetl_celery.errors import CatalogNotFound
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.rows import CatalogRow, EventRow, ExecutionRow
 from noetl_celery.store.schema import utcnow
 
@@ -73,7 +74,7 @@ def dashboard_counts(engine: Engine, recent: int = 5) -> DashboardCounts:
         catalog_versions=versions,
         schedules=len(schedules),
         schedules_enabled=sum(1 for s in schedules if s.enabled),
-        recent=executions_page(engine, limit=recent),
+        recent=executions_page(engine, ExecutionFilter(limit=recent)),
     )
 
 
@@ -102,10 +103,8 @@ def version_of(engine: Engine, catalog_id: int) -> int:
     return engine.store.catalog_entry(catalog_id).version
 
 
-def executions_page(
-    engine: Engine, *, status: str | None = None, offset: int = 0, limit: int = 100
-) -> list[ExecutionPageRow]:
-    rows, _ = engine.store.overview.executions_page(status=status, offset=offset, limit=limit)
+def executions_page(engine: Engine, match: ExecutionFilter) -> list[ExecutionPageRow]:
+    rows, _ = engine.store.overview.executions_page(match)
     ids = [r.execution_id for r in rows]
     versions = engine.store.compat.catalog_versions({r.catalog_id for r in rows})
     progress = engine.store.compat.command_progress(ids)

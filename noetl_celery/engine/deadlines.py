@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.summaries import loop_progress
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.deadlines import (
@@ -20,6 +19,7 @@ from noetl_celery.models.deadlines import (
     parse_deadline,
 )
 from noetl_celery.models.notify import EVENT_MISSED
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import DeadlineCandidate
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from noetl_celery.engine.periodic import Periodic
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.summaries import error_text, run_errors
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.notify import (
@@ -38,6 +37,7 @@ from noetl_celery.models.notify import (
     sign,
     summary_text,
 )
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.settings_notify import NotifySettings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow, NotificationRow

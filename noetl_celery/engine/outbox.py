@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from noetl_celery.engine.dispatch import Dispatcher
-from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.periodic import Periodic
+from noetl_celery.passes.dispatch import Dispatcher
+from noetl_celery.passes.orchestrate import PassDriver
 from noetl_celery.store.outbox import KIND_COMMAND, KIND_WAKE
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from noetl_celery import logcapture
 from noetl_celery.constants import FAILED
-from noetl_celery.engine.dispatch import Dispatcher
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.termination import end_tree
+from noetl_celery.passes.dispatch import Dispatcher
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.termination import end_tree
 from noetl_celery.store.repository import Store
 
 log = logging.getLogger("noetl_celery.owner")

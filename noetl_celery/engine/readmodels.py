@@ -24,6 +24,7 @@ from noetl_celery.engine.summaries import (
     status_view,
 )
 from noetl_celery.errors import InputInvalid
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.store.overview import LoopTotals
 from noetl_celery.store.repository import Store
@@ -108,28 +109,12 @@ def loop_items(totals: LoopTotals, steps: Mapping[str, Any]) -> tuple[int, int]:
     return done, failed
 
 
-def executions_page(
-    store: Store,
-    *,
-    status: str | None = None,
-    path: str | None = None,
-    trigger: str | None = None,
-    parent: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> ExecutionsPage:
+def executions_page(store: Store, match: ExecutionFilter) -> ExecutionsPage:
     """`{"executions": [line + items_done, items_succeeded, items_failed], "total",
     "limit", "offset"}` (`items_done` = succeeded + failed, kept for API clients),
     newest first. Three queries whatever the page size: the page (with its count), the
     loop totals of its ids, and the live counters of those with an open loop epoch."""
-    rows, total = store.overview.executions_page(
-        status=status,
-        path=path,
-        trigger=trigger,
-        parent=parent,
-        limit=limit,
-        offset=offset,
-    )
+    rows, total = store.overview.executions_page(match)
     totals = store.overview.loop_totals([r.execution_id for r in rows])
     open_ids = [eid for eid, t in totals.items() if t.open_epochs]
     steps = store.overview.step_states(open_ids)
@@ -146,7 +131,7 @@ def executions_page(
                 "items_failed": failed,
             }
         )
-    return {"executions": lines, "total": total, "limit": limit, "offset": offset}
+    return {"executions": lines, "total": total, "limit": match.limit, "offset": match.offset}
 
 
 def detail(
@@ -159,7 +144,9 @@ def detail(
     and how many there are), `errors` as `run --json` lists them, and the state's raw
     step failures under `failures`. Loops carry start, rate and ETA (engine.summaries.loop_pace)."""
     view = status_view(store, row, order, queues)
-    children = executions_page(store, parent=row.execution_id, limit=CHILDREN_LIMIT, offset=0)
+    children = executions_page(
+        store, ExecutionFilter(parent=row.execution_id, limit=CHILDREN_LIMIT)
+    )
     return {
         **view,
         "failures": view["errors"],
@@ -187,7 +174,9 @@ def failed_items(
     """`{"items": [{epoch, iteration, value, kind, message}], "total", "offset",
     "limit"}`: failed iterations of `step` (of `epoch`, or every epoch) in iteration
     order, `value` a short preview of the item."""
-    found = store.failed_iterations(row.execution_id, step, epoch, limit, offset=offset)
+    found = store.overview.failed_iterations(
+        row.execution_id, step, epoch=epoch, offset=offset, limit=limit
+    )
     return {
         "items": [
             {
@@ -199,7 +188,7 @@ def failed_items(
             }
             for f in found
         ],
-        "total": store.count_failed_iterations(row.execution_id, step, epoch),
+        "total": store.overview.count_failed_iterations(row.execution_id, step, epoch=epoch),
         "offset": offset,
         "limit": limit,
     }

@@ -9,7 +9,6 @@ from typing import TypeVar, cast
 
 from noetl_celery.constants import COMPLETED
 from noetl_celery.engine import readmodels
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.readmodels import (
     EventsPage,
     ExecutionDetail,
@@ -28,6 +27,8 @@ from noetl_celery.engine.summaries import (
     run_summary,
     status_view,
 )
+from noetl_celery.models.filters import PAGE, RECENT, ExecutionFilter
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import EventJSON, LogJSON
@@ -78,18 +79,10 @@ class EngineReads:
             return {}
         return routed_steps(self.playbooks.get(catalog_id), dict(self.settings.queue_by_kind))
 
-    def executions(
-        self,
-        *,
-        status: str | None = None,
-        path: str | None = None,
-        trigger: str | None = None,
-        limit: int = 20,
-    ) -> list[ExecutionLine]:
+    def executions(self, match: ExecutionFilter = RECENT) -> list[ExecutionLine]:
         """Recent executions, newest first, optionally by status, catalog path and how
         they were started (`constants.TRIGGERS`)."""
-        rows = self.store.list_executions(status=status, path=path, trigger=trigger, limit=limit)
-        return [execution_line(r) for r in rows]
+        return [execution_line(r) for r in self.store.overview.list_executions(match)]
 
     # ---- read models of the HTTP API and the pages (engine.readmodels) --------------------
     # Each answer goes through the tools' redactor once more: messages are masked where
@@ -100,30 +93,11 @@ class EngineReads:
         masked: View = self.services.redactor.redact_value(view)
         return masked
 
-    def executions_page(
-        self,
-        *,
-        status: str | None = None,
-        path: str | None = None,
-        trigger: str | None = None,
-        parent: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> ExecutionsPage:
+    def executions_page(self, match: ExecutionFilter = PAGE) -> ExecutionsPage:
         """`{"executions": [...], "total", "limit", "offset"}` newest first; each line is
         `execution_line` plus `items_done` (loop iterations finished, failed included)
         and `items_failed`, over all its loop epochs (open ones live)."""
-        return self._masked(
-            readmodels.executions_page(
-                self.store,
-                status=status,
-                path=path,
-                trigger=trigger,
-                parent=parent,
-                limit=limit,
-                offset=offset,
-            )
-        )
+        return self._masked(readmodels.executions_page(self.store, match))
 
     def detail(self, execution_id: str) -> ExecutionDetail:
         """`status` plus `children` (lines, `children_total`), `errors` as `run --json`

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.models.playbook import Playbook
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.routing import step_queue
 from noetl_celery.store.repository import Store
 

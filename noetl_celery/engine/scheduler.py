@@ -9,12 +9,12 @@ import logging
 from typing import Any
 
 from noetl_celery.constants import TRIGGER_SCHEDULE
-from noetl_celery.engine.ids import new_execution_id
-from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.errors import CatalogNotFound, ConfigurationError, ScheduleNotFound
 from noetl_celery.models.deadlines import parse_deadline
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.schedule import check_cron, due_firing, next_after
+from noetl_celery.passes.ids import new_execution_id
+from noetl_celery.passes.orchestrate import PassDriver
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schedules import ScheduleRow
 from noetl_celery.store.schema import utcnow

@@ -16,22 +16,14 @@ from noetl_celery.constants import (
 )
 from noetl_celery.engine import owner
 from noetl_celery.engine.catalog import Catalog
-from noetl_celery.engine.dispatch import Dispatcher, NullDispatcher, Probe
-from noetl_celery.engine.ids import new_execution_id
 from noetl_celery.engine.inprocess import InProcessDispatcher
-from noetl_celery.engine.logsink import LogSink
 from noetl_celery.engine.notify import Deliverer, DelivererThread, Rule
-from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
-from noetl_celery.engine.playbooks import PlaybookCache
 from noetl_celery.engine.reads import EngineReads
-from noetl_celery.engine.rerun import plan_rerun
 from noetl_celery.engine.routing import Routed
 from noetl_celery.engine.scheduler import Schedules
-from noetl_celery.engine.scripts import capture_scripts
 from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
-from noetl_celery.engine.termination import Termination, end_tree
 from noetl_celery.errors import BrokerUnavailable
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
@@ -40,17 +32,26 @@ from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.script_source import StoredScripts
 from noetl_celery.models.validation import ValidationReport, load_playbook, read_playbook
 from noetl_celery.orchestrator.decisions import Limits
+from noetl_celery.passes.dispatch import Dispatcher, NullDispatcher, Probe
+from noetl_celery.passes.ids import new_execution_id
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassDriver
+from noetl_celery.passes.playbooks import PlaybookCache
+from noetl_celery.passes.rerun import plan_rerun
+from noetl_celery.passes.scripts import capture_scripts
+from noetl_celery.passes.termination import Termination, end_tree
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode, open_database
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.batch import BatchExecutor
-from noetl_celery.worker.execute import CommandExecutor, worker_identity
+from noetl_celery.worker.closing import worker_identity
+from noetl_celery.worker.execute import CommandExecutor
 from noetl_celery.worker.runner import StepRunner
 
 if TYPE_CHECKING:
-    from noetl_celery.engine.pass_recorder import PassRecorder
+    from noetl_celery.passes.pass_recorder import PassRecorder
 
 
 # embedded: how long closing the engine may spend delivering notifications
@@ -74,7 +75,7 @@ def _pass_recorder(directory: str | None) -> PassRecorder | None:
     """NOETL_RECORD_PASSES' recorder; its modules are imported only when it is set."""
     if not directory:
         return None
-    from noetl_celery.engine.pass_recorder import PassRecorder
+    from noetl_celery.passes.pass_recorder import PassRecorder
 
     return PassRecorder(directory)
 

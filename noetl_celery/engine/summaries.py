@@ -168,8 +168,8 @@ def run_errors(store: Store, row: ExecutionRow, limit: int = RUN_ERRORS_LIMIT) -
             break
         error = failure.get("error")
         if error_kind(error) == "items_failed":
-            for failed in store.failed_iterations(
-                row.execution_id, failure["step"], failure["epoch"], limit - len(out)
+            for failed in store.overview.failed_iterations(
+                row.execution_id, failure["step"], epoch=failure["epoch"], limit=limit - len(out)
             ):
                 out.append(
                     {

@@ -18,7 +18,7 @@ One sweep, run by one process at a time (a lease row in Postgres):
 
 Each part, and each execution or command within it, is handled on its own: whatever goes
 wrong with one is logged and the sweep goes on with the next, so one bad execution (a
-pass that crashes on it, engine.orchestrate) cannot take the catch-up away from the rest.
+pass that crashes on it, passes.orchestrate) cannot take the catch-up away from the rest.
 
 Celery beat sends the sweep task every `reaper_interval_seconds`; the embedded default
 runs it on a thread.
@@ -35,11 +35,11 @@ from typing import TypeVar
 from noetl_celery import logcapture, tracing
 from noetl_celery.constants import FAILED
 from noetl_celery.engine.deadlines import check_one
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import PassDriver
 from noetl_celery.engine.periodic import Periodic
-from noetl_celery.engine.termination import end_tree
 from noetl_celery.models.outcome import ErrorKind
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassDriver
+from noetl_celery.passes.termination import end_tree
 from noetl_celery.store.reaper import LostCommand
 from noetl_celery.store.repository import Store
 from noetl_celery.store.schema import utcnow

@@ -53,6 +53,20 @@ def to_seconds(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
+def format_duration(seconds: float) -> str:
+    """`45s`, `2m01s`, `1h02m`: a duration as people read it, the same in the CLI's
+    progress lines and on the pages (so both import it from here, below them). Not one
+    of the forms `parse_duration` reads: `1h02m` is for reading only."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
 def parse_duration(value: Any, field: str) -> float:
     """Seconds, or `DurationInvalid` naming `field`:
     "spec.timeout: '30x' is not a duration: use a number of seconds or 500ms, 30s, 5m, 2h"."""

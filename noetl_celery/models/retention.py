@@ -9,7 +9,7 @@ links (`parent_execution_id`), transitively. A family goes whole or not at all:
   and a detached child that ended recently keeps its long-ended parent (no execution is
   left pointing at a parent that was deleted under it);
 - no execution still running may be a rerun of a member: a rerun reads its original's
-  variables, results and failed items when it starts (engine.rerun).
+  variables, results and failed items when it starts (passes.rerun).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ NoETL's form (noetl/core/script/validation.py, noetl/worker/script_loader.py):
         headers: {Authorization: ...}
         timeout: 30
 
-Pure: parsing and checking the mapping. Reading files (engine.scripts) and fetching
+Pure: parsing and checking the mapping. Reading files (passes.scripts) and fetching
 URLs (tools.script_fetch) happen elsewhere. An `inline` source carries its code in
 `source.code` (NoETL tools' `PythonScriptSource`; `uri` is only a label then).
 """

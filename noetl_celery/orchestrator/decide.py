@@ -405,7 +405,7 @@ def start(
 ) -> Decision:
     """The first pass: initial variables and the entry step.
 
-    A rerun (engine.rerun) starts elsewhere: at `entry` instead of the first step, with
+    A rerun (passes.rerun) starts elsewhere: at `entry` instead of the first step, with
     `variables` instead of workload + payload, with the `results` of steps that ran
     before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
     them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs

@@ -173,7 +173,7 @@ class CompletionTx:
         """Try the execution's lock in this transaction (None: another pass holds it);
         with `wait`, wait for the pass that holds it. A wait that deadlocks (that pass
         cancelling this very command) is cut short by Postgres: the transaction is done
-        again (engine.retry)."""
+        again (passes.retry)."""
         row = queries.lock_execution(self.conn, self.command.execution_id, wait=wait)
         return (
             None

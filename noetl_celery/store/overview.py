@@ -1,6 +1,6 @@
-"""`store.overview`: the reads behind the HTTP API and the pages (executions paged with
-their loop totals, failed loop items paged), each in a read transaction of its own; the
-SQL is `store.queries.overview`.
+"""`store.overview`: the reads behind the CLI, the HTTP API and the pages (executions
+listed, and paged with their loop totals, by one `ExecutionFilter`; failed loop items
+paged), each in a read transaction of its own; the SQL is `store.queries.overview`.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from noetl_celery.models.filters import RECENT, ExecutionFilter
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import overview as sql
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
@@ -16,32 +17,20 @@ __all__ = ["LoopTotals", "OverviewManager"]
 
 
 class OverviewManager:
-    """Executions paged, their loop totals, failed loop items paged."""
+    """Executions listed and paged, their loop totals, failed loop items paged."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def executions_page(
-        self,
-        *,
-        status: str | None = None,
-        path: str | None = None,
-        trigger: str | None = None,
-        parent: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[ExecutionRow], int]:
+    def list_executions(self, match: ExecutionFilter = RECENT) -> list[ExecutionRow]:
+        """Recent executions, newest first (the state snapshot is left out)."""
+        with self.db.read() as conn:
+            return sql.list_executions(conn, match)
+
+    def executions_page(self, match: ExecutionFilter) -> tuple[list[ExecutionRow], int]:
         """(executions newest first, state left out; how many match the filters)."""
         with self.db.read() as conn:
-            return sql.executions_page(
-                conn,
-                status=status,
-                path=path,
-                trigger=trigger,
-                parent=parent,
-                limit=limit,
-                offset=offset,
-            )
+            return sql.executions_page(conn, match)
 
     def loop_totals(self, execution_ids: Collection[str]) -> dict[str, LoopTotals]:
         """Per execution: finished epochs' succeeded and failed iterations summed, and

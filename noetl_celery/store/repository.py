@@ -48,7 +48,6 @@ from noetl_celery.store.rows import (
     CommandCounts,
     EventRow,
     ExecutionRow,
-    FailedItem,
     InFlight,
     LoopRow,
 )
@@ -161,7 +160,7 @@ class Store:
         return self._content.get_or_load(catalog_id, load)
 
     def catalog_scripts(self, catalog_id: int) -> dict[str, Any] | None:
-        """The `script:` files stored with a catalog version (engine.scripts), or None."""
+        """The `script:` files stored with a catalog version (passes.scripts), or None."""
         with self.db.read() as conn:
             return queries.catalog_scripts(conn, catalog_id)
 
@@ -362,21 +361,6 @@ class Store:
         with self.db.read() as conn:
             return queries.events_of(conn, execution_id)
 
-    def failed_iterations(
-        self, execution_id: str, step: str, epoch: int | None, limit: int, *, offset: int = 0
-    ) -> list[FailedItem]:
-        """`limit` failed iterations of a loop epoch (every epoch when None) from
-        `offset`, in iteration order, with their items (through the failed iterations'
-        partial index); `count_failed_iterations` tells how many there are."""
-        return self.overview.failed_iterations(
-            execution_id, step, epoch=epoch, offset=offset, limit=limit
-        )
-
-    def count_failed_iterations(
-        self, execution_id: str, step: str, epoch: int | None = None
-    ) -> int:
-        return self.overview.count_failed_iterations(execution_id, step, epoch=epoch)
-
     def command_counts(self, execution_id: str) -> CommandCounts:
         with self.db.read() as conn:
             return queries.command_counts(conn, execution_id)
@@ -384,20 +368,6 @@ class Store:
     def loops(self, execution_id: str) -> list[LoopRow]:
         with self.db.read() as conn:
             return queries.loops_of(conn, execution_id)
-
-    def list_executions(
-        self,
-        *,
-        status: str | None = None,
-        path: str | None = None,
-        trigger: str | None = None,
-        limit: int = 20,
-    ) -> list[ExecutionRow]:
-        """Recent executions, newest first (the state snapshot is left out)."""
-        with self.db.read() as conn:
-            return queries.list_executions(
-                conn, status=status, path=path, trigger=trigger, limit=limit
-            )
 
     def in_flight(self, execution_id: str) -> list[InFlight]:
         """Per step: commands issued (waiting for a worker) and running (claimed)."""

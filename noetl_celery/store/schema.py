@@ -107,7 +107,7 @@ catalog = Table(
     Column("content_sha256", String(64), nullable=False),
     Column("created_at", DateTime, nullable=False, default=utcnow),
     # `script:` files read at registration, {base_dir, files: {uri: text}}; null when
-    # the playbook has none (engine.scripts)
+    # the playbook has none (passes.scripts)
     Column("scripts", Json, nullable=True),
     UniqueConstraint("path", "version", name="uq_catalog_path_version"),
     Index("ix_catalog_path_sha", "path", "content_sha256"),

@@ -4,7 +4,7 @@ embedded run, every read) start without it."""
 
 from __future__ import annotations
 
-from noetl_celery.engine.dispatch import Dispatcher
+from noetl_celery.passes.dispatch import Dispatcher
 from noetl_celery.settings import Settings
 
 

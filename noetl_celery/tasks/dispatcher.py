@@ -161,7 +161,7 @@ class CeleryDispatcher:
         self._reset()
 
     def probe(self) -> str:
-        """The broker's token (engine.dispatch.Probe): the value of `EPOCH_KEY`, set by
+        """The broker's token (passes.dispatch.Probe): the value of `EPOCH_KEY`, set by
         the first process that finds it missing; raises when the broker is away.
 
         RabbitMQ keeps no key: the probe is a round trip (declaring the commands queue,

@@ -28,6 +28,7 @@ from noetl_celery.engine.readmodels import (
     FailedItemsPage,
     LogsPage,
 )
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.web import api_manage
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, BigInt, CheckedRoute
@@ -66,12 +67,14 @@ def executions(
     """A page of executions with `total` matching; each line carries `items_done` (loop
     iterations finished, failed ones included), `items_succeeded` and `items_failed`."""
     return engine.executions_page(
-        status=_one_of(status_, STATUSES, "status"),
-        path=path,
-        trigger=_one_of(trigger, tuple(sorted(TRIGGERS)), "trigger"),
-        parent=parent,
-        limit=limit,
-        offset=offset,
+        ExecutionFilter(
+            status=_one_of(status_, STATUSES, "status"),
+            path=path,
+            trigger=_one_of(trigger, tuple(sorted(TRIGGERS)), "trigger"),
+            parent=parent,
+            limit=limit,
+            offset=offset,
+        )
     )
 
 

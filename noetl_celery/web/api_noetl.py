@@ -39,6 +39,7 @@ from noetl_celery.constants import MAX_PLAYBOOK_BYTES
 from noetl_celery.engine import compat
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ExecutionNotFound, InputInvalid, NoetlError
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.rows import CatalogEntry
 from noetl_celery.web import noetl_shapes as shapes
 from noetl_celery.web.deps import EngineDep
@@ -257,9 +258,8 @@ def executions(
     engine: EngineDep, page: Page = 1, page_size: PageSize = 100, status: str | None = None
 ) -> list[ExecutionEntry]:
     """Executions newest first, NoETL's `ExecutionEntryResponse` each (a JSON array)."""
-    rows = compat.executions_page(
-        engine, status=status, offset=(page - 1) * page_size, limit=page_size
-    )
+    match = ExecutionFilter(status=status, offset=(page - 1) * page_size, limit=page_size)
+    rows = compat.executions_page(engine, match)
     return [shapes.execution_entry(r.row, r.version, r.progress) for r in rows]
 
 
@@ -405,7 +405,9 @@ def ehdb_executions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: BigInt = 0,
 ) -> EhdbExecutions:
-    rows = compat.executions_page(engine, status=status, offset=offset, limit=limit)
+    rows = compat.executions_page(
+        engine, ExecutionFilter(status=status, offset=offset, limit=limit)
+    )
     return {"executions": [shapes.ehdb_line(r.row, r.event_count) for r in rows]}
 
 

@@ -16,7 +16,6 @@ from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from noetl_celery.engine.rerun import RerunError
 from noetl_celery.errors import (
     BrokerUnavailable,
     CatalogNotFound,
@@ -30,6 +29,7 @@ from noetl_celery.errors import (
     StoreError,
 )
 from noetl_celery.models.keychain import KeychainInvalid
+from noetl_celery.passes.rerun import RerunError
 
 # most specific first: the first match decides
 STATUS_BY_ERROR: tuple[tuple[type[NoetlError], int], ...] = (

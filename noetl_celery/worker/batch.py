@@ -33,18 +33,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from noetl_celery import logcapture, tracing
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import PassResult, crash_message
-from noetl_celery.engine.retry import again_if_interrupted
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.packing import pack
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassResult, crash_message
+from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks
-from noetl_celery.worker.execute import CommandExecutor, _PassCrashed, worker_identity
+from noetl_celery.worker.closing import PassCrashed, deferrable, worker_identity
+from noetl_celery.worker.execute import CommandExecutor
 from noetl_celery.worker.handback import Unstarted, Watchdog
 from noetl_celery.worker.reports import DUPLICATE, CommandReport, report_of
 
@@ -212,7 +213,7 @@ class BatchExecutor:
 
     def _record(self, ran: list[_Ran]) -> list[CommandReport]:
         """Close every outcome in one transaction with the passes, then publish what the
-        passes issued and drive each execution (as CommandExecutor._finish does)."""
+        passes issued and drive each execution (as Closer.finish does)."""
         ex = self.executor
         outcomes = [r.given for r in ran]
         fold = True
@@ -231,9 +232,9 @@ class BatchExecutor:
                 item = ran[at[0]]
                 if outcomes[at[0]] is not item.given:
                     raise  # not even the failure could be stored: a bug, not the data
-                outcomes[at[0]] = ex.not_storable(item.command, item.given, exc)
+                outcomes[at[0]] = ex.closer.not_storable(item.command, item.given, exc)
                 continue
-            except _PassCrashed as exc:
+            except PassCrashed as exc:
                 log.warning(
                     "the orchestration pass after a batch of %d commands crashed (%s); "
                     "their closes are stored alone",
@@ -284,7 +285,7 @@ class BatchExecutor:
         ex = self.executor
         folds = []
         for execution_id, mine in _by_execution(closes).items():
-            if all(ex.deferrable(command, closed) for command, closed in mine):
+            if all(deferrable(command, closed) for command, closed in mine):
                 # enough of the window still runs: folded later
                 folds.append(_Fold(execution_id, None, False))
                 continue
@@ -297,7 +298,7 @@ class BatchExecutor:
             except Exception as exc:
                 if transient(exc):
                     raise  # the database is away: nothing can be recorded now
-                raise _PassCrashed from exc
+                raise PassCrashed from exc
             folds.append(_Fold(execution_id, None if passed.deferred else passed.publish, True))
         return folds
 

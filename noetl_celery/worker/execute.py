@@ -2,50 +2,32 @@
 
 Running the orchestration pass in the worker that just finished (when the execution's
 lock is free) saves a broker round trip per completion; if another process holds the
-lock, that process handles our completion before it lets go.
-
-Whatever the command produced, it is closed once: an outcome the database refuses (a
-NUL character in a result, on Postgres) fails the command with kind
-`result_not_storable`, and an in-place pass that crashes is left to the orchestrator
-(engine.orchestrate records the crash) while the close commits without it. Raising out
-of here instead would leave the command `running` until its lease ran out, and the
-reaper would run it again, to the same end, `NOETL_MAX_ATTEMPTS` times.
+lock, that process handles our completion before it lets go. This module claims and
+runs one delivery (and the commands it continues locally); recording what it came to is
+`worker.closing`'s, starting a sub-playbook `worker.children`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import time
 import traceback
-from dataclasses import dataclass
-from functools import partial
 
 from noetl_celery import logcapture, tracing
-from noetl_celery.constants import RUNNING
-from noetl_celery.cursors.base import HeldClaim
-from noetl_celery.engine.ids import new_execution_id
-from noetl_celery.engine.logsink import LogSink
-from noetl_celery.engine.orchestrate import PassDriver, crash_message
-from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.retry import again_if_interrupted
-from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcontext import about, of_command
 from noetl_celery.models.outcome import ErrorKind, Outcome, StepError
-from noetl_celery.models.payload_walk import find_problem, format_path
 from noetl_celery.models.playbook import Playbook, step_timeout
-from noetl_celery.orchestrator.batching import may_defer_window
-from noetl_celery.store.completion import Closed, CompletionTx
-from noetl_celery.store.database import transient
-from noetl_celery.store.orchestration import Follow, OrchestrationTx
+from noetl_celery.passes.logsink import LogSink
+from noetl_celery.passes.orchestrate import PassDriver
+from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand, SpawnRequest
+from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks, mask_command_value
 from noetl_celery.worker import parking
+from noetl_celery.worker.children import CommandChildren, wait_for_child
 from noetl_celery.worker.claims import HeldFrame
-from noetl_celery.worker.continuation import may_follow, next_here
+from noetl_celery.worker.closing import Closer, worker_identity
 from noetl_celery.worker.heartbeat import Heartbeats
 from noetl_celery.worker.pipeline import Parked, StopCheck
 from noetl_celery.worker.reports import DUPLICATE, WAITING, CommandReport, report_of
@@ -55,25 +37,11 @@ from noetl_celery.worker.subplaybook import Suspended
 log = logging.getLogger("noetl_celery.worker")
 
 
-def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _PassCrashed(Exception):
-    """The in-place pass crashed after the close (not the database being away)."""
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    closed: bool  # False: the command was no longer ours (cancelled or re-issued)
-    publish: list[str] | None  # what to publish; None: nothing more is to be done
-    ran_pass: bool
-    as_given: bool  # the outcome recorded is the one the command produced
-    outcome: Outcome  # the outcome recorded (or offered, when not closed)
-    follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
-
-
 class CommandExecutor:
+    """One delivery of a command: claim it, run it (its heartbeat, stop check, a
+    sub-playbook it starts, a retry it parks), and hand what it came to to the `Closer`;
+    then run here the command its pass continued locally."""
+
     def __init__(
         self,
         store: Store,
@@ -98,6 +66,7 @@ class CommandExecutor:
             poll=store.running_of,
         )
         self.logs = logs
+        self.closer = Closer(store, orchestrator, self.heartbeats, lease_seconds, runner.services)
         # parked commands are issued by this process when due (the sweep if it is gone)
         self.wakeups = parking.Wakeups(
             store.parking.issue_when_due, lambda ids: self.orchestrator.dispatcher.publish(ids)
@@ -171,7 +140,8 @@ class CommandExecutor:
             with tracing.command_span(command, resumed):
                 playbook = self.playbooks.get(command.catalog_id)
                 stop = self._stop_check(playbook, command)
-                result = self.runner.run(playbook, command, _Children(self, command), stop)
+                children = CommandChildren(self.store, self.orchestrator, command)
+                result = self.runner.run(playbook, command, children, stop)
                 _trace_result(result)
         except Exception as exc:  # an engine bug must fail the step, never hang it
             log.exception("command %s crashed", command.command_id)
@@ -214,15 +184,15 @@ class CommandExecutor:
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
             self.store.history.write_logs(LogSink.command_rows(capture, command))
-            self._wait_for_child(command, result)
+            wait_for_child(self.store, self.orchestrator, command, result)
             return CommandReport(command_id, WAITING), None
         chain = chain_until is not None and time.monotonic() < chain_until
         if isinstance(result, HeldFrame):
-            recorded = self._finish(command, result.outcome, result.claim, capture, chain)
+            recorded = self.closer.finish(command, result.outcome, result.claim, capture, chain)
         else:
-            recorded = self._finish(command, result, capture=capture, chain=chain)
-        report = report_of(command_id, recorded.outcome, recorded=recorded.closed)
-        return report, recorded.follow
+            recorded = self.closer.finish(command, result, capture=capture, chain=chain)
+        report = report_of(command_id, recorded.outcome, recorded=recorded.close.closed)
+        return report, recorded.close.follow
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
@@ -252,212 +222,6 @@ class CommandExecutor:
             return None
 
         return check
-
-    def _wait_for_child(self, command: ClaimedCommand, suspended: Suspended) -> None:
-        """Park the command and start its child (one transaction), then drive the child."""
-        child, resumed = self.store.children.suspend_and_spawn(
-            command, suspended.continuation, suspended.request, new_execution_id()
-        )
-        if child is None:
-            return  # no longer ours
-        if resumed:  # that child had already finished (an earlier run of this command)
-            self.orchestrator.dispatcher.publish([command.command_id])
-        else:
-            self.orchestrator.drive(child, wait=True)
-
-    def _finish(
-        self,
-        command: ClaimedCommand,
-        outcome: Outcome,
-        held: HeldClaim | None = None,
-        capture: logcapture.Capture | None = None,
-        chain: bool = False,
-    ) -> _Recorded:
-        """Record the outcome (orchestrating in place when the lock is free), then publish
-        what the pass issued. A cursor claim's transaction (`held`) is committed right
-        after the engine's commit: a crash before it rolls the claim back (the rows stay
-        pending, never lost); the window in between is one round trip.
-
-        The close and the pass share a transaction, so a pass the database cuts short
-        (this process stalled while holding the execution's lock and Postgres ended its
-        idle transaction) takes the close with it: it is recorded again on a fresh
-        connection, so the outcome survives. The close is conditional: if the command
-        was re-issued meanwhile (the stall outlasted its lease) this run's outcome is
-        dropped and the next attempt's counts."""
-        try:
-            recorded = again_if_interrupted(
-                f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture, chain),
-            )
-        except BaseException:
-            if held is not None:
-                held.rollback()
-            raise
-        if held is not None:
-            # the claimed rows are the engine's only once their outcome is recorded; a
-            # claim closed as failed (its rows not storable) puts them back
-            if recorded.closed and recorded.as_given:
-                held.commit()
-            else:
-                held.rollback()
-        if recorded.publish is None:
-            if recorded.closed:  # deferred: folded later, unless it was the last to close
-                self.orchestrator.after_deferral(command.execution_id)
-            return recorded
-        publish = recorded.publish
-        if recorded.follow is not None:
-            self.heartbeats.start(recorded.follow.command_id)
-            publish = [cid for cid in publish if cid != recorded.follow.command_id]
-        if publish:
-            self.orchestrator.dispatcher.publish(publish)
-        if recorded.follow is not None and recorded.ran_pass:
-            # the re-check waits: the close of the command that runs here next waits for
-            # the lock and folds whatever arrived meanwhile, and execute() re-checks
-            # once the chain ends
-            return recorded
-        # either look for completions that arrived during our pass, or (lock was busy)
-        # try once more now that our completion is committed: the holder may have done
-        # its final inbox check before our commit
-        self.orchestrator.drive(command.execution_id, wait=False, recheck_first=recorded.ran_pass)
-        return recorded
-
-    def _record(
-        self,
-        command: ClaimedCommand,
-        outcome: Outcome,
-        capture: logcapture.Capture | None = None,
-        chain: bool = False,
-    ) -> _Recorded:
-        """Close the command with `outcome` and fold it in place when the lock is free.
-        Two failures are deterministic, so raising them would only make the reaper run
-        the command again to the same end: an outcome the database refuses is replaced
-        by a failure saying what could not be stored, and a pass that crashes after the
-        close is dropped (the close commits alone; `_finish` then drives the execution,
-        and the orchestrator records the crash)."""
-        given, fold = outcome, True
-        while True:
-            try:
-                closed, publish, ran_pass, follow = self._record_once(
-                    command, outcome, capture, fold, chain
-                )
-            except ResultNotStorable as exc:
-                if outcome is not given:
-                    raise  # not even the failure could be stored: a bug, not the data
-                outcome = self.not_storable(command, given, exc)
-                continue
-            except _PassCrashed as exc:
-                # the orchestrator logs the traceback when its own pass crashes too
-                log.warning(
-                    "the orchestration pass after command %s crashed (%s); its close is "
-                    "stored alone",
-                    command.command_id,
-                    crash_message(exc.__cause__ or exc),
-                    extra=of_command(command.command_id),
-                )
-                fold = False
-                continue
-            return _Recorded(
-                closed, publish, ran_pass, as_given=outcome is given, outcome=outcome, follow=follow
-            )
-
-    def _record_once(
-        self,
-        command: ClaimedCommand,
-        outcome: Outcome,
-        capture: logcapture.Capture | None,
-        fold: bool,
-        chain: bool = False,
-    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
-        """(closed, what to publish or None when nothing more is to be done, a pass ran,
-        the command claimed to run here next). Not closed: the command was no longer
-        ours (cancelled or re-issued meanwhile). The captured output is stored in the
-        same transaction, last, so it holds the lines the pass logged too; nothing is
-        written when nothing was captured. With `chain`, a cursor lane's next command
-        the pass issued is claimed in the same transaction (local continuation): it
-        commits with the close, so a retried transaction claims it again or not at all."""
-        with self.store.completion(command) as completion:
-            wait = chain and may_follow(command)
-            request = None
-            if chain:
-                pick = partial(next_here, command)
-                request = Follow(pick, worker_identity(), self.lease_seconds)
-            closed, publish, ran_pass, follow = self._close_and_fold(
-                completion, command, outcome, fold, wait, request
-            )
-            completion.add_logs(LogSink.command_rows(capture, command))
-            return closed, publish, ran_pass, follow
-
-    def _close_and_fold(
-        self,
-        completion: CompletionTx,
-        command: ClaimedCommand,
-        outcome: Outcome,
-        fold: bool = True,
-        wait: bool = False,
-        follow: Follow | None = None,
-    ) -> tuple[bool, list[str] | None, bool, ClaimedCommand | None]:
-        """(closed, what to publish, a pass ran, the command it claimed for `follow`).
-        `wait`: wait for the execution's lock if another pass holds it (a cursor lane
-        continuing locally: its next command comes out of this pass, and the holder's
-        re-check does not fold our completion, publishing that command, while we wait
-        for a pass of our own). `follow`: the pass claims the command this process runs
-        next in its own writes (local continuation), committed with the close or not
-        at all."""
-        tx: OrchestrationTx | None
-        if wait and fold:  # a pass follows: the lock is taken by the closing statement
-            closed, tx = completion.close_and_lock(outcome)
-        else:
-            closed, tx = completion.close(outcome), None
-        if not closed.closed:
-            return False, None, False, None
-        if not fold:
-            return True, [], False, None
-        if tx is None:
-            if self.deferrable(command, closed):
-                return True, None, False, None  # enough of the window still runs: folded later
-            tx = completion.lock(wait=wait)
-            if tx is None:
-                return True, [], False, None
-        # a lock taken by the close always passes: a holder that skipped its pass would
-        # leave those who found the lock taken waiting for a re-check it never makes
-        tx.follow = follow
-        try:
-            passed = self.orchestrator.run_pass(tx)
-        except Exception as exc:
-            if transient(exc):
-                raise  # the database is away: nothing can be recorded now
-            raise _PassCrashed from exc
-        return True, None if passed.deferred else passed.publish, True, tx.followed
-
-    def not_storable(
-        self, command: ClaimedCommand, outcome: Outcome, exc: ResultNotStorable
-    ) -> Outcome:
-        """The failure that replaces an outcome the database refused: it names the step,
-        the item, and where in the outcome the value is and what is wrong with it."""
-        where = f"step '{command.step}'"
-        if command.iteration is not None:
-            where += f" item {command.iteration}"
-        found = find_problem(outcome.to_json())
-        if found is not None and found[0]:
-            keys, reason = found
-            what = f"{format_path(str(keys[0]), keys[1:])} {reason}"
-        else:  # the walk found nothing: the database's own words
-            what = f"the database refused it ({exc})"
-        message = self.runner.services.redactor.redact(
-            f"{where} returned a value that cannot be stored: {what}"
-        )
-        log.error(
-            "command %s: %s", command.command_id, message, extra=of_command(command.command_id)
-        )
-        error = StepError("result_not_storable", message, retryable=False)
-        return Outcome.failed(error, meta=outcome.meta)
-
-    @staticmethod
-    def deferrable(command: ClaimedCommand, closed: Closed) -> bool:
-        loop = closed.loop  # the loops row of the command's epoch
-        if command.iteration is None or closed.status != RUNNING or loop is None or loop.done:
-            return False
-        return may_defer_window(loop.window, loop.in_flight, closed.waiting)
 
 
 def _trace_result(result: Outcome | Suspended | HeldFrame | Parked) -> None:
@@ -493,22 +257,3 @@ def _masked(result: Outcome | Suspended | HeldFrame) -> Outcome | Suspended | He
 def _masked_outcome(outcome: Outcome) -> Outcome:
     # masked as the JSON it is stored as: a value may hide anywhere in it
     return Outcome.from_json(mask_command_value(outcome.to_json()))
-
-
-class _Children:
-    """Sub-playbook access for the task a worker runs (worker.subplaybook.Children)."""
-
-    def __init__(self, executor: CommandExecutor, command: ClaimedCommand) -> None:
-        self.executor = executor
-        self.command = command
-
-    def check(self, request: SpawnRequest) -> None:
-        self.executor.store.resolve_catalog(request.path, request.version)
-
-    def start_detached(self, request: SpawnRequest) -> str:
-        request = dataclasses.replace(request, payload=mask_command_value(request.payload))
-        child = self.executor.store.children.spawn_detached(
-            self.command, request, new_execution_id()
-        )
-        self.executor.orchestrator.drive(child, wait=True)
-        return child

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from noetl_celery import logcapture
-from noetl_celery.engine.logsink import LogSink
 from noetl_celery.logcontext import of_command
+from noetl_celery.passes.logsink import LogSink
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import mask_command_value

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery import tracing
-from noetl_celery.engine.scripts import apply_script, script_text
 from noetl_celery.errors import NoetlError, TemplateError, ToolError
 from noetl_celery.models.playbook import Playbook, ToolSpec
 from noetl_celery.models.script_source import SCRIPT_KINDS
+from noetl_celery.passes.scripts import apply_script, script_text
 from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.registry import get_tool

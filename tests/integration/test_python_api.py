@@ -155,8 +155,8 @@ workflow:
 
 
 def test_client_rerun_logs_and_filtered_events(tmp_path: Path) -> None:
-    from noetl_celery.engine.rerun import RerunError
     from noetl_celery.errors import ExecutionNotFound
+    from noetl_celery.passes.rerun import RerunError
 
     with noetl_celery.Client(Settings(home=tmp_path)) as client:
         eid = client.submit(FLAKY)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
-from noetl_celery.engine import orchestrate
 from noetl_celery.engine.service import Engine
+from noetl_celery.passes import orchestrate
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.schema import events, utcnow

@@ -17,7 +17,7 @@ from noetl_celery.errors import NoetlError
 DELIBERATE = {
     "_TimedOut",
     "Suspend",
-    "_PassCrashed",
+    "PassCrashed",
     "CommandFailed",
     "CursorError",
     "ScriptFetchError",

@@ -80,7 +80,6 @@ from noetl_celery.store.queries.executions import (
     execution_state,
     execution_status,
     insert_execution,
-    list_executions,
     lock_execution,
 )
 from noetl_celery.store.queries.inbox import (
@@ -215,7 +214,6 @@ __all__ = [
     "iteration_results",
     "latest_catalog_version",
     "lease_holder",
-    "list_executions",
     "lock_execution",
     "lock_live_commands",
     "lock_schedule_enabled",

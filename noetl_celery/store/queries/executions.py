@@ -94,23 +94,3 @@ def lock_execution(conn: Connection, execution_id: str, *, wait: bool) -> Execut
     (without `wait`)."""
     row = conn.execute(LOCK_WAIT if wait else LOCK_TRY, {"b_eid": execution_id}).first()
     return None if row is None else _execution(row)
-
-
-def list_executions(
-    conn: Connection,
-    *,
-    status: str | None,
-    path: str | None,
-    trigger: str | None,
-    limit: int,
-) -> list[ExecutionRow]:
-    """Recent executions, newest first (the state snapshot is left out)."""
-    columns = [c for c in EXECUTION_COLUMNS if c.name != "state"]
-    query = select(*columns).order_by(executions.c.created_at.desc()).limit(limit)
-    if status is not None:
-        query = query.where(executions.c.status == status.upper())
-    if path is not None:
-        query = query.where(executions.c.path == path)
-    if trigger is not None:
-        query = query.where(executions.c.trigger == trigger.lower())
-    return [ExecutionRow(state=None, **r._mapping) for r in conn.execute(query).all()]

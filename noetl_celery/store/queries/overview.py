@@ -1,6 +1,7 @@
-"""The executions page with its loop totals, and failed loop items paged (the reads
-behind the HTTP API and the pages; `store.overview` opens their transactions). Every
-listing is a bounded page plus a count, never a whole table: an engine database holds
+"""The executions listed (the short list, and the page with its loop totals: both read
+one `ExecutionFilter`), and failed loop items paged: the reads behind the CLI, the HTTP
+API and the pages (`store.overview` opens their transactions). Every listing is a
+bounded page (the page with a count), never a whole table: an engine database holds
 thousands of executions and 100,000-item loops.
 """
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import ColumnElement, Connection, case, func, select
 
 from noetl_celery.constants import EV_COMMAND_FAILED
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
 from noetl_celery.store.schema import commands, events, executions, loops
 from noetl_celery.store.statements import EXECUTION_COLUMNS
@@ -20,26 +22,36 @@ from noetl_celery.store.statements import EXECUTION_COLUMNS
 _LINE_COLUMNS = [c for c in EXECUTION_COLUMNS if c.name != "state"]
 
 
-def executions_page(
-    conn: Connection,
-    *,
-    status: str | None,
-    path: str | None,
-    trigger: str | None,
-    parent: str | None,
-    limit: int,
-    offset: int,
-) -> tuple[list[ExecutionRow], int]:
-    """(executions newest first, state left out; how many match the filters)."""
+def filter_clauses(match: ExecutionFilter) -> list[ColumnElement[bool]]:
+    """The WHERE clauses of a filter's fields (its page, limit and offset, aside)."""
     where = []
-    if status is not None:
-        where.append(executions.c.status == status.upper())
-    if path is not None:
-        where.append(executions.c.path == path)
-    if trigger is not None:
-        where.append(executions.c.trigger == trigger.lower())
-    if parent is not None:
-        where.append(executions.c.parent_execution_id == parent)
+    if match.status is not None:
+        where.append(executions.c.status == match.status.upper())
+    if match.path is not None:
+        where.append(executions.c.path == match.path)
+    if match.trigger is not None:
+        where.append(executions.c.trigger == match.trigger.lower())
+    if match.parent is not None:
+        where.append(executions.c.parent_execution_id == match.parent)
+    return where
+
+
+def list_executions(conn: Connection, match: ExecutionFilter) -> list[ExecutionRow]:
+    """Recent executions, newest first (the state snapshot is left out)."""
+    query = (
+        select(*_LINE_COLUMNS)
+        .where(*filter_clauses(match))
+        .order_by(executions.c.created_at.desc())
+        .limit(match.limit)
+        .offset(match.offset)
+    )
+    return [ExecutionRow(state=None, **r._mapping) for r in conn.execute(query).all()]
+
+
+def executions_page(conn: Connection, match: ExecutionFilter) -> tuple[list[ExecutionRow], int]:
+    """(executions newest first, state left out; how many match the filters)."""
+    where = filter_clauses(match)
+    limit, offset = match.limit, match.offset
     query = (
         select(*_LINE_COLUMNS)
         .where(*where)

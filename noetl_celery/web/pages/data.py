@@ -8,6 +8,7 @@ from typing import Any
 
 from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.web.pages.presenters import (
     TERMINAL,
     Pager,
@@ -35,12 +36,14 @@ def executions(engine: Engine, params: Mapping[str, str]) -> dict[str, Any]:
     limit = bounded(params.get("limit"), LIST_LIMIT, LIST_MAX, 1)
     offset = bounded(params.get("offset"), 0, 10**9)
     page = engine.executions_page(
-        status=filters["status"].upper() or None,
-        path=filters["path"] or None,
-        trigger=filters["trigger"] or None,
-        parent=filters["parent"] or None,
-        limit=limit,
-        offset=offset,
+        ExecutionFilter(
+            status=filters["status"].upper() or None,
+            path=filters["path"] or None,
+            trigger=filters["trigger"] or None,
+            parent=filters["parent"] or None,
+            limit=limit,
+            offset=offset,
+        )
     )
     return {
         "filters": filters,

@@ -1,6 +1,6 @@
 """Pure shaping for the pages: the engine's read models in, template context out.
 
-Durations and ETAs as short text (`cli.progress.duration`, the CLI's own wording),
+Durations and ETAs as short text (`models.durations.format_duration`, the CLI's wording),
 progress percentages, a colour per status, paging links, and the step graph laid out as
 SVG: layers by breadth-first distance from the steps nothing points to (loop-backs drawn
 as curves on the side), so no JavaScript graph library is needed.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from noetl_celery.cli.progress import duration
 from noetl_celery.constants import StepStatus
+from noetl_celery.models.durations import format_duration
 
 # status (execution or step, any case) -> CSS class suffix and SVG fill
 STATUS_COLOURS: dict[str, tuple[str, str]] = {
@@ -46,7 +46,7 @@ def status_fill(status: str | None) -> str:
 
 
 def duration_text(seconds: float | None) -> str:
-    return "" if seconds is None else duration(seconds)
+    return "" if seconds is None else format_duration(seconds)
 
 
 def percent(done: int, total: int | None) -> float | None:
@@ -156,7 +156,7 @@ def loop_row(lp: Mapping[str, Any], *, ended: bool = False) -> dict[str, Any]:
         "percent": pct,
         "bar": 100.0 if lp.get("finished") and pct is None else (pct or 0.0),
         "rate": rate_text(lp.get("rate_per_second")),
-        "eta": "" if lp.get("finished") or stopped or eta is None else duration(eta),
+        "eta": "" if lp.get("finished") or stopped or eta is None else format_duration(eta),
         "in_flight": 0 if stopped else lp.get("in_flight") or 0,
         "started": time_text(lp.get("started_at")),
         "state": "finished" if lp.get("finished") else "stopped" if stopped else "running",

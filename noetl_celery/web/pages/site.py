@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
-from noetl_celery.engine.rerun import RerunError
 from noetl_celery.engine.service import Engine
 from noetl_celery.errors import (
     BrokerUnavailable,
@@ -32,6 +31,7 @@ from noetl_celery.errors import (
     ScheduleNotFound,
     StoreError,
 )
+from noetl_celery.passes.rerun import RerunError
 from noetl_celery.web.inputs import BIGINT_MAX, check_text, digits
 from noetl_celery.web.pages import actions, data
 from noetl_celery.web.pages.render import render

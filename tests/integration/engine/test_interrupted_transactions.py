@@ -112,7 +112,7 @@ def test_a_close_cut_short_is_recorded_again_not_run_again(
     marks.write_text("")
     # the close and the in-place pass share a transaction: it stalls after both
     stalled = stall_once(
-        engine.executor,
+        engine.executor.closer,
         "_close_and_fold",
         monkeypatch,
         lambda completion, command, *rest: command.step == "work",

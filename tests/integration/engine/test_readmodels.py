@@ -11,6 +11,7 @@ import pytest
 from noetl_celery.engine.service import Engine
 from noetl_celery.engine.summaries import LoopProgress
 from noetl_celery.errors import ExecutionNotFound, InputInvalid
+from noetl_celery.models.filters import ExecutionFilter
 from tests.support.engines import embedded_engine
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
@@ -56,18 +57,23 @@ def test_executions_page_detail_failed_items_and_graph(engine: Engine) -> None:
     )
     assert engine.wait(plain, 60).status == "COMPLETED"
 
-    page = engine.executions_page(limit=2)
+    page = engine.executions_page(ExecutionFilter(limit=2))
     assert page["total"] == 3 and page["limit"] == 2 and page["offset"] == 0
     assert [e["execution_id"] for e in page["executions"]] == [plain, ok]
     assert page["executions"][0]["items_done"] == 0
     assert (page["executions"][1]["items_done"], page["executions"][1]["items_failed"]) == (2, 1)
     assert page["executions"][1]["items_succeeded"] == 1  # added; items_done stays the sum
-    rest = engine.executions_page(limit=2, offset=2)
+    rest = engine.executions_page(ExecutionFilter(limit=2, offset=2))
     assert [e["execution_id"] for e in rest["executions"]] == [failed]
     assert (rest["executions"][0]["items_done"], rest["executions"][0]["items_failed"]) == (40, 14)
-    assert engine.executions_page(path="tests/thirds")["total"] == 2
-    assert engine.executions_page(status="completed")["total"] == 1
-    assert engine.executions_page(parent=failed)["total"] == 0
+    assert engine.executions_page(ExecutionFilter(path="tests/thirds"))["total"] == 2
+    assert engine.executions_page(ExecutionFilter(status="completed"))["total"] == 1
+    assert engine.executions_page(ExecutionFilter(parent=failed))["total"] == 0
+    # the short list (`executions`) reads the same filter: every field and the page
+    listed = engine.executions(ExecutionFilter(path="tests/thirds", limit=1, offset=1))
+    assert [e["execution_id"] for e in listed] == [failed]
+    assert len(engine.executions(ExecutionFilter(status="completed", trigger="MANUAL"))) == 1
+    assert engine.executions(ExecutionFilter(parent=failed)) == []
 
     detail = engine.detail(failed)
     assert detail["status"] == "FAILED" and detail["children"] == []
@@ -130,7 +136,7 @@ def test_a_running_loop_counts_live_with_rate_and_eta(engine: Engine) -> None:
     seen: list[tuple[int, LoopProgress]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        line = engine.executions_page(limit=1)["executions"][0]
+        line = engine.executions_page(ExecutionFilter(limit=1))["executions"][0]
         loops = engine.detail(eid)["loops"]
         if line["status"] != "RUNNING":
             break
@@ -142,4 +148,4 @@ def test_a_running_loop_counts_live_with_rate_and_eta(engine: Engine) -> None:
     _, lp = moving[-1]
     eta = lp["eta_seconds"]
     assert lp["rate_per_second"] and isinstance(eta, int | float) and eta > 0
-    assert engine.executions_page(limit=1)["executions"][0]["items_done"] == 30
+    assert engine.executions_page(ExecutionFilter(limit=1))["executions"][0]["items_done"] == 30

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.engine.rerun import RerunError, start_inputs
 from noetl_celery.engine.service import Engine
 from noetl_celery.engine.summaries import RunSummary
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.orchestrator.decide import start
+from noetl_celery.passes.rerun import RerunError, start_inputs
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from tests.integration.engine.test_cursor_embedded import PLAYBOOK as CURSOR

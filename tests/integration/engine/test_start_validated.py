@@ -41,7 +41,7 @@ def test_an_invalid_report_refuses_the_start_and_registers_nothing(tmp_path: Pat
         with pytest.raises(PlaybookInvalid) as caught:
             engine.start_text(bad, file="bad.yaml", validated=report)
         assert caught.value.problems == report.problems
-        assert engine.store.list_executions() == []
+        assert engine.store.overview.list_executions() == []
         assert engine.catalog.listing() == []
     finally:
         engine.close()
@@ -54,7 +54,7 @@ def test_a_report_of_another_text_is_refused(tmp_path: Path) -> None:
     try:
         with pytest.raises(ValueError, match="report of another text"):
             engine.start_text(HELLO, validated=validate_text(other))
-        assert engine.store.list_executions() == []
+        assert engine.store.overview.list_executions() == []
         assert engine.catalog.listing() == []
     finally:
         engine.close()

@@ -11,6 +11,7 @@ import pytest
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.engine.summaries import RunSummary
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 
@@ -64,9 +65,11 @@ workflow:
     assert call["steps"]["start"] == {"x": 21}  # the child's steps, as run --json shows them
     assert children_of(engine, out["execution_id"]) == ["COMPLETED"]
     # `executions` tells the child (started by its parent) from the parent (by hand)
-    [child] = engine.executions(trigger="parent")
+    [child] = engine.executions(ExecutionFilter(trigger="parent"))
     assert child["parent_execution_id"] == out["execution_id"] and child["trigger"] == "parent"
-    assert [e["execution_id"] for e in engine.executions(trigger="manual")] == [out["execution_id"]]
+    assert [e["execution_id"] for e in engine.executions(ExecutionFilter(trigger="manual"))] == [
+        out["execution_id"]
+    ]
 
 
 def test_more_waiting_parents_than_worker_slots(engine: Engine) -> None:

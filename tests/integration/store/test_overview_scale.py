@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import event, text
 
 from noetl_celery.engine import readmodels
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.database import Database, SchemaMode
 from noetl_celery.store.repository import Store
 
@@ -109,7 +110,7 @@ def test_pages_stay_bounded_at_scale(store: Store) -> None:
     counter = Statements(store)
     try:
         started = time.monotonic()
-        page = readmodels.executions_page(store, limit=500, offset=1000)
+        page = readmodels.executions_page(store, ExecutionFilter(limit=500, offset=1000))
         elapsed = time.monotonic() - started
         statements, counter.count = counter.count, 0
         assert statements == 4  # page, count, loop totals of its ids, live steps
@@ -120,9 +121,9 @@ def test_pages_stay_bounded_at_scale(store: Store) -> None:
         assert (lines["x1999"]["items_done"], lines["x1999"]["items_failed"]) == (10, 2)
         assert page["executions"][0]["execution_id"] == "x2000"  # newest first
 
-        first = store.failed_iterations("x1", "big", 1, 10, offset=0)
-        rest = store.failed_iterations("x1", "big", None, 50, offset=10)
-        total = store.count_failed_iterations("x1", "big", 1)
+        first = store.overview.failed_iterations("x1", "big", epoch=1, offset=0, limit=10)
+        rest = store.overview.failed_iterations("x1", "big", epoch=None, offset=10, limit=50)
+        total = store.overview.count_failed_iterations("x1", "big", epoch=1)
         assert counter.count == 3
     finally:
         counter.close()

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import update
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.schema import schedules, utcnow
@@ -167,9 +168,9 @@ def test_trigger_starts_a_schedule_run_now_and_keeps_the_cadence(engine: Engine)
     detail = run.trigger_detail or {}
     assert detail["schedule_id"] == row.schedule_id and detail["manual"] is True
     assert detail["fire_time"] >= before.isoformat()
-    [line] = engine.executions(trigger="schedule")
+    [line] = engine.executions(ExecutionFilter(trigger="schedule"))
     assert line["execution_id"] == execution_id and line["trigger_detail"] == detail
-    assert engine.executions(trigger="manual") == []
+    assert engine.executions(ExecutionFilter(trigger="manual")) == []
     # no firing row, and the next and last firing are where they were
     assert engine.schedules.firings(row.schedule_id) == []
     after = engine.schedules.get(row.schedule_id)

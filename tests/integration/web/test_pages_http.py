@@ -12,6 +12,7 @@ import pytest
 
 from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
+from noetl_celery.models.filters import ExecutionFilter
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +129,8 @@ def test_buttons_refuse_cross_site_requests(served: Any, engine_on_workers: Engi
     ):
         answer = httpx.post(rerun, headers=headers, follow_redirects=False)
         assert answer.status_code == 403, headers
-    assert len(engine.executions(path="tests/tiny_pages", trigger="rerun", limit=100)) == 0
+    reruns = ExecutionFilter(path="tests/tiny_pages", trigger="rerun", limit=100)
+    assert len(engine.executions(reruns)) == 0
     made = httpx.post(rerun, headers={"Origin": f"http://{host}"}, follow_redirects=False)
     assert made.status_code == 303
     new_id = made.headers["location"].rsplit("/", 1)[1]

@@ -31,7 +31,7 @@ UNUSED = [
     "croniter",
     "noetl_celery.tasks.app",
     "noetl_celery.web.app",
-    "noetl_celery.engine.pass_recorder",
+    "noetl_celery.passes.pass_recorder",
 ]
 
 # runs `noetl-celery run hello_world --json` twice in one process (a new NOETL_HOME, then

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_celery.cli.progress import Rates, duration, progress_lines
+from noetl_celery.cli.progress import Rates, progress_lines
 
 
 def view(
@@ -20,10 +20,6 @@ def view(
         "finished": kw.get("finished", False),
     }
     return {"status": "RUNNING", "current": kw.get("current", ["fetch_pages"]), "loops": [loop]}
-
-
-def test_durations() -> None:
-    assert [duration(s) for s in (0, 45.4, 121, 3600 + 125)] == ["0s", "45s", "2m01s", "1h02m"]
 
 
 def test_first_sample_has_no_rate_then_rate_and_eta() -> None:

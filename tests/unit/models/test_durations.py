@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from noetl_celery.models.durations import DurationInvalid, parse_duration, to_seconds
+from noetl_celery.models.durations import (
+    DurationInvalid,
+    format_duration,
+    parse_duration,
+    to_seconds,
+)
 from noetl_celery.models.playbook import FrameSpec, Step, ToolOptions, step_timeout
 from noetl_celery.models.policy import Then
 
@@ -35,6 +40,20 @@ from noetl_celery.models.policy import Then
 def test_durations(value: Any, seconds: float) -> None:
     assert to_seconds(value) == seconds
     assert parse_duration(value, "spec.timeout") == seconds
+
+
+def test_format_duration_for_people() -> None:
+    # the CLI's progress lines and the pages print these; a negative time reads 0s
+    cases = (0, 45.4, 59.6, 121, 3599, 3600 + 125, -3)
+    assert [format_duration(s) for s in cases] == [
+        "0s",
+        "45s",
+        "1m00s",
+        "2m01s",
+        "59m59s",
+        "1h02m",
+        "0s",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ depends_on = None
 
 def upgrade() -> None:
     # `script:` files read where the playbook was registered, so workers on other
-    # machines run them without the file (engine.scripts)
+    # machines run them without the file (passes.scripts)
     op.add_column(
         "catalog",
         sa.Column(

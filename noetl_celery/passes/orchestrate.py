@@ -12,7 +12,7 @@ holder does: Postgres ends a session idle in its transaction past
 back whole, inbox deletions included, so nothing it folded is lost. The reaper wakes the
 execution when its completions have waited longer than the wake grace, and the next
 pass does the work again. A pass the database cut short here is tried again
-(engine.retry).
+(passes.retry).
 
 A pass that crashes rolls back and leaves everything as it was. When the database was
 away (`store.database.transient`) the error goes to the caller, who tries again later.
@@ -32,11 +32,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.constants import FAILED, RUNNING
-from noetl_celery.engine.dispatch import Dispatcher
-from noetl_celery.engine.playbooks import PlaybookCache
-from noetl_celery.engine.rerun import start_inputs
-from noetl_celery.engine.retry import again_if_interrupted
-from noetl_celery.engine.termination import end_tree
 from noetl_celery.errors import PlaybookError
 from noetl_celery.models.outcome import StepError
 from noetl_celery.models.playbook import Playbook
@@ -44,13 +39,18 @@ from noetl_celery.orchestrator.batching import backlog_needs_pass, could_defer, 
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Decision, Facts, Limits, Terminal
 from noetl_celery.orchestrator.state import ExecutionState
+from noetl_celery.passes.dispatch import Dispatcher
+from noetl_celery.passes.playbooks import PlaybookCache
+from noetl_celery.passes.rerun import start_inputs
+from noetl_celery.passes.retry import again_if_interrupted
+from noetl_celery.passes.termination import end_tree
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ExecutionRow
 
 if TYPE_CHECKING:  # built by the engine only when NOETL_RECORD_PASSES is set
-    from noetl_celery.engine.pass_recorder import PassRecorder
+    from noetl_celery.passes.pass_recorder import PassRecorder
 
 log = logging.getLogger("noetl_celery.orchestrate")
 

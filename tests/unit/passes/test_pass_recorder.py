@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from noetl_celery.engine.pass_recorder import PassRecorder
 from noetl_celery.models.validation import load_playbook
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from noetl_celery.orchestrator.ids import iteration_command_id
 from noetl_celery.orchestrator.recording import RecordingFacts, replay
+from noetl_celery.passes.pass_recorder import PassRecorder
 from noetl_celery.settings import Settings
 from tests.unit.orchestrator.sim import Sim, ok
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from noetl_celery.engine.scripts import apply_script, capture_scripts, script_text
 from noetl_celery.errors import PlaybookInvalid
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.script_source import StoredScripts
 from noetl_celery.models.validation import load_playbook
+from noetl_celery.passes.scripts import apply_script, capture_scripts, script_text
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import catalog_digest
 from noetl_celery.tools.script_fetch import ScriptFetchError

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_celery.constants import CANCELLED, EV_CURSOR_UNFINISHED, ExecutionStatus
-from noetl_celery.engine.dispatch import Dispatcher
 from noetl_celery.models.outcome import ErrorKind
+from noetl_celery.passes.dispatch import Dispatcher
 from noetl_celery.store.repository import Store
 
 log = logging.getLogger("noetl_celery.termination")

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from noetl_celery.engine import orchestrate
-from noetl_celery.engine.orchestrate import PASS_CRASH_LIMIT, PassDriver, crash_message
 from noetl_celery.errors import StoreError
 from noetl_celery.models.outcome import StepError
+from noetl_celery.passes import orchestrate
+from noetl_celery.passes.orchestrate import PASS_CRASH_LIMIT, PassDriver, crash_message
 from noetl_celery.store.database import transient
 
 
