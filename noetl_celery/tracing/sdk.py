@@ -32,6 +32,7 @@ from opentelemetry.trace import (
 )
 
 from noetl_celery import __version__
+from noetl_celery.constants import COMPLETED
 from noetl_celery.tracing import (
     MAX_ATTRIBUTE_CHARS,
     Attributes,
@@ -250,7 +251,7 @@ class Runtime:
                 start_time=_ns(times.started),
                 attributes=attributes,  # type: ignore[arg-type]
             )
-        if times.status != "COMPLETED":
+        if times.status != COMPLETED:
             span.set_status(Status(StatusCode.ERROR, times.status))
         span.end(end_time=_ns(times.ended))
         for step in times.steps:
