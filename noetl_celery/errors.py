@@ -19,7 +19,7 @@
     │   │                         (a file, `payload.a[3]`, `--set k`) and the limit it broke
     │   ├── PayloadInvalid        a payload too deep or too large, or holding text or values
     │   │                         Postgres cannot store (NUL, lone surrogates, NaN)
-    │   └── ShapeError            (web.noetl_shapes) an API request value: answered 422
+    │   └── ShapeError            (web.noetl_inputs) an API request value: answered 422
     ├── StoreError                the engine's own database cannot be used (unreachable,
     │   │                         refused, missing, wrong password, connection lost)
     │   ├── StoreInterrupted      a transaction was cut short (connection lost or ended by

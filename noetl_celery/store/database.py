@@ -52,6 +52,18 @@ from noetl_celery.settings import (
     DB_STATEMENT_TIMEOUT_SECONDS,
     mask_url,
 )
+from noetl_celery.store.database_messages import (
+    UPGRADE,
+    error_reason,
+    failed_message,
+    interrupted_message,
+    known_revisions,
+    masked_reason,
+    milliseconds,
+    outdated_message,
+    short_error,
+    unusable_message,
+)
 from noetl_celery.store.schema import SCHEMA_REVISION, engine_info, for_postgres, metadata
 from noetl_celery.store.sqlite_wal import SQLITE_BUSY_SECONDS, use_wal
 from noetl_celery.templating.environment import json_default
@@ -78,7 +90,6 @@ json_dumps = partial(json.dumps, default=json_default, separators=(",", ":"))
 # seconds to wait for Postgres to answer a new connection (libpq's default is to wait
 # for the OS, minutes for a host that drops packets); a URL's `connect_timeout` wins
 CONNECT_TIMEOUT_SECONDS = 10
-_UPGRADE = "run `noetl-celery db upgrade`"
 # SQLSTATEs of a statement the server cancelled, its transaction rolled back: a statement
 # or lock timeout, a deadlock, a serialization failure. Doing the work again is safe.
 _CANCELLED = {"57014", "55P03", "40P01", "40001"}
@@ -163,8 +174,8 @@ class Database:
         # Postgres session settings of every engine connection (see session_options)
         self.session = {
             "synchronous_commit": synchronous_commit,
-            "idle_in_transaction_session_timeout": _ms(idle_in_transaction_seconds),
-            "statement_timeout": _ms(statement_timeout_seconds),
+            "idle_in_transaction_session_timeout": milliseconds(idle_in_transaction_seconds),
+            "statement_timeout": milliseconds(statement_timeout_seconds),
         }
         # Postgres connections kept per process, and how many more a peak may open (a
         # thread-pool worker sizes them from its concurrency, Settings.for_worker_threads)
@@ -173,7 +184,8 @@ class Database:
             self._build()
         except (ArgumentError, ValueError) as exc:
             raise ConfigurationError(
-                f"NOETL_DATABASE_URL {self.shown} is not a valid database URL ({_short(exc)}): "
+                f"NOETL_DATABASE_URL {self.shown} is not a valid database URL "
+                f"({short_error(exc)}): "
                 "expected postgresql://user:password@host:5432/dbname or sqlite:///path"
             ) from exc
 
@@ -234,12 +246,12 @@ class Database:
         if getattr(original, "sqlstate", None) in _SCHEMA_GONE:
             raise SchemaOutdated(
                 f"the engine database {self.shown} does not have the engine tables this "
-                f"noetl-celery needs ({_reason(original)}): {_UPGRADE}"
+                f"noetl-celery needs ({error_reason(original)}): {UPGRADE}"
             )
         if getattr(original, "sqlstate", None) in _CANCELLED:
             raise StoreInterrupted(
                 f"a statement on the engine database {self.shown} was cancelled: "
-                f"{_masked_reason(self.url, original)}"
+                f"{masked_reason(self.url, original)}"
             )
         if isinstance(context.sqlalchemy_exception, OperationalError | InterfaceError):
             raise StoreUnavailable(failed_message(self.shown, self.url, original))
@@ -305,7 +317,7 @@ class Database:
         except PoolTimeout as exc:
             raise StoreUnavailable(
                 f"no connection to the engine database {self.shown} came free in time "
-                f"({_short(exc)}); lower the concurrency of this process or raise "
+                f"({short_error(exc)}); lower the concurrency of this process or raise "
                 "max_connections on the server"
             ) from exc
 
@@ -363,7 +375,7 @@ class Database:
             raise
         except ProgrammingError as exc:
             raise StoreError(
-                f"the engine database {self.shown} cannot be read: {_short(exc)}"
+                f"the engine database {self.shown} cannot be read: {short_error(exc)}"
             ) from exc
         return row[0] if row else None
 
@@ -422,100 +434,3 @@ def transient(exc: BaseException) -> bool:
     return isinstance(
         exc, StoreError | OperationalError | InterfaceError | DisconnectionError | PoolTimeout
     )
-
-
-def known_revisions() -> frozenset[str]:
-    from noetl_celery.store.migrate import revisions
-
-    return revisions()
-
-
-def outdated_message(shown: str, revision: str | None) -> str:
-    if revision is None:
-        return (
-            f"the engine database {shown} has no engine tables, this noetl-celery needs "
-            f"{SCHEMA_REVISION}: {_UPGRADE}"
-        )
-    if revision not in known_revisions():
-        return (
-            f"the engine database {shown} is at revision {revision}, which this "
-            f"noetl-celery (revision {SCHEMA_REVISION}) does not know: a newer noetl-celery "
-            "migrated it; upgrade noetl-celery"
-        )
-    return (
-        f"the engine database {shown} is at revision {revision}, this noetl-celery needs "
-        f"{SCHEMA_REVISION}: {_UPGRADE}"
-    )
-
-
-def unusable_message(shown: str, url: str, exc: BaseException) -> str:
-    """One line: which database, why the driver gave up, what to do."""
-    reason = _masked_reason(url, exc)
-    low = reason.lower()
-    if url.startswith("sqlite"):
-        hint = "check the path in NOETL_DATABASE_URL (or NOETL_HOME) and its permissions"
-    elif "database" in low and "does not exist" in low:
-        hint = f"create the database, then {_UPGRADE}"
-    elif "password" in low or "authentication" in low or "role" in low:
-        hint = "check the user and password in NOETL_DATABASE_URL"
-    else:
-        hint = "check NOETL_DATABASE_URL (host, port, options) and that Postgres runs there"
-    return f"the engine database {shown} cannot be used: {reason}; {hint}"
-
-
-def failed_message(shown: str, url: str, exc: BaseException) -> str:
-    """One line: the database could not do a statement for a reason of its own."""
-    hint = (
-        "check the disk and that no other process holds the file's write lock"
-        if url.startswith("sqlite")
-        else "check the server's log (disk, memory, connections)"
-    )
-    return (
-        f"the engine database {shown} could not do a statement: {_masked_reason(url, exc)}; {hint}"
-    )
-
-
-def interrupted_message(shown: str, url: str, exc: BaseException) -> str:
-    """One line: a connection in use was lost (ended by the server, or broken)."""
-    return (
-        f"the connection to the engine database {shown} was lost (a transaction on it "
-        f"is rolled back): {_masked_reason(url, exc)}"
-    )
-
-
-def _masked_reason(url: str, exc: BaseException) -> str:
-    reason = _reason(exc)
-    try:
-        parsed = make_url(url)
-        password, names = parsed.password, {parsed.username, parsed.host, parsed.database}
-    except (ArgumentError, ValueError):
-        password, names = None, set()
-    # a password that is also the URL's user, host or database name (compose's
-    # noetl:noetl@.../noetl) is not masked as a word: `shown` prints that name anyway, and
-    # masking it would blank `database "noetl" does not exist`, the one useful fact
-    if password and str(password) not in names:
-        reason = reason.replace(str(password), "***")
-    return reason
-
-
-def _reason(exc: BaseException) -> str:
-    """The driver's own words, without libpq's preambles: the last `...failed: ` clause
-    of the most specific line (psycopg lists every address it tried)."""
-    lines = [ln.strip(" \t-") for ln in str(exc).splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    failed = [ln for ln in lines if "failed: " in ln]
-    line = failed[-1] if failed else lines[0]
-    reason = line.rsplit("failed: ", 1)[-1] if "failed: " in line else line
-    for prefix in ("FATAL:", "ERROR:"):
-        reason = reason.removeprefix(prefix)
-    return " ".join(reason.split())[:300]
-
-
-def _ms(seconds: float) -> int:
-    """A Postgres duration setting in milliseconds (0: no limit)."""
-    return max(0, round(seconds * 1000))
-
-
-def _short(exc: BaseException) -> str:
-    return " ".join(str(exc).strip().splitlines()[0].split())[:300]

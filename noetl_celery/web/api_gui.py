@@ -32,12 +32,14 @@ from noetl_celery.models.yaml_safe import safe_load
 from noetl_celery.settings import Settings
 from noetl_celery.store.rows import CatalogRow
 from noetl_celery.web import gui_shapes as gui
+from noetl_celery.web import noetl_inputs
 from noetl_celery.web import noetl_shapes as shapes
 from noetl_celery.web.api_noetl import JsonBody, cancel_answer
 from noetl_celery.web.auth import ApiAuth
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import CheckedRoute, digits
-from noetl_celery.web.noetl_shapes import AlreadyEnded, CancelBody, RegisterBody, ShapeError
+from noetl_celery.web.noetl_inputs import ShapeError
+from noetl_celery.web.noetl_shapes import AlreadyEnded, CancelBody, RegisterBody
 
 # the answers only these routes give (the others: noetl_shapes, gui_shapes)
 
@@ -96,7 +98,7 @@ def _content(body: dict[str, Any]) -> str:
 def _entry(engine: Engine, playbook_id: str) -> CatalogRow:
     """The version a GUI id names: a catalog_id (digits) or a path's latest."""
     if digits(playbook_id) is not None:
-        return compat.catalog_entry(engine, catalog_id=shapes.parse_catalog_id(playbook_id))
+        return compat.catalog_entry(engine, catalog_id=noetl_inputs.parse_catalog_id(playbook_id))
     return compat.catalog_entry(engine, path=playbook_id)
 
 
@@ -118,7 +120,7 @@ def save_playbook_content(
 ) -> RegisterBody:
     """Register `content` as a new version of the playbook `playbook_id` names (the same
     content: the same version); 422 when the content names another path."""
-    text = shapes.decode_content(_content(body))
+    text = noetl_inputs.decode_content(_content(body))
     try:
         path = _entry(engine, playbook_id).path
     except CatalogNotFound:
@@ -153,7 +155,7 @@ def validate(body: JsonBody, engine: EngineDep, settings: SettingsDep) -> Valida
 @router.get("/catalog/{path:path}/ui_schema")
 def ui_schema(path: str, engine: EngineDep, version: str = "latest") -> gui.UiSchema:
     """The run dialog's form: one field per `workload` key, its kind from its default."""
-    row = compat.catalog_entry(engine, path=path, version=shapes.parse_version(version))
+    row = compat.catalog_entry(engine, path=path, version=noetl_inputs.parse_version(version))
     try:
         document = safe_load(row.content)
     except YAMLError:  # registered text always parses; a form is a hint, never an error

@@ -41,9 +41,12 @@ from noetl_celery.engine.service import Engine
 from noetl_celery.errors import ExecutionNotFound, InputInvalid, NoetlError
 from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.store.rows import CatalogEntry
+from noetl_celery.web import noetl_events, noetl_inputs
 from noetl_celery.web import noetl_shapes as shapes
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import BIGINT_MAX, BigInt, CheckedRoute, check_int, load_json
+from noetl_celery.web.noetl_events import EhdbEvents, EhdbExecutions, EhdbState, EventsSlice
+from noetl_celery.web.noetl_inputs import ShapeError
 from noetl_celery.web.noetl_shapes import (
     AlreadyEnded,
     BatchBody,
@@ -52,10 +55,6 @@ from noetl_celery.web.noetl_shapes import (
     CatalogEntryJSON,
     CatalogList,
     CleanupBody,
-    EhdbEvents,
-    EhdbExecutions,
-    EhdbState,
-    EventsSlice,
     Executed,
     ExecutionDetailResponse,
     ExecutionEntry,
@@ -64,7 +63,6 @@ from noetl_celery.web.noetl_shapes import (
     Readiness,
     RegisterBody,
     RerunStarted,
-    ShapeError,
     StatusBody,
 )
 from noetl_celery.web.problems import body_for
@@ -115,7 +113,7 @@ async def register_input(request: Request) -> tuple[str, Any]:
             content = data["content"]
             if not isinstance(content, str):
                 raise ShapeError("content", "must be a string (base64 or YAML text)")
-            return shapes.decode_content(content), data.get("resource_type")
+            return noetl_inputs.decode_content(content), data.get("resource_type")
         if is_json:
             raise ShapeError("request body", "expected {content, resource_type}")
     return text, None
@@ -159,7 +157,7 @@ def ready(engine: EngineDep) -> JSONResponse:
 def register(given: RegisterInput, engine: EngineDep) -> RegisterBody:
     """Register a playbook; 422 names every problem of an invalid one."""
     text, resource_type = given
-    shapes.check_kind(resource_type, "resource_type")
+    noetl_inputs.check_kind(resource_type, "resource_type")
     _, entry = engine.register_text(text, install_schedule=True)
     return shapes.register_body(entry.path, entry.version, entry.catalog_id, entry.created)
 
@@ -177,8 +175,8 @@ def register_batch(body: JsonBody, engine: EngineDep) -> BatchBody:
         try:
             if not isinstance(item, dict) or not isinstance(item.get("content"), str):
                 raise ShapeError(f"items[{index}]", "expected {content, resource_type}")
-            shapes.check_kind(item.get("resource_type"), "resource_type")
-            text = shapes.decode_content(item["content"])
+            noetl_inputs.check_kind(item.get("resource_type"), "resource_type")
+            text = noetl_inputs.decode_content(item["content"])
             _, entry = engine.register_text(text, f"items[{index}]", install_schedule=True)
         except NoetlError as exc:
             detail = body_for(exc)["detail"]
@@ -210,13 +208,13 @@ def catalog_list(body: JsonBody, engine: EngineDep) -> CatalogList:
 @router.post("/catalog/resource")
 def catalog_resource(body: JsonBody, engine: EngineDep) -> CatalogEntryJSON:
     path = body.get("path")
-    catalog_id = shapes.parse_catalog_id(body.get("catalog_id"))
+    catalog_id = noetl_inputs.parse_catalog_id(body.get("catalog_id"))
     if not path and catalog_id is None:
         raise ShapeError("request body", "give path or catalog_id")
     row = compat.catalog_entry(
         engine,
         path=str(path) if path else None,
-        version=shapes.parse_version(body.get("version")),
+        version=noetl_inputs.parse_version(body.get("version")),
         catalog_id=catalog_id,
     )
     return shapes.catalog_entry(row)
@@ -227,16 +225,16 @@ def catalog_resource(body: JsonBody, engine: EngineDep) -> CatalogEntryJSON:
 def execute(body: JsonBody, engine: EngineDep) -> Executed:
     """Start a registered playbook: 404 `Playbook not found in catalog: P` when it is
     not registered (NoETL's CLI then exits 1). Unknown keys (`merge`, ...) are ignored."""
-    shapes.check_kind(body.get("resource_kind"), "resource_kind")
+    noetl_inputs.check_kind(body.get("resource_kind"), "resource_kind")
     path = body.get("path")
-    catalog_id = shapes.parse_catalog_id(body.get("catalog_id"))
+    catalog_id = noetl_inputs.parse_catalog_id(body.get("catalog_id"))
     if not path and catalog_id is None:
         raise ShapeError("request body", "give path or catalog_id")
-    workload = shapes.execute_workload(body)
+    workload = noetl_inputs.execute_workload(body)
     row = compat.catalog_entry(
         engine,
         path=str(path) if path and catalog_id is None else None,
-        version=shapes.parse_version(body.get("version")) if catalog_id is None else None,
+        version=noetl_inputs.parse_version(body.get("version")) if catalog_id is None else None,
         catalog_id=catalog_id,
     )
     entry = CatalogEntry(row.catalog_id, row.path, row.version, row.name)
@@ -271,7 +269,7 @@ def _events(
     since_event_id: int | None,
     event_type: str | None,
 ) -> EventsSlice:
-    types = shapes.native_types(event_type.split(",")) if event_type else set()
+    types = noetl_events.native_types(event_type.split(",")) if event_type else set()
     rows, total = compat.events_slice(
         engine,
         execution_id,
@@ -282,8 +280,8 @@ def _events(
         newest_first=True,
     )
     return {
-        "events": [shapes.event_entry(e.to_json()) for e in rows],
-        "pagination": shapes.pagination(page, page_size, total),
+        "events": [noetl_events.event_entry(e.to_json()) for e in rows],
+        "pagination": noetl_events.pagination(page, page_size, total),
     }
 
 
@@ -391,8 +389,8 @@ def cancel_answer(
 def rerun(execution_id: str, body: JsonBody, engine: EngineDep) -> RerunStarted:
     """A new execution of the version the original ran, its payload overridden by
     `workload`; 409 while the original still runs."""
-    shapes.check_kind(body.get("resource_kind"), "resource_kind")
-    workload = shapes.execute_workload(body)
+    noetl_inputs.check_kind(body.get("resource_kind"), "resource_kind")
+    workload = noetl_inputs.execute_workload(body)
     new_id = engine.rerun(execution_id, overrides=workload)
     return {"execution_id": new_id, "source_execution_id": execution_id, "status": "started"}
 
@@ -408,7 +406,7 @@ def ehdb_executions(
     rows = compat.executions_page(
         engine, ExecutionFilter(status=status, offset=offset, limit=limit)
     )
-    return {"executions": [shapes.ehdb_line(r.row, r.event_count) for r in rows]}
+    return {"executions": [noetl_events.ehdb_line(r.row, r.event_count) for r in rows]}
 
 
 @router.get("/ehdb/executions/{execution_id}")
@@ -419,7 +417,7 @@ def ehdb_execution(execution_id: str, engine: EngineDep) -> EhdbState:
     except ExecutionNotFound:
         return {"exists": False, "execution_id": execution_id, "state": None}
     current = shapes.current_node(parts.view, parts.last_step)
-    return shapes.ehdb_state(row, compat.event_count(engine, execution_id), current)
+    return noetl_events.ehdb_state(row, compat.event_count(engine, execution_id), current)
 
 
 @router.get("/ehdb/executions/{execution_id}/events")
@@ -434,7 +432,7 @@ def ehdb_events(
     except ExecutionNotFound:
         return {"exists": False, "execution_id": execution_id, "events": [], "next_cursor": None}
     rows, _ = compat.events_slice(engine, execution_id, after=after, limit=limit)
-    events = [shapes.ehdb_event(e.to_json()) for e in rows]
+    events = [noetl_events.ehdb_event(e.to_json()) for e in rows]
     return {
         "exists": True,
         "execution_id": execution_id,

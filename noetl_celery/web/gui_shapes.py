@@ -22,7 +22,8 @@ from typing_extensions import TypedDict
 from noetl_celery.constants import ExecutionStatus
 from noetl_celery.tools.credentials import Credential
 from noetl_celery.tools.redaction import is_secret_field
-from noetl_celery.web.noetl_shapes import ExecutionEntry, iso
+from noetl_celery.web.noetl_events import iso
+from noetl_celery.web.noetl_shapes import ExecutionEntry
 
 # field names a credential may show (values that are plain scalars only)
 PUBLIC_FIELDS = frozenset(

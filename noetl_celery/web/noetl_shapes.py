@@ -38,8 +38,6 @@ by nature (a step's result, a playbook's parsed YAML, an event's payload) is `An
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,143 +46,28 @@ from typing import Any, Protocol
 from typing_extensions import TypedDict
 
 from noetl_celery.constants import (
-    CANCELLED,
     COMPLETED,
-    EV_COMMAND_COMPLETED,
-    EV_COMMAND_FAILED,
-    EV_CURSOR_UNFINISHED,
-    EV_EXECUTION_CANCELLED,
-    EV_EXECUTION_COMPLETED,
-    EV_EXECUTION_FAILED,
-    EV_EXECUTION_STARTED,
-    EV_LOOP_DONE,
-    EV_PASS_FAILED,
-    EV_STEP_FAILED,
-    EV_STEP_SKIPPED,
     FAILED,
     TERMINAL_STATUSES,
     StepStatus,
 )
-from noetl_celery.errors import InputInvalid
 from noetl_celery.models.yaml_safe import safe_load
 from noetl_celery.store.rows import ExecutionRow
-from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, digits
+from noetl_celery.web.noetl_events import (
+    EventEntry,
+    EventsSlice,
+    Pagination,
+    error_text,
+    iso,
+)
 
 KIND = "Playbook"
-
-EVENT_NAMES: dict[str, str] = {
-    EV_EXECUTION_STARTED: "playbook.initialized",
-    EV_COMMAND_COMPLETED: "step.exit",
-    EV_COMMAND_FAILED: "call.error",
-    EV_LOOP_DONE: "loop.done",
-    EV_STEP_FAILED: "step.failed",
-    EV_STEP_SKIPPED: "step.skipped",
-    EV_EXECUTION_COMPLETED: "playbook.completed",
-    EV_EXECUTION_FAILED: "playbook.failed",
-    EV_EXECUTION_CANCELLED: "execution.cancelled",
-    EV_PASS_FAILED: "pass.failed",
-    EV_CURSOR_UNFINISHED: "cursor.unfinished",
-}
-NATIVE_TYPES: dict[str, str] = {name: native for native, name in EVENT_NAMES.items()}
-
-EVENT_STATUS: dict[str, str] = {
-    EV_EXECUTION_STARTED: "STARTED",
-    EV_COMMAND_COMPLETED: COMPLETED,
-    EV_COMMAND_FAILED: FAILED,
-    EV_LOOP_DONE: COMPLETED,
-    EV_STEP_FAILED: FAILED,
-    EV_STEP_SKIPPED: "SKIPPED",  # NoETL's status of its step.skipped
-    EV_EXECUTION_COMPLETED: COMPLETED,
-    EV_EXECUTION_FAILED: FAILED,
-    EV_EXECUTION_CANCELLED: CANCELLED,
-    EV_PASS_FAILED: FAILED,
-    EV_CURSOR_UNFINISHED: CANCELLED,
-}
 
 # failures `status` names in its one `error` line
 ERRORS_SHOWN = 3
 
 
-class ShapeError(InputInvalid):
-    """A request value that cannot be used (answered 422 with the message: web.problems)."""
-
-
-# ---- request values ------------------------------------------------------------------------
-def decode_content(value: str) -> str:
-    """The YAML of a register request: NoETL's CLI sends it base64-encoded, its GUI as
-    text. Base64 that decodes to UTF-8 is taken decoded, anything else as it is (YAML
-    text always holds characters base64 does not: spaces, colons, newlines in between)."""
-    compact = "".join(value.split())
-    if not compact:
-        return value
-    try:
-        return base64.b64decode(compact, validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
-        return value
-
-
-def parse_version(value: Any) -> int | None:
-    """A catalog version from a request: an int, its digits, or "latest"/empty (None)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "latest")):
-        return None
-    number = _integer(value)
-    if number is None:
-        raise ShapeError("version", f"must be an integer or 'latest', not {_shown(value)}")
-    return _within(number, "version", INT_MAX)
-
-
-def parse_catalog_id(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    number = _integer(value)
-    if number is None:
-        raise ShapeError("catalog_id", f"must be a catalog id (digits), not {_shown(value)}")
-    return _within(number, "catalog_id", BIGINT_MAX)
-
-
-def _integer(value: Any) -> int | None:
-    """An int, or a string of ASCII digits, as an int; None for anything else."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return digits(value) if isinstance(value, str) else None
-
-
-def _within(number: int, field: str, high: int) -> int:
-    """`number` when it can be a row's id or version (1 to the column's maximum)."""
-    if not 1 <= number <= high:
-        raise ShapeError(field, f"must be from 1 to {high}, not {number}")
-    return number
-
-
-def _shown(value: Any) -> str:
-    """A request value in a message: its repr, shortened to one short line."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def execute_workload(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The payload of an execute request: `payload` (NoETL's field name) overlaid with
-    `workload` (the alias its CLI and GUI send)."""
-    merged: dict[str, Any] = {}
-    for key in ("payload", "workload"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ShapeError(key, f"must be a JSON object, not {type(value).__name__}")
-        merged.update(value)
-    return merged
-
-
-def check_kind(value: Any, field: str) -> None:
-    """Only playbooks exist here; NoETL's other resource kinds are refused by name."""
-    if value is not None and str(value).lower() != "playbook":
-        raise ShapeError(field, f"{value!r} is not supported: only playbooks can be used")
-
-
 # ---- time ------------------------------------------------------------------------------------
-def iso(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.isoformat() + "Z"
 
 
 def duration_human(seconds: float | None) -> str | None:
@@ -429,14 +312,6 @@ def progress_percent(status: str, ended: int, made: int) -> int:
     return min(99, math.floor(100 * ended / made))
 
 
-def _error_text(error: Any) -> str | None:
-    if error is None:
-        return None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error)
-
-
 class ExecutionEntry(TypedDict):
     """NoETL's `ExecutionEntryResponse` (`execution_entry`)."""
 
@@ -473,101 +348,9 @@ def execution_entry(
         "duration_human": duration_human(seconds),
         "progress": progress_percent(row.status, *progress),
         "result": row.result if row.status == COMPLETED else None,
-        "error": _error_text(row.error),
+        "error": error_text(row.error),
         "parent_execution_id": row.parent_execution_id,
     }
-
-
-def event_name(native_type: str) -> str:
-    return EVENT_NAMES.get(native_type, native_type)
-
-
-def native_types(names: Iterable[str]) -> set[str]:
-    """The native types an `event_type` filter names (NoETL's or our own names)."""
-    return {NATIVE_TYPES.get(n, n) for n in names if n}
-
-
-def _event_error(payload: Any) -> Any:
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if error is not None:
-            return _error_text(error)
-        if payload.get("message") is not None and "error" in str(payload.get("kind", "")):
-            return str(payload["message"])
-    return None
-
-
-class EventEntry(TypedDict):
-    """NoETL's `ExecutionEventResponse` (`event_entry`)."""
-
-    execution_id: str
-    event_id: int
-    event_type: str
-    node_id: str | None
-    node_name: str | None
-    status: str | None
-    created_at: str | None
-    timestamp: str | None
-    context: dict[str, Any]  # {native_type, command_id, epoch, iteration}
-    result: Any
-    error: str | None
-    duration: None
-
-
-def event_entry(event: Mapping[str, Any]) -> EventEntry:
-    """NoETL's `ExecutionEventResponse` from an `EventRow.to_json()`."""
-    native = str(event["type"])
-    payload = event.get("payload")
-    context = {
-        "native_type": native,
-        "command_id": event.get("command_id"),
-        "epoch": event.get("epoch"),
-        "iteration": event.get("iteration"),
-    }
-    error = _event_error(payload)
-    result = None
-    if isinstance(payload, dict) and error is None:
-        result = payload
-    return {
-        "execution_id": str(event["execution_id"]),
-        "event_id": event["event_id"],
-        "event_type": event_name(native),
-        "node_id": event.get("step"),
-        "node_name": event.get("step"),
-        "status": EVENT_STATUS.get(native),
-        "created_at": event.get("created_at"),
-        "timestamp": event.get("created_at"),
-        "context": context,
-        "result": result,
-        "error": error,
-        "duration": None,
-    }
-
-
-class Pagination(TypedDict):
-    page: int
-    page_size: int
-    total_events: int
-    total_pages: int
-    has_next: bool
-    has_prev: bool
-
-
-def pagination(page: int, page_size: int, total: int) -> Pagination:
-    pages = max(1, math.ceil(total / page_size)) if page_size > 0 else 1
-    return {
-        "page": page,
-        "page_size": page_size,
-        "total_events": total,
-        "total_pages": pages,
-        "has_next": page < pages,
-        "has_prev": page > 1,
-    }
-
-
-class EventsSlice(TypedDict):
-    events: list[EventEntry]
-    pagination: Pagination
 
 
 class ExecutionDetailResponse(ExecutionEntry):
@@ -636,101 +419,6 @@ def already_ended_body(execution_id: str, status: str) -> AlreadyEnded:
         "execution_id": execution_id,
         "message": f"Execution {execution_id} already ended {status}",
     }
-
-
-class EhdbLine(TypedDict):
-    """An execution as NoETL's event-history listing shows it (`ehdb_line`)."""
-
-    execution_id: str
-    status: str
-    path: str
-    catalog_id: str
-    parent_execution_id: str | None
-    event_count: int
-    started_at: str | None
-    completed_at: str | None
-
-
-def ehdb_line(row: ExecutionRow, event_count: int) -> EhdbLine:
-    return {
-        "execution_id": row.execution_id,
-        "status": row.status,
-        "path": row.path,
-        "catalog_id": str(row.catalog_id),
-        "parent_execution_id": row.parent_execution_id,
-        "event_count": event_count,
-        "started_at": iso(row.created_at),
-        "completed_at": iso(row.finished_at),
-    }
-
-
-class EhdbExecutions(TypedDict):
-    executions: list[EhdbLine]
-
-
-class EhdbStateLine(TypedDict):
-    """An execution's state in `ehdb_state`: `ehdb_line`'s fields after three of its own."""
-
-    status: str
-    terminal: bool
-    current_node: str | None
-    path: str
-    catalog_id: str
-    parent_execution_id: str | None
-    event_count: int
-    started_at: str | None
-    completed_at: str | None
-
-
-class EhdbState(TypedDict):
-    exists: bool
-    execution_id: str
-    state: EhdbStateLine | None  # None: no such execution
-
-
-def ehdb_state(row: ExecutionRow, event_count: int, current_node: str | None) -> EhdbState:
-    line = ehdb_line(row, event_count)
-    return {
-        "exists": True,
-        "execution_id": row.execution_id,
-        "state": {
-            "status": row.status,
-            "terminal": row.status in TERMINAL_STATUSES,
-            "current_node": current_node,
-            "path": line["path"],
-            "catalog_id": line["catalog_id"],
-            "parent_execution_id": line["parent_execution_id"],
-            "event_count": line["event_count"],
-            "started_at": line["started_at"],
-            "completed_at": line["completed_at"],
-        },
-    }
-
-
-class EhdbEvent(TypedDict):
-    event_id: int
-    event_type: str
-    node_name: str | None
-    status: str | None
-    created_at: str | None
-
-
-def ehdb_event(event: Mapping[str, Any]) -> EhdbEvent:
-    native = str(event["type"])
-    return {
-        "event_id": event["event_id"],
-        "event_type": event_name(native),
-        "node_name": event.get("step"),
-        "status": EVENT_STATUS.get(native),
-        "created_at": event.get("created_at"),
-    }
-
-
-class EhdbEvents(TypedDict):
-    exists: bool
-    execution_id: str
-    events: list[EhdbEvent]
-    next_cursor: int | None  # the last event's id when the page was full
 
 
 class Health(TypedDict):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from noetl_celery.errors import ConfigurationError
-from noetl_celery.store.database import Database, outdated_message, unusable_message
+from noetl_celery.store.database import Database
+from noetl_celery.store.database_messages import outdated_message, unusable_message
 from noetl_celery.store.migrate import revisions
 from noetl_celery.store.schema import SCHEMA_REVISION
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from noetl_celery.store.rows import ExecutionRow
+from noetl_celery.web import noetl_events as events
+from noetl_celery.web import noetl_inputs
 from noetl_celery.web import noetl_shapes as shapes
 
 YAML = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: a, path: t/a}\n"
@@ -28,7 +30,7 @@ T0 = dt.datetime(2026, 11, 24, 12, 0, 0)
     ],
 )
 def test_decode_content(given: str, expected: str) -> None:
-    assert shapes.decode_content(given) == expected
+    assert noetl_inputs.decode_content(given) == expected
 
 
 @pytest.mark.parametrize(
@@ -36,25 +38,25 @@ def test_decode_content(given: str, expected: str) -> None:
     [(None, None), ("latest", None), ("LATEST", None), ("", None), (3, 3), ("4", 4), (" 5 ", 5)],
 )
 def test_parse_version(given: Any, expected: int | None) -> None:
-    assert shapes.parse_version(given) == expected
+    assert noetl_inputs.parse_version(given) == expected
 
 
 @pytest.mark.parametrize("given", ["2.0", True, 1.5, "v1", [1], "²", 0, -1, 2**31, str(2**31)])
 def test_parse_version_refuses(given: Any) -> None:
-    with pytest.raises(shapes.ShapeError, match="version"):
-        shapes.parse_version(given)
+    with pytest.raises(noetl_inputs.ShapeError, match="version"):
+        noetl_inputs.parse_version(given)
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, None), ("", None), (12, 12), ("12", 12)])
 def test_parse_catalog_id(given: Any, expected: int | None) -> None:
-    assert shapes.parse_catalog_id(given) == expected
+    assert noetl_inputs.parse_catalog_id(given) == expected
 
 
 @pytest.mark.parametrize("given", ["²", "1.5", True, 0, -3, 2**63, str(10**30), [1]])
 def test_parse_catalog_id_refuses(given: Any) -> None:
     """Only ids a BIGINT column can hold (`²` is a digit to `str.isdigit`, not to int)."""
-    with pytest.raises(shapes.ShapeError, match="catalog_id"):
-        shapes.parse_catalog_id(given)
+    with pytest.raises(noetl_inputs.ShapeError, match="catalog_id"):
+        noetl_inputs.parse_catalog_id(given)
 
 
 @pytest.mark.parametrize(
@@ -68,22 +70,24 @@ def test_parse_catalog_id_refuses(given: Any) -> None:
     ],
 )
 def test_execute_workload(body: dict[str, Any], expected: dict[str, Any]) -> None:
-    assert shapes.execute_workload(body) == expected
+    assert noetl_inputs.execute_workload(body) == expected
 
 
 def test_execute_workload_refuses_a_non_object() -> None:
-    with pytest.raises(shapes.ShapeError, match="workload: must be a JSON object, not list"):
-        shapes.execute_workload({"workload": [1]})
+    with pytest.raises(noetl_inputs.ShapeError, match="workload: must be a JSON object, not list"):
+        noetl_inputs.execute_workload({"workload": [1]})
 
 
 @pytest.mark.parametrize("kind", [None, "playbook", "Playbook", "PLAYBOOK"])
 def test_check_kind_accepts_playbooks(kind: Any) -> None:
-    shapes.check_kind(kind, "resource_kind")
+    noetl_inputs.check_kind(kind, "resource_kind")
 
 
 def test_check_kind_refuses_others() -> None:
-    with pytest.raises(shapes.ShapeError, match="resource_type: 'Credential' is not supported"):
-        shapes.check_kind("Credential", "resource_type")
+    with pytest.raises(
+        noetl_inputs.ShapeError, match="resource_type: 'Credential' is not supported"
+    ):
+        noetl_inputs.check_kind("Credential", "resource_type")
 
 
 @pytest.mark.parametrize(
@@ -276,12 +280,12 @@ def test_event_names(native: str, name: str, status: str | None) -> None:
         "payload": {},
         "created_at": "2026-11-24T12:00:00Z",
     }
-    mapped = shapes.event_entry(event)
+    mapped = events.event_entry(event)
     assert (mapped["event_type"], mapped["status"]) == (name, status)
     assert mapped["context"]["native_type"] == native
     assert (mapped["node_name"], mapped["event_id"]) == ("work", 9)
-    assert shapes.native_types([name]) == {native}
-    assert shapes.ehdb_event(event)["event_type"] == name
+    assert events.native_types([name]) == {native}
+    assert events.ehdb_event(event)["event_type"] == name
 
 
 def test_event_error_is_the_message() -> None:
@@ -292,7 +296,7 @@ def test_event_error_is_the_message() -> None:
         "payload": {"status": "error", "error": {"kind": "python", "message": "ZeroDivision"}},
         "created_at": None,
     }
-    mapped = shapes.event_entry(event)
+    mapped = events.event_entry(event)
     assert (mapped["error"], mapped["result"]) == ("ZeroDivision", None)
 
 
@@ -303,7 +307,7 @@ def test_event_error_is_the_message() -> None:
 def test_pagination(
     page: int, size: int, total: int, pages: int, has_next: bool, has_prev: bool
 ) -> None:
-    assert shapes.pagination(page, size, total) == {
+    assert events.pagination(page, size, total) == {
         "page": page,
         "page_size": size,
         "total_events": total,
@@ -381,7 +385,7 @@ def test_cancel_bodies() -> None:
 
 
 def test_ehdb_state() -> None:
-    answer = shapes.ehdb_state(_row("RUNNING"), 4, "work")
+    answer = events.ehdb_state(_row("RUNNING"), 4, "work")
     assert answer["exists"] is True
     state = answer["state"]
     assert state is not None
