@@ -58,6 +58,7 @@ class LoopProgress:
     in_flight: int = 0  # commands in flight (cursor: claims and bodies)
     succeeded: int = 0
     failed: int = 0
+    quarantined: int = 0  # failed items set aside (a `do: quarantine` policy, the loop's option)
     done: bool = False
     # cursor loops only
     lanes: list[Lane] | None = None
@@ -71,7 +72,7 @@ class LoopProgress:
 
     @property
     def finished(self) -> int:
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.quarantined
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoopProgress:
@@ -100,6 +101,8 @@ class StepState:
                 data["loop"].pop(key)
         if self.loop is not None and not self.loop.errors:
             data["loop"].pop("errors")
+        if self.loop is not None and not self.loop.quarantined:
+            data["loop"].pop("quarantined")  # snapshots without any read as they always did
         return data
 
     @classmethod

@@ -38,6 +38,7 @@ from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
 from noetl_celery.store.pacing import PacingManager
 from noetl_celery.store.parking import ParkingManager
+from noetl_celery.store.quarantine import QuarantineManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.reruns import RerunsManager
@@ -75,7 +76,8 @@ def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
 class Store:
     """The façade: its own methods for the hot path and the reads, and one sub-manager
     per area (`schedules`, `reaper`, `children`, `termination`; the operators' reads
-    `overview`, `history`, `catalog_reads`, `compat`, `reruns`, `owners`, `metrics`)
+    `overview`, `history`, `catalog_reads`, `compat`, `reruns`, `quarantine`, `owners`,
+    `metrics`)
     sharing its database and caches."""
 
     def __init__(self, database: Database) -> None:
@@ -100,6 +102,7 @@ class Store:
         self.catalog_reads = CatalogReadsManager(database)
         self.compat = CompatManager(database)
         self.reruns = RerunsManager(database)
+        self.quarantine = QuarantineManager(database)
         self.owners = OwnersManager(database)
         self.metrics = MetricsManager(database)
 

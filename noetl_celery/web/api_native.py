@@ -1,5 +1,5 @@
 """The native JSON API under `/api/v1`: executions (list, detail, graph, failed items,
-events, logs, start, cancel, rerun) here; catalog and schedules in `api_manage`.
+quarantined items, events, logs, start, cancel, rerun) here; catalog and schedules in `api_manage`.
 
 Response models: each handler's return annotation (FastAPI takes it as the route's
 response model, so the OpenAPI document declares every answer). The read models'
@@ -27,6 +27,7 @@ from noetl_celery.engine.readmodels import (
     ExecutionsPage,
     FailedItemsPage,
     LogsPage,
+    QuarantinePage,
 )
 from noetl_celery.web import api_manage
 from noetl_celery.web.deps import EngineDep
@@ -103,6 +104,19 @@ def failed_items(
     """A page of the step's failed iterations in iteration order (`value`: a preview
     of the item), with `total`."""
     return engine.failed_items(execution_id, step, epoch=epoch, offset=offset, limit=limit)
+
+
+@router.get("/executions/{execution_id}/quarantine", summary="Quarantined loop items")
+def quarantine(
+    execution_id: str,
+    engine: EngineDep,
+    step: Annotated[str | None, Query(description="Only this loop step's items")] = None,
+    kind: Annotated[str | None, Query(description="Only items of this error kind")] = None,
+) -> QuarantinePage:
+    """The items a quarantine set aside (`noetl-celery quarantine list`): `id`
+    (`step:epoch:iteration`), the item, its error and runs; 422 for an unknown step or
+    error kind."""
+    return engine.quarantine(execution_id, step=step, kind=kind)
 
 
 @router.get("/executions/{execution_id}/events", summary="Events after a cursor")

@@ -90,6 +90,16 @@ def _native(eid: str) -> list[Bad]:
             f"{ex}/{NUL}/failed-items?step=a",
             422,
         ),
+        Bad(
+            "GET /api/v1/executions/{execution_id}/quarantine",
+            f"{one}/quarantine?step={NUL}",
+            422,
+        ),
+        Bad(
+            "GET /api/v1/executions/{execution_id}/quarantine",
+            f"{one}/quarantine?kind=timeot",
+            422,
+        ),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?since={BIG}", 422),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?since=-1", 422),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?type={NUL}", 422),

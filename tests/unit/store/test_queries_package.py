@@ -25,6 +25,7 @@ READ_MODELS = {
     "outbox",
     "notifications",
     "prune",
+    "quarantine",
 }
 
 
