@@ -110,6 +110,9 @@ EV_CURSOR_UNFINISHED: Final = "cursor.unfinished"
 # `on_item_error: quarantine`): one per item, with its command, and its error in the
 # payload. `noetl-celery quarantine` reads these; the failed-items reads skip them.
 EV_ITEM_QUARANTINED: Final = "item.quarantined"
+# a quarantined item a redrive runs again (in the original execution, written with the
+# redrive's execution row): at most one per item, so no item is redriven twice
+EV_ITEM_REDRIVEN: Final = "item.redriven"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
@@ -123,6 +126,7 @@ EVENT_TYPES: Final = frozenset(
         EV_PASS_FAILED,
         EV_CURSOR_UNFINISHED,
         EV_ITEM_QUARANTINED,
+        EV_ITEM_REDRIVEN,
     }
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS

@@ -33,6 +33,8 @@ EXAMPLES: dict[str, str] = {
     "quarantine": "noetl-celery quarantine list 383736883467033663 --kind timeout",
     "quarantine list": "noetl-celery quarantine list 383736883467033663 --step fetch --json",
     "quarantine show": "noetl-celery quarantine show 383736883467033663 fetch:1:17",
+    "quarantine redrive": "noetl-celery quarantine redrive 383736883467033663 --step fetch "
+    "--set strict=false",
     "catalog": "noetl-celery catalog register playbooks/examples",
     "catalog register": "noetl-celery catalog register playbooks/examples",
     "catalog list": "noetl-celery catalog list --json",

@@ -278,6 +278,7 @@ class QuarantinedItemView(TypedDict):
     item: Any
     error: Any
     quarantined_at: str | None
+    redriven_by: str | None  # the redrive's execution id (None: not redriven)
 
 
 class QuarantinePage(TypedDict):
@@ -332,6 +333,7 @@ def quarantine(
             "item": q.item,
             "error": q.error,
             "quarantined_at": _iso(q.quarantined_at),
+            "redriven_by": q.redriven_by,
         }
         for q in found
     ]

@@ -171,6 +171,8 @@ def finish_loop(run: Run, step: Step, st: StepState) -> None:
         # the step's `spec.on_error: continue` handles them all. Quarantined items never
         # fail it: they wait for `noetl-celery quarantine redrive`.
         fail_items(run, step, progress)
+    if step.step in run.state.halt:
+        return  # a redrive's loop: its items ran, nothing after it runs
     output = output_view(Outcome("ok", aggregate))
     run.route(step, progress.epoch, output, LOOP_DONE)
 

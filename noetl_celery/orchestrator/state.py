@@ -137,6 +137,8 @@ class ExecutionState:
     # fan-in steps waiting at their barrier: step -> the upstreams that arrived (sorted)
     # since the step last passed it (orchestrator.decide `Pass._arrive`)
     joins: dict[str, list[str]] = field(default_factory=dict)
+    # loop steps whose `loop.done` routes nowhere: a redrive runs exactly its items
+    halt: list[str] = field(default_factory=list)
 
     def step(self, name: str) -> StepState:
         state = self.steps.get(name)
@@ -163,6 +165,7 @@ class ExecutionState:
             "status": self.status,
             **({"preplanned": self.preplanned} if self.preplanned else {}),
             **({"joins": self.joins} if self.joins else {}),
+            **({"halt": self.halt} if self.halt else {}),
         }
 
     @classmethod
@@ -180,4 +183,5 @@ class ExecutionState:
             status=ExecutionStatus(data.get("status", RUNNING)),
             preplanned=dict(data.get("preplanned") or {}),
             joins={k: list(v) for k, v in (data.get("joins") or {}).items()},
+            halt=list(data.get("halt") or []),
         )

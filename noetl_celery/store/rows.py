@@ -85,6 +85,7 @@ class QuarantinedItem:
     item: Any
     error: Any
     quarantined_at: dt.datetime | None
+    redriven_by: str | None = None  # the execution that ran it again
 
 
 @dataclass(frozen=True)

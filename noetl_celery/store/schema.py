@@ -6,6 +6,7 @@ Invariants enforced here rather than in process memory (docs/design.md §2):
 - one terminal event per command          -> ux_events_command_terminal
 - one `loop.done` per loop epoch          -> ux_events_loop_done
 - one terminal event per execution        -> ux_events_execution_terminal
+- a quarantined item redriven at most once -> ux_events_item_redriven
 - a command exists once per coordinate    -> commands.command_id is deterministic (PK)
 """
 
@@ -247,6 +248,16 @@ events = Table(
         "iteration",
         unique=True,
         **_partial("type = 'item.quarantined'"),
+    ),
+    # one `item.redriven` per quarantined item (migration 0015): none is redriven twice
+    Index(
+        "ux_events_item_redriven",
+        "execution_id",
+        "step",
+        "epoch",
+        "iteration",
+        unique=True,
+        **_partial("type = 'item.redriven'"),
     ),
     # each deadline event at most once per execution (engine.deadlines)
     Index(

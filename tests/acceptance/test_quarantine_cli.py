@@ -1,6 +1,7 @@
-"""`noetl-celery quarantine list|show` on the embedded engine: the items a quarantine
-set aside, filtered by step and error kind, one shown in full; bad input exits 2 with
-one line; `run` says how many were quarantined."""
+"""`noetl-celery quarantine list|show|redrive` on the embedded engine: the items a
+quarantine set aside, filtered by step and error kind, one shown in full, redriven in a
+linked execution once fixed; bad input exits 2 with one line; `run` says how many were
+quarantined."""
 
 from __future__ import annotations
 
@@ -104,6 +105,10 @@ def test_list_filters_and_show(poisoned: str, embedded_env: dict[str, str]) -> N
         (["show", "{eid}", "each-3"], "is not a quarantined item id: use step:epoch:iteration"),
         (["show", "{eid}", "each:1:4"], "has no quarantined item each:1:4"),
         (["list", "4242"], "no execution with id 4242"),
+        (["redrive", "{eid}", "each:1:4"], "has no quarantined item each:1:4"),
+        (["redrive", "{eid}", "--kind", "timeout"], "no quarantined items of that step and kind"),
+        (["redrive", "4242"], "no execution with id 4242"),
+        (["redrive", "{eid}"], "are of several steps (each, other): redrive one step at a"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -113,3 +118,24 @@ def test_bad_input_exits_2_with_one_line(
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_redrive_after_a_fix_runs_the_items_once(
+    poisoned: str, embedded_env: dict[str, str]
+) -> None:
+    eid = poisoned
+    summary = run_json(
+        ["quarantine", "redrive", eid, "--step", "each", "--set", "bad=[]", "--json"],
+        embedded_env,
+    )
+    assert summary["status"] == "COMPLETED" and summary["quarantined"] == 0
+    assert summary["steps"]["each"]["stats"] == {"total": 2, "success": 2, "failed": 0}
+    assert list(summary["steps"]) == ["each"]  # exactly those items: `other` did not run
+    new = summary["execution_id"]
+    page = run_json(["quarantine", "list", eid, "--json"], embedded_env)
+    by = {i["id"]: i["redriven_by"] for i in page["items"]}
+    assert by == {"each:1:3": new, "each:1:7": new, "other:1:1": None}
+    again = run_cli(["quarantine", "redrive", eid, "each:1:3"], embedded_env)
+    assert again.returncode == 2 and f"already redriven: each:1:3 (by {new})" in again.stderr
+    executions = run_json(["executions", "--trigger", "rerun", "--json"], embedded_env)
+    assert [e["rerun_of"] for e in executions] == [eid]

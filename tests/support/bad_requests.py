@@ -128,6 +128,24 @@ def _native(eid: str) -> list[Bad]:
         ),
         Bad("POST /api/v1/executions/{execution_id}/rerun", f"{one}/rerun", 422, deep(3000)),
         Bad("POST /api/v1/executions/{execution_id}/rerun", f"{one}/rerun", 422, {"payload": "x"}),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"items": ["a\x00"]},
+        ),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"items": "each:1:3"},
+        ),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"kind": "timeot"},
+        ),
     ]
     return cases
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import ColumnElement, Connection, and_, exists, select
 
-from noetl_celery.constants import EV_COMMAND_FAILED, EV_ITEM_QUARANTINED
+from noetl_celery.constants import EV_COMMAND_FAILED, EV_ITEM_QUARANTINED, EV_ITEM_REDRIVEN
 from noetl_celery.store.rows import QuarantinedItem
 from noetl_celery.store.schema import commands, events
 
@@ -38,6 +38,7 @@ def quarantined_items(
     error `kind` filtering, each with its command's item and its terminal error."""
     q = events.c
     terminal = events.alias("terminal")
+    redrive = events.alias("redrive")
     query = (
         select(
             q.step,
@@ -48,13 +49,26 @@ def quarantined_items(
             q.created_at,
             commands.c.item,
             terminal.c.payload.label("outcome"),
+            redrive.c.payload.label("redrive"),
         )
         .select_from(
-            events.outerjoin(commands, commands.c.command_id == q.command_id).outerjoin(
+            events.outerjoin(commands, commands.c.command_id == q.command_id)
+            .outerjoin(
                 terminal,
                 and_(
                     terminal.c.command_id == q.command_id,
                     terminal.c.type == EV_COMMAND_FAILED,
+                ),
+            )
+            # through ux_events_item_redriven: at most one row per item
+            .outerjoin(
+                redrive,
+                and_(
+                    redrive.c.type == EV_ITEM_REDRIVEN,
+                    redrive.c.execution_id == q.execution_id,
+                    redrive.c.step == q.step,
+                    redrive.c.epoch == q.epoch,
+                    redrive.c.iteration == q.iteration,
                 ),
             )
         )
@@ -81,6 +95,7 @@ def quarantined_items(
                 item=r.item,
                 error=(r.outcome or {}).get("error"),
                 quarantined_at=r.created_at,
+                redriven_by=(r.redrive or {}).get("execution_id"),
             )
         )
     return out

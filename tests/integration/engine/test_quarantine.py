@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from noetl_celery.engine.rerun import RerunError
 from noetl_celery.engine.service import Engine
 from noetl_celery.settings import Settings
 from noetl_celery.settings_notify import NotifySettings
@@ -166,3 +168,84 @@ def test_failed_items_reads_and_rerun_skip_quarantined_items(engine: Engine) -> 
     again = engine.summary(rerun)
     assert again["status"] == "COMPLETED", again["error"]
     assert again["steps"]["each"]["stats"] == {"total": 1, "success": 1, "failed": 0}
+
+
+def items_run(engine: Engine, eid: str, step: str = "each") -> list[int]:
+    """The items whose body succeeded (a one-task pipeline's result: `{data, status}`)."""
+    done = engine.events(eid, types=["command.completed"], step=step)
+    return sorted(int(e["payload"]["result"]["data"]) for e in done)
+
+
+def test_a_redrive_runs_exactly_the_quarantined_items_once(engine: Engine) -> None:
+    original = engine.start_text(POLICY)
+    engine.wait(original, 60)
+    # fixed by the payload: the poisoned items now pass
+    redrive = engine.redrive(original, overrides={"bad": []})
+    engine.wait(redrive, 60)
+    summary = engine.summary(redrive)
+    assert summary["status"] == "COMPLETED", summary["error"]
+    assert summary["steps"]["each"]["stats"] == {"total": 3, "success": 3, "failed": 0}
+    assert items_run(engine, redrive) == BAD
+    assert list(summary["steps"]) == ["each"]  # exactly those items: `last` did not run
+    row = engine.store.execution(redrive)
+    assert (row.trigger, row.rerun_of) == ("rerun", original)
+    assert (row.trigger_detail or {})["start"]["redrive"] == {"each": [[1, 3], [1, 7], [1, 11]]}
+    # every item counted once across both: 17 succeeded there, 3 here, 3 marked redriven
+    listed = engine.quarantine(original)["items"]
+    assert {i["redriven_by"] for i in listed} == {redrive}
+    first = engine.summary(original)["steps"]["each"]["stats"]
+    assert first["success"] + summary["steps"]["each"]["stats"]["success"] == 20
+    with pytest.raises(RerunError, match="no quarantined items left to redrive"):
+        engine.redrive(original)
+    with pytest.raises(RerunError, match=f"already redriven: each:1:7 \\(by {redrive}\\)"):
+        engine.redrive(original, items=["each:1:7"])
+
+
+def test_a_redrive_of_chosen_items_leaves_the_others(engine: Engine) -> None:
+    original = engine.start_text(POLICY)
+    engine.wait(original, 60)
+    one = engine.redrive(original, items=["each:1:7"], overrides={"bad": []})
+    engine.wait(one, 60)
+    assert items_run(engine, one) == [7]
+    # not fixed: the rest fail again and are quarantined in the redrive, which can be
+    # redriven in turn
+    rest = engine.redrive(original)
+    engine.wait(rest, 60)
+    again = engine.summary(rest)
+    assert again["status"] == "COMPLETED" and again["quarantined"] == 2
+    assert items_run(engine, rest) == []
+    by = {i["id"]: i["redriven_by"] for i in engine.quarantine(original)["items"]}
+    assert by == {"each:1:3": rest, "each:1:7": one, "each:1:11": rest}
+    last = engine.redrive(rest, overrides={"bad": []})
+    engine.wait(last, 60)
+    assert items_run(engine, last) == [3, 11]
+    assert engine.store.execution(last).rerun_of == rest
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"step": "nope"}, "no step 'nope'"),
+        ({"step": "last"}, "has no quarantined items of that step and kind left"),
+        ({"kind": "timeout"}, "has no quarantined items of that step and kind left"),
+        ({"items": ["each:1:4"]}, "has no quarantined item each:1:4"),
+        ({"items": ["each-3"]}, "is not a quarantined item id"),
+    ],
+)
+def test_a_redrive_that_cannot_be_made_is_refused(
+    engine: Engine, kwargs: dict[str, Any], message: str
+) -> None:
+    original = engine.start_text(POLICY)
+    engine.wait(original, 60)
+    with pytest.raises(RerunError, match=message):
+        engine.redrive(original, **kwargs)
+    assert engine.store.list_executions(trigger="rerun") == []  # nothing started
+
+
+def test_a_redrive_while_the_original_runs_is_refused(engine: Engine) -> None:
+    eid = engine.start_text(
+        POLICY.replace("result = x", "import time; time.sleep(0.5); result = x")
+    )
+    with pytest.raises(RerunError, match="still RUNNING"):
+        engine.redrive(eid)
+    engine.wait(eid, 60)

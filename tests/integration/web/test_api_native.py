@@ -280,6 +280,7 @@ def test_every_endpoint_is_documented(client: httpx.Client) -> None:
         ("GET", f"{base}/graph"),
         ("GET", f"{base}/failed-items"),
         ("GET", f"{base}/quarantine"),
+        ("POST", f"{base}/quarantine/redrive"),
         ("GET", f"{base}/events"),
         ("GET", f"{base}/logs"),
         ("POST", f"{base}/cancel"),
@@ -316,3 +317,14 @@ def test_quarantined_items(client: httpx.Client, thirds: dict[str, Any]) -> None
     assert client.get(url, params={"kind": "nope"}).status_code == 422
     # a run whose failures were not quarantined has none
     assert ok(client.get(f"{V1}/executions/{thirds['id']}/quarantine"))["total"] == 0
+    # fixed by the payload, redriven: exactly those items run, linked, marked
+    redrive = f"{V1}/executions/{eid}/quarantine/redrive"
+    started = ok(client.post(redrive, json={"items": ["each:1:3"], "payload": {"fix": True}}), 201)
+    assert started["rerun_of"] == eid
+    done = wait_end(client, started["execution_id"])
+    assert done["status"] == "COMPLETED" and done["rerun_of"] == eid
+    marked = {i["id"]: i["redriven_by"] for i in ok(client.get(url))["items"]}
+    assert marked == {"each:1:0": None, "each:1:3": started["execution_id"], "each:1:6": None}
+    again = client.post(redrive, json={"items": ["each:1:3"]})
+    assert again.status_code == 409 and "already redriven" in again.json()["detail"]
+    assert client.post(f"{V1}/executions/{thirds['id']}/quarantine/redrive").status_code == 409

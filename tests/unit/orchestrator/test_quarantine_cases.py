@@ -98,3 +98,14 @@ def test_the_quarantined_count_survives_the_snapshot() -> None:
     assert sim.state is not None
     loop = sim.state.step("each").to_json()["loop"]
     assert loop["quarantined"] == 1 and loop["failed"] == 0
+
+
+@pytest.mark.parametrize(("halt", "ran"), [(["each"], []), ([], ["after"])])
+def test_a_redrive_start_runs_its_items_and_routes_nowhere(halt: list[str], ran: list[str]) -> None:
+    sim = Sim(playbook(HEAD + FLOW % ""), lambda s, item, _t: ok({"s": s}))
+    # the items replace `loop.in`, all succeed: the arc's guard (success == 2) matches
+    state = sim.run(entry="each", loop_items={"each": [3, 7]}, halt_after=halt)
+    assert state.status == "COMPLETED"
+    assert sim.results[("each", 1)]["stats"] == {"total": 2, "success": 2, "failed": 0}
+    assert sim.steps_ran() == ran
+    assert state.to_json().get("halt", []) == halt  # kept in the snapshot for later passes

@@ -16,6 +16,7 @@ branch_labels = None
 depends_on = None
 
 _QUARANTINED = "type = 'item.quarantined'"
+_REDRIVEN = "type = 'item.redriven'"
 
 
 def upgrade() -> None:
@@ -34,9 +35,20 @@ def upgrade() -> None:
         postgresql_where=where,
         sqlite_where=where,
     )
+    # one `item.redriven` per quarantined item: a second redrive of it is refused
+    where = sa.text(_REDRIVEN)
+    op.create_index(
+        "ux_events_item_redriven",
+        "events",
+        ["execution_id", "step", "epoch", "iteration"],
+        unique=True,
+        postgresql_where=where,
+        sqlite_where=where,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ux_events_item_redriven", table_name="events")
     op.drop_index("ux_events_item_quarantined", table_name="events")
     with op.batch_alter_table("loops") as batch:
         batch.drop_column("quarantined")
