@@ -106,6 +106,13 @@ EV_PASS_FAILED: Final = "pass.failed"
 # rows a cursor step had claimed from the user's queue and not processed when its
 # execution was ended from outside (cancel, execution timeout): one per step
 EV_CURSOR_UNFINISHED: Final = "cursor.unfinished"
+# a failed loop item the orchestrator set aside (a `do: quarantine` policy, the loop's
+# `on_item_error: quarantine`): one per item, with its command, and its error in the
+# payload. `noetl-celery quarantine` reads these; the failed-items reads skip them.
+EV_ITEM_QUARANTINED: Final = "item.quarantined"
+# a quarantined item a redrive runs again (in the original execution, written with the
+# redrive's execution row): at most one per item, so no item is redriven twice
+EV_ITEM_REDRIVEN: Final = "item.redriven"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
@@ -118,6 +125,8 @@ EVENT_TYPES: Final = frozenset(
         EV_STEP_SKIPPED,
         EV_PASS_FAILED,
         EV_CURSOR_UNFINISHED,
+        EV_ITEM_QUARANTINED,
+        EV_ITEM_REDRIVEN,
     }
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS
@@ -155,6 +164,9 @@ API_VERSIONS: Final = frozenset({"noetl.io/v2", "noetl.io/v10"})
 PIPELINE_STATUS_OK: Final = "ok"
 PIPELINE_STATUS_BREAK: Final = "break"
 PIPELINE_STATUS_FAILED: Final = "failed"
+# a `do: quarantine` policy stopped the pipeline: it failed (its result's status reads
+# `failed`), its outcome's meta says `quarantine`
+PIPELINE_STATUS_QUARANTINED: Final = "quarantined"
 
 # Tool kinds the engine runs. `workbook` and `playbook` are resolved by the runner and the
 # engine; the rest are `noetl_celery.tools` implementations.

@@ -38,6 +38,7 @@
     ├── ReplayError               a replayed pass asked history a question its record does
     │                             not hold
     ├── ExecutionNotFound         an execution id that does not exist
+    ├── ItemsRedriven             a quarantined item another redrive took first
     ├── PruneBusy                 (engine.retention) another prune holds the prune's lease
     ├── ScheduleNotFound          a schedule id that does not exist
     └── CredentialNotFound        an alias that is not in the credentials file
@@ -248,6 +249,11 @@ class ResultNotStorable(NoetlError):
 
 class ExecutionNotFound(NoetlError):
     """There is no execution with this id."""
+
+
+class ItemsRedriven(NoetlError):
+    """A redrive named a quarantined item another redrive took first (each quarantined
+    item is redriven at most once: ux_events_item_redriven)."""
 
 
 class ScheduleNotFound(NoetlError):

@@ -206,6 +206,12 @@ def report(summary: RunSummary, *, as_json: bool, stdout: TextIO) -> int:
     click.echo(
         f"execution {execution_id}: {status} in {summary['duration_seconds']:.2f}s", file=stdout
     )
+    if summary.get("quarantined"):
+        click.echo(
+            f"{summary['quarantined']} loop items quarantined: `noetl-celery quarantine "
+            f"list {execution_id}`",
+            err=True,
+        )
     if status == COMPLETED:
         click.echo(json.dumps(summary["result"], indent=2, default=str), file=stdout)
     elif status == RUNNING:

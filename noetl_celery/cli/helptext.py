@@ -14,7 +14,7 @@ import click
 # refuses that)
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run and watch", ("run", "watch", "rerun", "cancel", "validate")),
-    ("Inspect", ("status", "executions", "events", "logs")),
+    ("Inspect", ("status", "executions", "events", "logs", "quarantine")),
     ("Catalog and schedules", ("catalog", "schedule")),
     ("Operate", ("worker", "beat", "serve", "flower", "db", "example-api")),
 )
@@ -30,6 +30,11 @@ EXAMPLES: dict[str, str] = {
     "executions": "noetl-celery executions --status FAILED --limit 20",
     "events": "noetl-celery events 383736883467033663 --failed --step fetch",
     "logs": "noetl-celery logs 383736883467033663 --step fetch --follow",
+    "quarantine": "noetl-celery quarantine list 383736883467033663 --kind timeout",
+    "quarantine list": "noetl-celery quarantine list 383736883467033663 --step fetch --json",
+    "quarantine show": "noetl-celery quarantine show 383736883467033663 fetch:1:17",
+    "quarantine redrive": "noetl-celery quarantine redrive 383736883467033663 --step fetch "
+    "--set strict=false",
     "catalog": "noetl-celery catalog register playbooks/examples",
     "catalog register": "noetl-celery catalog register playbooks/examples",
     "catalog list": "noetl-celery catalog list --json",

@@ -39,6 +39,7 @@ COMMANDS = {
     "run": "noetl_celery.cli.run:run",
     "watch": "noetl_celery.cli.watch:watch",
     "rerun": "noetl_celery.cli.rerun:rerun",
+    "quarantine": "noetl_celery.cli.quarantine:quarantine",
     "validate": "noetl_celery.cli.catalog:validate",
     "status": "noetl_celery.cli.inspect:status",
     "executions": "noetl_celery.cli.inspect:executions",

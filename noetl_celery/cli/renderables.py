@@ -48,6 +48,7 @@ def _loops(view: Mapping[str, Any], live: bool) -> Table | None:
         "finished",
         "succeeded",
         "failed",
+        "quarantined",
         "in flight",
     ):
         table.add_column(column, justify="right" if column not in ("step", "mode") else "left")
@@ -66,6 +67,7 @@ def _loops(view: Mapping[str, Any], live: bool) -> Table | None:
             f"{lp['done']}/{'?' if total is None else total}",
             str(lp.get("succeeded", lp["done"] - lp["failed"])),
             str(lp["failed"]),
+            str(lp.get("quarantined", 0)),
             str(lp["in_flight"]),
         )
     return table
@@ -82,6 +84,8 @@ def status_renderable(view: Mapping[str, Any]) -> RenderableType:
     )
     if view.get("rerun_of"):
         head.append(f"  rerun of {view['rerun_of']}")
+    if view.get("quarantined"):
+        head.append(f"  {view['quarantined']} quarantined", style="yellow")
     parts: list[RenderableType] = [head]
     if view.get("trace_id"):
         parts.append(Text(f"trace {view['trace_id']}", style="dim"))

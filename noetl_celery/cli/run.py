@@ -31,6 +31,7 @@ def _invalid(message: str, as_json: bool, stdout: Any, execution_id: str | None 
                 "result": None,
                 "error": message,
                 "errors": [{"step": None, "item": None, "kind": "invalid", "message": message}],
+                "quarantined": 0,
                 "duration_seconds": 0.0,
                 "steps": {},
             },

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from noetl_celery.engine.periodic import Periodic
-from noetl_celery.engine.summaries import error_text, run_errors
+from noetl_celery.engine.summaries import error_text, quarantined_items, run_errors
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.notify import (
     DEADLINE_EVENTS,
@@ -121,6 +121,7 @@ def payload(
         "status": status,
         "error": error,
         "errors": errors,
+        "quarantined": quarantined_items(store, row),
         "started_at": _iso(row.created_at),
         "finished_at": _iso(row.finished_at),
         "trigger": row.trigger,

@@ -4,6 +4,8 @@ totals, one execution in detail, a loop's failed items, the flow graph. Queries 
 
 from __future__ import annotations
 
+import datetime as dt
+import difflib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ from noetl_celery.engine.summaries import (
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.models.outcome import ERROR_KINDS
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.store.overview import LoopTotals
 from noetl_celery.store.repository import Store
@@ -245,3 +248,82 @@ def logs_since(
 def graph(playbook: Playbook, row: ExecutionRow) -> ExecutionGraph:
     flow = build_graph(playbook, (row.state or {}).get("steps") or {})
     return {"execution_id": row.execution_id, **flow}
+
+
+class QuarantinedItemView(TypedDict):
+    """One quarantined loop item (`noetl-celery quarantine list|show`, the API's
+    `/executions/{id}/quarantine`): `id` is `step:epoch:iteration`, what `show` and a
+    redrive name it by; `item` the loop item itself, `error` its command's whole error;
+    `runs` how often its body ran (retries included)."""
+
+    id: str
+    step: str
+    epoch: int
+    iteration: int
+    kind: str
+    message: str
+    runs: int | None
+    attempt: int | None
+    item: Any
+    error: Any
+    quarantined_at: str | None
+    redriven_by: str | None  # the redrive's execution id (None: not redriven)
+
+
+class QuarantinePage(TypedDict):
+    execution_id: str
+    items: list[QuarantinedItemView]
+    total: int
+
+
+def item_id(step: str, epoch: int, iteration: int) -> str:
+    return f"{step}:{epoch}:{iteration}"
+
+
+def parse_item_id(text: str) -> tuple[str, int, int]:
+    """`step:epoch:iteration` (a step name never holds `:`: validation refuses it)."""
+    step, sep, rest = text.rpartition(":")
+    step, sep2, epoch = step.rpartition(":")
+    if not (sep and sep2 and step and epoch.isdigit() and rest.isdigit()):
+        raise InputInvalid(
+            "item",
+            f"{text!r} is not a quarantined item id: use step:epoch:iteration, as "
+            "`noetl-celery quarantine list` shows them",
+        )
+    return step, int(epoch), int(rest)
+
+
+def check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in (*ERROR_KINDS, "error"):
+        near = difflib.get_close_matches(kind, ERROR_KINDS, n=1, cutoff=0.7)
+        hint = f"; did you mean {near[0]!r}?" if near else f" (one of: {', '.join(ERROR_KINDS)})"
+        raise InputInvalid("kind", f"unknown error kind {kind!r}{hint}")
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.isoformat() + "Z"
+
+
+def quarantine(
+    store: Store, row: ExecutionRow, *, step: str | None = None, kind: str | None = None
+) -> QuarantinePage:
+    """The execution's quarantined items in (step, epoch, iteration) order."""
+    found = store.quarantine.items(row.execution_id, step=step, kind=kind)
+    items: list[QuarantinedItemView] = [
+        {
+            "id": item_id(q.step, q.epoch, q.iteration),
+            "step": q.step,
+            "epoch": q.epoch,
+            "iteration": q.iteration,
+            "kind": q.kind,
+            "message": q.message,
+            "runs": q.runs,
+            "attempt": q.attempt,
+            "item": q.item,
+            "error": q.error,
+            "quarantined_at": _iso(q.quarantined_at),
+            "redriven_by": q.redriven_by,
+        }
+        for q in found
+    ]
+    return {"execution_id": row.execution_id, "items": items, "total": len(items)}

@@ -16,6 +16,8 @@ from noetl_celery.engine.readmodels import (
     ExecutionsPage,
     FailedItemsPage,
     LogsPage,
+    QuarantinedItemView,
+    QuarantinePage,
 )
 from noetl_celery.engine.routing import routed_steps
 from noetl_celery.engine.summaries import (
@@ -23,10 +25,12 @@ from noetl_celery.engine.summaries import (
     RunSummary,
     StatusView,
     execution_line,
+    quarantined_items,
     run_errors,
     run_summary,
     status_view,
 )
+from noetl_celery.errors import InputInvalid
 from noetl_celery.models.filters import PAGE, RECENT, ExecutionFilter
 from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.settings import Settings
@@ -54,8 +58,16 @@ class EngineReads:
         summary = run_summary(self.store, row)
         if row.status != COMPLETED:
             summary["result"] = None
-        # models.summary's fields (RunSummary declares them) plus `errors`
-        return cast(RunSummary, {**summary, "errors": run_errors(self.store, row)})
+        # models.summary's fields (RunSummary declares them) plus `errors` and the count
+        # of quarantined items
+        return cast(
+            RunSummary,
+            {
+                **summary,
+                "errors": run_errors(self.store, row),
+                "quarantined": quarantined_items(self.store, row),
+            },
+        )
 
     def status(self, execution_id: str) -> StatusView:
         """`status`'s view; its steps in the playbook's workflow order."""
@@ -125,6 +137,27 @@ class EngineReads:
         return self._masked(
             readmodels.failed_items(self.store, row, step, epoch=epoch, offset=offset, limit=limit)
         )
+
+    def quarantine(
+        self, execution_id: str, *, step: str | None = None, kind: str | None = None
+    ) -> QuarantinePage:
+        """The execution's quarantined loop items (of `step`, of error `kind`).
+        InputInvalid for a step the playbook does not have or an unknown kind."""
+        row = self.store.execution(execution_id)
+        if step is not None:
+            readmodels.check_step(self.playbooks.get(row.catalog_id), row, step)
+        readmodels.check_kind(kind)
+        return self._masked(readmodels.quarantine(self.store, row, step=step, kind=kind))
+
+    def quarantined_item(self, execution_id: str, item: str) -> QuarantinedItemView:
+        """One quarantined item by its id (`step:epoch:iteration`); InputInvalid when
+        the execution has no such quarantined item."""
+        step, epoch, iteration = readmodels.parse_item_id(item)
+        row = self.store.execution(execution_id)
+        for found in readmodels.quarantine(self.store, row, step=step)["items"]:
+            if (found["epoch"], found["iteration"]) == (epoch, iteration):
+                return self._masked(found)
+        raise InputInvalid("item", f"execution {execution_id} has no quarantined item {item}")
 
     def events_since(
         self,

@@ -14,7 +14,7 @@ from noetl_celery.constants import (
     TRIGGER_MANUAL,
     TRIGGER_RERUN,
 )
-from noetl_celery.engine import owner
+from noetl_celery.engine import owner, readmodels
 from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.notify import Deliverer, DelivererThread, Rule
@@ -24,7 +24,7 @@ from noetl_celery.engine.reads import EngineReads
 from noetl_celery.engine.routing import Routed
 from noetl_celery.engine.scheduler import Schedules
 from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
-from noetl_celery.errors import BrokerUnavailable
+from noetl_celery.errors import BrokerUnavailable, ItemsRedriven
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
@@ -37,7 +37,7 @@ from noetl_celery.passes.ids import new_execution_id
 from noetl_celery.passes.logsink import LogSink
 from noetl_celery.passes.orchestrate import PassDriver
 from noetl_celery.passes.playbooks import PlaybookCache
-from noetl_celery.passes.rerun import plan_rerun
+from noetl_celery.passes.rerun import RerunError, plan_redrive, plan_rerun
 from noetl_celery.passes.scripts import capture_scripts
 from noetl_celery.passes.termination import Termination, end_tree
 from noetl_celery.settings import Settings
@@ -367,9 +367,11 @@ class Engine(EngineReads):
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
+        redriven: Sequence[tuple[str, int, int]] = (),
     ) -> str:
         """Start an execution of a registered playbook; `PayloadInvalid` before anything
-        is written when the payload is unusable."""
+        is written when the payload is unusable. `redriven`: the quarantined items of
+        `rerun_of` it runs again (marked there with the execution row)."""
         self.check_payload(payload)
         return self._start_checked(
             entry,
@@ -379,6 +381,7 @@ class Engine(EngineReads):
             trigger=trigger,
             rerun_of=rerun_of,
             trigger_detail=trigger_detail,
+            redriven=redriven,
         )
 
     def _start_checked(
@@ -391,6 +394,7 @@ class Engine(EngineReads):
         trigger: str = TRIGGER_MANUAL,
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
+        redriven: Sequence[tuple[str, int, int]] = (),
     ) -> str:
         # a keychain entry that cannot work here (a cloud secret manager) refuses the
         # start before the execution exists; the worker checks again for executions
@@ -407,6 +411,7 @@ class Engine(EngineReads):
             rerun_of=rerun_of,
             trigger_detail=trigger_detail,
             owner=self.owner,
+            redriven=redriven,
         )
         with self._watch_publishes() as held:
             self.orchestrator.drive(execution_id, wait=True)
@@ -515,3 +520,41 @@ class Engine(EngineReads):
             rerun_of=execution_id,
             trigger_detail=plan.detail,
         )
+
+    def redrive(
+        self,
+        execution_id: str,
+        *,
+        step: str | None = None,
+        kind: str | None = None,
+        items: Sequence[str] = (),
+        overrides: dict[str, Any] | None = None,
+    ) -> str:
+        """Start a new execution (a rerun of `execution_id`, `rerun_of` linking them)
+        that runs exactly the quarantined items chosen by `step`, error `kind` and item
+        ids (`step:epoch:iteration`; every one not yet redriven when none is given), then
+        goes on along the flow. Each item is marked redriven in the original in the
+        transaction that writes the new execution: an item is never redriven twice.
+        RerunError when there is nothing to redrive or an item is unknown or taken."""
+        original = self.store.execution(execution_id)  # raises ExecutionNotFound
+        readmodels.check_kind(kind)
+        plan = plan_redrive(
+            self.store,
+            original,
+            self.playbooks.get(original.catalog_id),
+            step=step,
+            kind=kind,
+            item_ids=items,
+            overrides=overrides,
+        )
+        try:
+            return self.start_entry(
+                self.store.catalog_entry(original.catalog_id),
+                plan.payload,
+                trigger=TRIGGER_RERUN,
+                rerun_of=execution_id,
+                trigger_detail=plan.detail,
+                redriven=plan.redriven,
+            )
+        except ItemsRedriven as exc:
+            raise RerunError(str(exc)) from exc

@@ -45,6 +45,7 @@ class LoopProgress(TypedDict):
     done: int
     succeeded: int
     failed: int
+    quarantined: int  # items set aside by a quarantine (noetl-celery quarantine)
     in_flight: int
     finished: bool
     started_at: str | None
@@ -79,6 +80,7 @@ class RunSummary(TypedDict):
     duration_seconds: float
     steps: dict[str, Any]  # each step that ran: its last result, any JSON
     errors: list[RunError]
+    quarantined: int  # loop items set aside (a COMPLETED execution may have some)
 
 
 class StepLine(TypedDict):
@@ -116,6 +118,7 @@ class ExecutionView(ExecutionLine):
     waiting: list[WaitingStep]
     held_for_broker: int
     loops: list[LoopProgress]
+    quarantined: int  # loop items set aside, over every epoch (noetl-celery quarantine)
     commands: CommandCountsJSON
     # per cursor step, the `cursor.unfinished` report: {epoch, rows, ...} as recorded
     unfinished_rows: dict[str, dict[str, Any]]
@@ -242,6 +245,12 @@ def live_loops(steps: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]
     return live
 
 
+def quarantined_items(store: Store, row: ExecutionRow) -> int:
+    """The execution's quarantined loop items over every epoch (its loops rows; the
+    running epoch of each step live from the snapshot)."""
+    return sum(lp["quarantined"] for lp in loop_progress(store, row))
+
+
 def loop_progress(store: Store, row: ExecutionRow) -> list[LoopProgress]:
     """Every loop epoch: finished ones from the `loops` table, the running one of each
     step live from the state snapshot, with its start, rate and ETA (`loop_pace`)."""
@@ -252,12 +261,13 @@ def loop_progress(store: Store, row: ExecutionRow) -> list[LoopProgress]:
         current = live.get((lp.step, lp.epoch))
         succeeded = current["succeeded"] if current else lp.succeeded
         failed = current["failed"] if current else lp.failed
+        quarantined = int(current.get("quarantined") or 0) if current else lp.quarantined
         in_flight = current["in_flight"] if current else 0
         # a finished epoch's row was last written at its end; an open epoch of an ended
         # execution stopped when the execution did
         until = (lp.updated_at if lp.done else row.finished_at) or now
         rate, eta = loop_pace(
-            succeeded + failed,
+            succeeded + failed + quarantined,
             lp.total,
             lp.started_at,
             until,
@@ -270,9 +280,10 @@ def loop_progress(store: Store, row: ExecutionRow) -> list[LoopProgress]:
                 "epoch": lp.epoch,
                 "mode": lp.mode,
                 "total": lp.total,
-                "done": succeeded + failed,
+                "done": succeeded + failed + quarantined,
                 "succeeded": succeeded,
                 "failed": failed,
+                "quarantined": quarantined,
                 "in_flight": in_flight,
                 "finished": lp.done,
                 "started_at": _iso(lp.started_at),
@@ -326,6 +337,7 @@ def status_view(
     whose commands wait for a worker: a pool nobody started is the usual reason."""
     state = row.state or {}
     steps = state.get("steps") or {}
+    loops = loop_progress(store, row)
     in_flight = store.in_flight(row.execution_id)
     running = {f.step for f in in_flight if f.status == CMD_RUNNING}
     now = utcnow()
@@ -360,7 +372,8 @@ def status_view(
         # until a relay publishes them (engine.outbox): "waiting for the broker"
         "held_for_broker": store.outbox.waiting(row.execution_id) if row.status == RUNNING else 0,
         "errors": state.get("failures") or [],
-        "loops": loop_progress(store, row),
+        "loops": loops,
+        "quarantined": sum(lp["quarantined"] for lp in loops),
         "commands": store.command_counts(row.execution_id).to_json(),
         # rows cursor steps had claimed and left unprocessed when the execution was
         # cancelled or timed out (read only once it has ended: they are written then)

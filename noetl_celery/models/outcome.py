@@ -132,6 +132,8 @@ class OutcomeMeta(TypedDict, total=False):
     # a cursor claim: its lane and frame
     lane: int
     frame: int
+    # a `do: quarantine` policy failed the command: its loop item counts as quarantined
+    quarantine: bool
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,9 @@ class LoopSpec(BaseModel):
     max_in_flight: int | str | None = None
     policy: Any = None
     frame: FrameSpec | None = None
+    # what an item failure no task policy handled does: `fail` the execution (NoETL's
+    # behaviour), or `quarantine` the item (counted apart; the execution completes)
+    on_item_error: Literal["fail", "quarantine"] = "fail"
 
     @field_validator("max_in_flight")
     @classmethod

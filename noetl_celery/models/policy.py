@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from noetl_celery.models.durations import OptionalSeconds, Seconds
 
-Action = Literal["continue", "retry", "jump", "break", "fail"]
+# `quarantine`: the task fails, and its loop item is set aside as quarantined instead of
+# failed (counted apart, does not fail the execution; `noetl-celery quarantine` lists it)
+Action = Literal["continue", "retry", "jump", "break", "fail", "quarantine"]
 Backoff = Literal["none", "linear", "exponential", "fixed"]
 # Jump targets that mean "the task before the current one".
 PREVIOUS_ALIASES = frozenset({"previous", "prev", "_previous", "@previous"})

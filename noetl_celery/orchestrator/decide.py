@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -402,6 +402,7 @@ def start(
     variables: dict[str, Any] | None = None,
     results: dict[str, Any] | None = None,
     loop_items: dict[str, list[Any]] | None = None,
+    halt_after: Sequence[str] = (),
 ) -> Decision:
     """The first pass: initial variables and the entry step.
 
@@ -410,11 +411,13 @@ def start(
     before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
     them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs
     these items instead of rendering `loop.in` (planned now, stored once). `now` is the
-    pass's time (epoch seconds). Plain data in, a decision out: the same inputs give the
-    same decision."""
+    pass's time (epoch seconds). `halt_after`: loop steps whose `loop.done` routes
+    nowhere (a redrive runs its items and nothing else). Plain data in, a decision out:
+    the same inputs give the same decision."""
     if variables is None:
         variables = initial_variables(playbook, payload)
     state = ExecutionState(execution_id=execution_id, vars=copy.deepcopy(variables))
+    state.halt = list(halt_after)
     run = Pass(playbook, state, facts, limits or Limits(), now)
     name = entry or playbook.entry_step
     for step, data in (results or {}).items():

@@ -103,6 +103,9 @@ class EngineEvent:
     step: str | None = None
     epoch: int | None = None
     payload: dict[str, Any] | None = None
+    # the loop item it is about (`item.quarantined`)
+    iteration: int | None = None
+    command_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class LoopMirror:
     done: bool
     window: int
     in_flight: int
+    quarantined: int = 0
 
 
 class ExecutionError(TypedDict):

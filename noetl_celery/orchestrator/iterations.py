@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_celery.constants import EV_LOOP_DONE, LOOP_DONE, StepStatus
+from noetl_celery.constants import EV_ITEM_QUARANTINED, EV_LOOP_DONE, LOOP_DONE, StepStatus
 from noetl_celery.errors import NoetlError, playbooks_fault
 from noetl_celery.models.outcome import Outcome, StepError, error_message, output_view
 from noetl_celery.models.playbook import Step, step_on_error
@@ -69,6 +69,9 @@ def apply_iteration(run: Run, step: Step, completion: Completion, weight: int = 
     outcome = completion.outcome
     if completion.ok:
         progress.succeeded += weight
+    elif quarantined(step, completion):
+        progress.quarantined += weight
+        run.decision.events.append(quarantine_event(completion, weight))
     else:
         progress.failed += weight
         keep_item_error(progress.errors, item_error(completion))
@@ -77,6 +80,49 @@ def apply_iteration(run: Run, step: Step, completion: Completion, weight: int = 
         run.touch()
     if completion.ok and step.set:
         _iteration_set(run, step, completion)
+
+
+def quarantined(step: Step, completion: Completion) -> bool:
+    """A failed iteration set aside rather than failed: its body's `do: quarantine`
+    policy said so, or its loop quarantines every unhandled item failure."""
+    assert step.loop is not None
+    return bool(completion.outcome.meta.get("quarantine")) or (
+        step.loop.spec.on_item_error == "quarantine"
+    )
+
+
+def quarantine_event(completion: Completion, weight: int) -> EngineEvent:
+    """The record of a quarantined item: its command (which keeps its input and its
+    terminal event) and its error, bounded as the snapshot's item errors are."""
+    error = item_error(completion)
+    payload: dict[str, Any] = {"kind": error["kind"], "message": error["message"]}
+    meta = completion.outcome.meta
+    # how often its body ran: the retries a policy made, else the pipeline's task runs
+    failure = completion.outcome.error
+    runs = failure.attempts if failure is not None and failure.attempts else meta.get("runs")
+    if runs is not None:
+        payload["runs"] = runs
+    if meta.get("attempt") is not None:
+        payload["attempt"] = meta["attempt"]  # the command's delivery (a lost worker's: 2..)
+    if weight != 1:
+        payload["rows"] = weight  # a cursor frame body: its rows are one command
+    return EngineEvent(
+        type=EV_ITEM_QUARANTINED,
+        step=completion.step,
+        epoch=completion.epoch,
+        payload=payload,
+        iteration=completion.iteration,
+        command_id=completion.command_id,
+    )
+
+
+def loop_stats(progress: LoopProgress) -> dict[str, int]:
+    """An epoch's `stats`: every item is exactly one of success, failed and quarantined
+    (`quarantined` only when some are: a loop without any reads as it always did)."""
+    stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}
+    if progress.quarantined:
+        stats["quarantined"] = progress.quarantined
+    return stats
 
 
 def _iteration_set(run: Run, step: Step, completion: Completion) -> None:
@@ -112,7 +158,7 @@ def finish_loop(run: Run, step: Step, st: StepState) -> None:
     run.finished_loops.append(mirror_of(step.step, progress))
     cap = run.limits.loop_results_cap
     per_item = run.facts.iteration_results(step.step, progress.epoch, cap) if progress.total else []
-    stats = {"total": progress.total, "success": progress.succeeded, "failed": progress.failed}
+    stats = loop_stats(progress)
     aggregate = {"stats": stats, "results": per_item}
     run.decision.events.append(event(EV_LOOP_DONE, step.step, progress.epoch, {"stats": stats}))
     run.record_result(step.step, progress.epoch, "ok", aggregate)
@@ -122,8 +168,11 @@ def finish_loop(run: Run, step: Step, st: StepState) -> None:
         # peer (Airflow: a failed mapped task fails the run). The loop still completes
         # and routes; the execution ends FAILED once its flow is done. A body policy that
         # continues past the error (or a retry that succeeds) makes the item a success;
-        # the step's `spec.on_error: continue` handles them all.
+        # the step's `spec.on_error: continue` handles them all. Quarantined items never
+        # fail it: they wait for `noetl-celery quarantine redrive`.
         fail_items(run, step, progress)
+    if step.step in run.state.halt:
+        return  # a redrive's loop: its items ran, nothing after it runs
     output = output_view(Outcome("ok", aggregate))
     run.route(step, progress.epoch, output, LOOP_DONE)
 
@@ -150,6 +199,7 @@ def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
         issued=progress.next_index,
         succeeded=progress.succeeded,
         failed=progress.failed,
+        quarantined=progress.quarantined,
         done=progress.done,
         window=progress.window,
         in_flight=progress.in_flight,

@@ -118,6 +118,14 @@ def decision_to_json(decision: Decision) -> dict[str, Any]:
         name: _plain(getattr(decision, name))
         for name in ("commands", "plans", "issues", "events", "results", "contexts", "loops")
     }
+    # records of passes without a quarantined item read as they always did
+    for mirror in data["loops"]:
+        if not mirror["quarantined"]:
+            del mirror["quarantined"]
+    for engine_event in data["events"]:
+        for key in ("iteration", "command_id"):
+            if engine_event[key] is None:
+                del engine_event[key]
     data["terminal"] = _plain(decision.terminal)
     data["state"] = decision.state.to_json()
     # through JSON text: what a stored record reads back as (tuples -> lists, ...)

@@ -58,6 +58,7 @@ class LoopProgress:
     in_flight: int = 0  # commands in flight (cursor: claims and bodies)
     succeeded: int = 0
     failed: int = 0
+    quarantined: int = 0  # failed items set aside (a `do: quarantine` policy, the loop's option)
     done: bool = False
     # cursor loops only
     lanes: list[Lane] | None = None
@@ -71,7 +72,7 @@ class LoopProgress:
 
     @property
     def finished(self) -> int:
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.quarantined
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoopProgress:
@@ -100,6 +101,8 @@ class StepState:
                 data["loop"].pop(key)
         if self.loop is not None and not self.loop.errors:
             data["loop"].pop("errors")
+        if self.loop is not None and not self.loop.quarantined:
+            data["loop"].pop("quarantined")  # snapshots without any read as they always did
         return data
 
     @classmethod
@@ -134,6 +137,8 @@ class ExecutionState:
     # fan-in steps waiting at their barrier: step -> the upstreams that arrived (sorted)
     # since the step last passed it (orchestrator.decide `Pass._arrive`)
     joins: dict[str, list[str]] = field(default_factory=dict)
+    # loop steps whose `loop.done` routes nowhere: a redrive runs exactly its items
+    halt: list[str] = field(default_factory=list)
 
     def step(self, name: str) -> StepState:
         state = self.steps.get(name)
@@ -160,6 +165,7 @@ class ExecutionState:
             "status": self.status,
             **({"preplanned": self.preplanned} if self.preplanned else {}),
             **({"joins": self.joins} if self.joins else {}),
+            **({"halt": self.halt} if self.halt else {}),
         }
 
     @classmethod
@@ -177,4 +183,5 @@ class ExecutionState:
             status=ExecutionStatus(data.get("status", RUNNING)),
             preplanned=dict(data.get("preplanned") or {}),
             joins={k: list(v) for k, v in (data.get("joins") or {}).items()},
+            halt=list(data.get("halt") or []),
         )

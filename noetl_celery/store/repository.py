@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
-from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, StoreError
+from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, ItemsRedriven, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.store import queries
@@ -38,6 +38,7 @@ from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
 from noetl_celery.store.pacing import PacingManager
 from noetl_celery.store.parking import ParkingManager
+from noetl_celery.store.quarantine import QuarantineManager
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.reaper import ReaperManager
 from noetl_celery.store.reruns import RerunsManager
@@ -74,7 +75,8 @@ def catalog_digest(content: str, scripts: dict[str, Any] | None) -> str:
 class Store:
     """The façade: its own methods for the hot path and the reads, and one sub-manager
     per area (`schedules`, `reaper`, `children`, `termination`; the operators' reads
-    `overview`, `history`, `catalog_reads`, `compat`, `reruns`, `owners`, `metrics`)
+    `overview`, `history`, `catalog_reads`, `compat`, `reruns`, `quarantine`, `owners`,
+    `metrics`)
     sharing its database and caches."""
 
     def __init__(self, database: Database) -> None:
@@ -99,6 +101,7 @@ class Store:
         self.catalog_reads = CatalogReadsManager(database)
         self.compat = CompatManager(database)
         self.reruns = RerunsManager(database)
+        self.quarantine = QuarantineManager(database)
         self.owners = OwnersManager(database)
         self.metrics = MetricsManager(database)
 
@@ -177,8 +180,46 @@ class Store:
         rerun_of: str | None = None,
         trigger_detail: dict[str, Any] | None = None,
         owner: str | None = None,
+        redriven: Sequence[tuple[str, int, int]] = (),
     ) -> None:
-        """A RUNNING execution and its `execution.started` event."""
+        """A RUNNING execution and its `execution.started` event; `redriven`: quarantined
+        items of `rerun_of` it runs again (queries.insert_execution), ItemsRedriven when
+        another redrive took one of them first."""
+        try:
+            self._insert_execution(
+                execution_id,
+                entry,
+                payload,
+                parent_execution_id=parent_execution_id,
+                parent_command_id=parent_command_id,
+                trigger=trigger,
+                rerun_of=rerun_of,
+                trigger_detail=trigger_detail,
+                owner=owner,
+                redriven=redriven,
+            )
+        except IntegrityError as exc:
+            if not redriven:
+                raise
+            raise ItemsRedriven(
+                f"a quarantined item of execution {rerun_of} was redriven meanwhile by "
+                "another execution: list them again (`noetl-celery quarantine list`)"
+            ) from exc
+
+    def _insert_execution(
+        self,
+        execution_id: str,
+        entry: CatalogEntry,
+        payload: dict[str, Any] | None,
+        *,
+        parent_execution_id: str | None,
+        parent_command_id: str | None,
+        trigger: str,
+        rerun_of: str | None,
+        trigger_detail: dict[str, Any] | None,
+        owner: str | None,
+        redriven: Sequence[tuple[str, int, int]],
+    ) -> None:
         with self.db.write() as conn:
             queries.insert_execution(
                 conn,
@@ -192,6 +233,7 @@ class Store:
                 trigger_detail=trigger_detail,
                 owner=owner,
                 now=utcnow(),
+                redriven=redriven,
             )
 
     def execution(self, execution_id: str) -> ExecutionRow:

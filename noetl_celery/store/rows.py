@@ -70,6 +70,26 @@ class FailedItem:
 
 
 @dataclass(frozen=True)
+class QuarantinedItem:
+    """A loop item the orchestrator set aside (an `item.quarantined` event): where it
+    ran, why (its error's kind and message, and the whole error of its command), how
+    often its body ran, and the item itself."""
+
+    step: str
+    epoch: int
+    iteration: int
+    command_id: str
+    kind: str
+    message: str
+    runs: int | None
+    attempt: int | None
+    item: Any
+    error: Any
+    quarantined_at: dt.datetime | None
+    redriven_by: str | None = None  # the execution that ran it again
+
+
+@dataclass(frozen=True)
 class ClaimedCommand:
     command_id: str
     execution_id: str
@@ -217,10 +237,11 @@ class LoopRow:
     done: bool
     started_at: dt.datetime | None = None  # null: recorded before migration 0008
     updated_at: dt.datetime | None = None  # a finished epoch's end
+    quarantined: int = 0
 
     @property
     def in_flight(self) -> int:
-        return max(0, self.issued - self.succeeded - self.failed)
+        return max(0, self.issued - self.succeeded - self.failed - self.quarantined)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Invariants enforced here rather than in process memory (docs/design.md §2):
 - one terminal event per command          -> ux_events_command_terminal
 - one `loop.done` per loop epoch          -> ux_events_loop_done
 - one terminal event per execution        -> ux_events_execution_terminal
+- a quarantined item redriven at most once -> ux_events_item_redriven
 - a command exists once per coordinate    -> commands.command_id is deterministic (PK)
 """
 
@@ -36,7 +37,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 
 metadata = MetaData()
 
@@ -237,6 +238,27 @@ events = Table(
         "iteration",
         **_partial("type = 'command.failed' AND iteration IS NOT NULL"),
     ),
+    # one `item.quarantined` per loop item (migration 0015): the quarantine's list, and
+    # what the failed-items reads skip
+    Index(
+        "ux_events_item_quarantined",
+        "execution_id",
+        "step",
+        "epoch",
+        "iteration",
+        unique=True,
+        **_partial("type = 'item.quarantined'"),
+    ),
+    # one `item.redriven` per quarantined item (migration 0015): none is redriven twice
+    Index(
+        "ux_events_item_redriven",
+        "execution_id",
+        "step",
+        "epoch",
+        "iteration",
+        unique=True,
+        **_partial("type = 'item.redriven'"),
+    ),
     # each deadline event at most once per execution (engine.deadlines)
     Index(
         "ux_events_deadline",
@@ -307,6 +329,8 @@ loops = Table(
     # pass that changes them (0 for epochs recorded before migration 0011: never deferred)
     Column("window_size", Integer, nullable=False, server_default="0"),
     Column("in_flight", Integer, nullable=False, server_default="0"),
+    # items set aside by a quarantine (neither succeeded nor failed; migration 0015)
+    Column("quarantined", Integer, nullable=False, server_default="0"),
 )
 
 # Leases of single-instance duties (the reaper): a row per duty, held by `owner` until

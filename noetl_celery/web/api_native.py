@@ -1,5 +1,6 @@
 """The native JSON API under `/api/v1`: executions (list, detail, graph, failed items,
-events, logs, start, cancel, rerun) here; catalog and schedules in `api_manage`.
+quarantined items and their redrive, events, logs, start, cancel, rerun) here; catalog
+and schedules in `api_manage`.
 
 Response models: each handler's return annotation (FastAPI takes it as the route's
 response model, so the OpenAPI document declares every answer). The read models'
@@ -27,6 +28,7 @@ from noetl_celery.engine.readmodels import (
     ExecutionsPage,
     FailedItemsPage,
     LogsPage,
+    QuarantinePage,
 )
 from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.web import api_manage
@@ -106,6 +108,19 @@ def failed_items(
     """A page of the step's failed iterations in iteration order (`value`: a preview
     of the item), with `total`."""
     return engine.failed_items(execution_id, step, epoch=epoch, offset=offset, limit=limit)
+
+
+@router.get("/executions/{execution_id}/quarantine", summary="Quarantined loop items")
+def quarantine(
+    execution_id: str,
+    engine: EngineDep,
+    step: Annotated[str | None, Query(description="Only this loop step's items")] = None,
+    kind: Annotated[str | None, Query(description="Only items of this error kind")] = None,
+) -> QuarantinePage:
+    """The items a quarantine set aside (`noetl-celery quarantine list`): `id`
+    (`step:epoch:iteration`), the item, its error and runs; 422 for an unknown step or
+    error kind."""
+    return engine.quarantine(execution_id, step=step, kind=kind)
 
 
 @router.get("/executions/{execution_id}/events", summary="Events after a cursor")
@@ -234,6 +249,41 @@ def rerun(execution_id: str, engine: EngineDep, body: RerunRequest | None = None
         execution_id,
         from_step=body.from_step,
         failed_items=body.failed_items,
+        overrides=body.payload,
+    )
+    return {"execution_id": new_id, "rerun_of": execution_id}
+
+
+class RedriveRequest(BaseModel):
+    """What `noetl-celery quarantine redrive` takes: `--step`, `--kind`, the item ids,
+    `--set` (here a payload merged over the original's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: str | None = None
+    kind: str | None = None
+    items: list[Annotated[str, Field(max_length=1000)]] = Field(
+        default_factory=list, max_length=10000
+    )
+    payload: dict[str, Any] | None = None
+
+
+@router.post(
+    "/executions/{execution_id}/quarantine/redrive",
+    status_code=status.HTTP_201_CREATED,
+    summary="Run quarantined items again",
+)
+def redrive(execution_id: str, engine: EngineDep, body: RedriveRequest | None = None) -> Rerun:
+    """A new execution linked to this one (`rerun_of`) running exactly the quarantined
+    items chosen (`items`: ids `step:epoch:iteration`; else every one of `step` / `kind`
+    not yet redriven), each marked redriven here (409 when it cannot be made: still
+    running, nothing left to redrive, an item unknown or redriven already)."""
+    body = body or RedriveRequest()
+    new_id = engine.redrive(
+        execution_id,
+        step=body.step,
+        kind=body.kind,
+        items=body.items,
         overrides=body.payload,
     )
     return {"execution_id": new_id, "rerun_of": execution_id}

@@ -33,7 +33,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
 from noetl_celery import tracing
-from noetl_celery.constants import PIPELINE_STATUS_BREAK, PIPELINE_STATUS_FAILED
+from noetl_celery.constants import (
+    PIPELINE_STATUS_BREAK,
+    PIPELINE_STATUS_FAILED,
+    PIPELINE_STATUS_QUARANTINED,
+)
 from noetl_celery.errors import NoetlError, UndefinedVariable
 from noetl_celery.models.outcome import (
     Detail,
@@ -330,8 +334,10 @@ def _act(
         return None
     if action == "break":
         return PIPELINE_STATUS_BREAK, None
-    # fail
+    # fail, quarantine
     failure = outcome.error or StepError("policy", f"task '{label}' failed by policy")
+    if action == "quarantine":
+        return PIPELINE_STATUS_QUARANTINED, failure
     return PIPELINE_STATUS_FAILED, failure
 
 
@@ -447,6 +453,10 @@ def _finish(run: RunState, status: str, failure: StepError | None, multi: bool) 
     # a continuation written by an older version may hold no detail
     detail: Detail = {**(run.last["detail"] or {})} if run.last is not None else {}
     meta: OutcomeMeta = {"runs": run.runs, "jumps": run.jumps, "last_task": run.last_label}
+    if status == PIPELINE_STATUS_QUARANTINED:
+        result["status"] = PIPELINE_STATUS_FAILED  # templates see a failure, as documented
+        meta["quarantine"] = True
+        status = PIPELINE_STATUS_FAILED
     if status == PIPELINE_STATUS_FAILED:
         assert failure is not None  # every way to fail a pipeline says why
         return Outcome("error", result, failure, run.ctx, run.iter, detail, meta)

@@ -90,6 +90,16 @@ def _native(eid: str) -> list[Bad]:
             f"{ex}/{NUL}/failed-items?step=a",
             422,
         ),
+        Bad(
+            "GET /api/v1/executions/{execution_id}/quarantine",
+            f"{one}/quarantine?step={NUL}",
+            422,
+        ),
+        Bad(
+            "GET /api/v1/executions/{execution_id}/quarantine",
+            f"{one}/quarantine?kind=timeot",
+            422,
+        ),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?since={BIG}", 422),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?since=-1", 422),
         Bad("GET /api/v1/executions/{execution_id}/events", f"{one}/events?type={NUL}", 422),
@@ -118,6 +128,24 @@ def _native(eid: str) -> list[Bad]:
         ),
         Bad("POST /api/v1/executions/{execution_id}/rerun", f"{one}/rerun", 422, deep(3000)),
         Bad("POST /api/v1/executions/{execution_id}/rerun", f"{one}/rerun", 422, {"payload": "x"}),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"items": ["a\x00"]},
+        ),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"items": "each:1:3"},
+        ),
+        Bad(
+            "POST /api/v1/executions/{execution_id}/quarantine/redrive",
+            f"{one}/quarantine/redrive",
+            422,
+            {"kind": "timeot"},
+        ),
     ]
     return cases
 

@@ -37,7 +37,7 @@ _MISSING_MESSAGES: dict[tuple[str, ...], str] = {
     ("loop", "iterator"): "`loop` needs `iterator: <name>` (the variable each item is bound to)",
     ("cursor", "claim"): "`loop.cursor` needs `claim:` SQL that claims rows and RETURNs them "
     "(limit it with `{{ __frame_max_rows }}`)",
-    ("then", "do"): "`then` needs `do:` (continue, retry, jump, break or fail)",
+    ("then", "do"): "`then` needs `do:` (continue, retry, jump, break, fail or quarantine)",
     ("else", "then"): "`else` needs `then: {do: ...}`",
     ("workbook", "name"): "each `workbook` entry needs `name:` (steps call it by that name)",
     ("workbook", "tool"): "each `workbook` entry needs `tool:` with a `kind:`",

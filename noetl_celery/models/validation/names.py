@@ -103,7 +103,8 @@ NOETL_ONLY = {
 }
 # A loop step's result (orchestrator.iterations.finish_loop), as templates read it
 LOOP_RESULT = frozenset({"stats", "results", "_ref"})
-LOOP_STATS = frozenset({"total", "success", "failed"})
+# `quarantined` only when some items were (iterations.loop_stats)
+LOOP_STATS = frozenset({"total", "success", "failed", "quarantined"})
 _FALLBACK = frozenset({"data", "result"})  # templating.result_view: the result itself
 # What older playbooks call the outcome of the step being routed (NoETL v1 names)
 _OUTCOME_NAMES = frozenset({"result", "response"})

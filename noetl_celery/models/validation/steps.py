@@ -25,7 +25,12 @@ from noetl_celery.models.playbook import ON_ERROR_VALUES
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.validation.base import Collector, as_dict, as_list, names_list
 from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_step
-from noetl_celery.models.validation.tools import ToolContext, check_pipeline, check_tool
+from noetl_celery.models.validation.tools import (
+    ToolContext,
+    check_pipeline,
+    check_tool,
+    iter_actions,
+)
 from noetl_celery.models.validation.values import check_set_keys, check_templates
 from noetl_celery.models.yaml_positions import Path
 from noetl_celery.routing import is_step_queue
@@ -208,6 +213,8 @@ def _check_step(
         _check_toolless(collector, path, raw)
     else:
         _check_step_tool(collector, path, raw["tool"], name or _step_label(path), workbook)
+        if not isinstance(raw.get("loop"), dict):
+            _check_quarantine_outside_loop(collector, path, raw["tool"])
     check_set_keys(collector, (*path, "set"), raw.get("set"))
     check_arcs(collector, (*path, "next"), raw.get("next"), names)
     if isinstance(raw.get("loop"), dict):
@@ -317,6 +324,21 @@ def _check_toolless(collector: Collector, path: Path, raw: Mapping[str, Any]) ->
 
 def _near_tool(key: Any) -> bool:
     return isinstance(key, str) and bool(get_close_matches(key.lower(), ["tool"], cutoff=0.7))
+
+
+def _check_quarantine_outside_loop(collector: Collector, path: Path, tool: Any) -> None:
+    """`do: quarantine` sets a loop item aside; a step without a loop has no item, and
+    the rule fails the step as `do: fail` would."""
+    tools = [((*path, "tool"), tool)] if isinstance(tool, dict) else []
+    tools += [((*path, "tool", i), t) for i, t in enumerate(as_list(tool)) if isinstance(t, dict)]
+    for task_path, task in tools:
+        for then_path, then in iter_actions(task_path, task):
+            if then.get("do") == "quarantine":
+                collector.warning(
+                    (*then_path, "do"),
+                    "`do: quarantine` sets a loop item aside; this step has no `loop`, so "
+                    "it fails the step as `do: fail` would",
+                )
 
 
 def _check_step_tool(

@@ -298,6 +298,8 @@ def insert_events(
                 "type": e.type,
                 "step": e.step,
                 "epoch": e.epoch,
+                "iteration": e.iteration,
+                "command_id": e.command_id,
                 "payload": e.payload,
                 "created_at": now,
             }
@@ -322,6 +324,7 @@ def upsert_loop(conn: Connection, execution_id: str, mirror: LoopMirror, now: dt
                 "issued": mirror.issued,
                 "succeeded": mirror.succeeded,
                 "failed": mirror.failed,
+                "quarantined": mirror.quarantined,
                 "done": mirror.done,
                 "window_size": mirror.window,
                 "in_flight": mirror.in_flight,

@@ -4,11 +4,12 @@ the orchestration lock on it."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, select
 
-from noetl_celery.constants import EV_EXECUTION_STARTED, RUNNING
+from noetl_celery.constants import EV_EXECUTION_STARTED, EV_ITEM_REDRIVEN, RUNNING
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.store.schema import events, executions
 from noetl_celery.store.statements import (
@@ -37,8 +38,29 @@ def insert_execution(
     trigger_detail: dict[str, Any] | None,
     owner: str | None,
     now: dt.datetime,
+    redriven: Sequence[tuple[str, int, int]] = (),
 ) -> None:
-    """A RUNNING execution and its `execution.started` event."""
+    """A RUNNING execution and its `execution.started` event; `redriven`: the quarantined
+    items (step, epoch, iteration) of `rerun_of` it runs again, each marked there with an
+    `item.redriven` event in the same transaction (a second mark of one item violates
+    ux_events_item_redriven: the start is refused)."""
+    if redriven:
+        assert rerun_of is not None
+        conn.execute(
+            events.insert(),
+            [
+                {
+                    "execution_id": rerun_of,
+                    "type": EV_ITEM_REDRIVEN,
+                    "step": step,
+                    "epoch": epoch,
+                    "iteration": iteration,
+                    "payload": {"execution_id": execution_id},
+                    "created_at": now,
+                }
+                for step, epoch, iteration in redriven
+            ],
+        )
     conn.execute(
         executions.insert().values(
             execution_id=execution_id,

@@ -36,6 +36,7 @@ def loops_of(conn: Connection, execution_id: str) -> list[LoopRow]:
             loops.c.issued,
             loops.c.succeeded,
             loops.c.failed,
+            loops.c.quarantined,
             loops.c.done,
             loops.c.started_at,
             loops.c.updated_at,

@@ -14,6 +14,7 @@ from sqlalchemy import ColumnElement, Connection, case, func, select
 
 from noetl_celery.constants import EV_COMMAND_FAILED
 from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.store.queries.quarantine import not_quarantined
 from noetl_celery.store.rows import ExecutionRow, FailedItem, LoopTotals
 from noetl_celery.store.schema import commands, events, executions, loops
 from noetl_celery.store.statements import EXECUTION_COLUMNS
@@ -97,12 +98,14 @@ def step_states(conn: Connection, execution_ids: Collection[str]) -> dict[str, d
 
 
 def _failed_where(execution_id: str, step: str, epoch: int | None) -> list[Any]:
-    # the exact predicate of the partial index ix_events_failed_iterations
+    # the exact predicate of the partial index ix_events_failed_iterations; a
+    # quarantined item is not a failed one (ux_events_item_quarantined answers that)
     where = [
         events.c.execution_id == execution_id,
         events.c.step == step,
         events.c.type == EV_COMMAND_FAILED,
         events.c.iteration.is_not(None),
+        not_quarantined(),
     ]
     if epoch is not None:
         where.append(events.c.epoch == epoch)

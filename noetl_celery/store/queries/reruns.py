@@ -8,11 +8,14 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from noetl_celery.constants import EV_COMMAND_FAILED
+from noetl_celery.store.queries.quarantine import not_quarantined
 from noetl_celery.store.schema import commands, events
 
+# a quarantined item is not a failed one: `quarantine redrive` runs it again
 _failed_iteration = (
     events.c.type == EV_COMMAND_FAILED,
     events.c.iteration.is_not(None),
+    not_quarantined(),
 )
 
 

@@ -127,7 +127,7 @@ def test_detail_graph_and_items_of_a_failed_loop(
     assert client.get(url).status_code == 422  # step is required
     assert client.get(url, params={"step": "each", "limit": 501}).status_code == 422
 
-    for suffix in ("", "/graph", "/failed-items?step=each", "/events", "/logs"):
+    for suffix in ("", "/graph", "/failed-items?step=each", "/quarantine", "/events", "/logs"):
         missing = client.get(f"{V1}/executions/4242{suffix}")
         assert missing.status_code == 404, suffix
         assert missing.json() == {"detail": "no execution with id 4242"}
@@ -279,6 +279,8 @@ def test_every_endpoint_is_documented(client: httpx.Client) -> None:
         ("GET", base),
         ("GET", f"{base}/graph"),
         ("GET", f"{base}/failed-items"),
+        ("GET", f"{base}/quarantine"),
+        ("POST", f"{base}/quarantine/redrive"),
         ("GET", f"{base}/events"),
         ("GET", f"{base}/logs"),
         ("POST", f"{base}/cancel"),
@@ -293,3 +295,36 @@ def test_every_endpoint_is_documented(client: httpx.Client) -> None:
     }
     assert wanted <= documented, wanted - documented
     assert all(ops[m].get("summary") for p, ops in paths.items() if p.startswith(V1) for m in ops)
+
+
+def test_quarantined_items(client: httpx.Client, thirds: dict[str, Any]) -> None:
+    # the multiples of three quarantined instead of failed: the run completes
+    body = THIRDS.replace(
+        "spec: {mode: parallel, max_in_flight: 8}",
+        "spec: {mode: parallel, max_in_flight: 8, on_item_error: quarantine}",
+    )
+    eid = start(client, playbook(unique("quarantined"), body, "{n: 9, fix: false}"))
+    detail = wait_end(client, eid)
+    assert detail["status"] == "COMPLETED" and detail["quarantined"] == 3
+    url = f"{V1}/executions/{eid}/quarantine"
+    page = ok(client.get(url))
+    assert (page["execution_id"], page["total"]) == (eid, 3)
+    assert [i["id"] for i in page["items"]] == ["each:1:0", "each:1:3", "each:1:6"]
+    assert page["items"][1]["item"] == 3 and page["items"][1]["kind"] == "python_error"
+    assert ok(client.get(url, params={"step": "each", "kind": "python_error"}))["total"] == 3
+    assert ok(client.get(url, params={"kind": "timeout"}))["total"] == 0
+    assert client.get(url, params={"step": "nope"}).status_code == 422
+    assert client.get(url, params={"kind": "nope"}).status_code == 422
+    # a run whose failures were not quarantined has none
+    assert ok(client.get(f"{V1}/executions/{thirds['id']}/quarantine"))["total"] == 0
+    # fixed by the payload, redriven: exactly those items run, linked, marked
+    redrive = f"{V1}/executions/{eid}/quarantine/redrive"
+    started = ok(client.post(redrive, json={"items": ["each:1:3"], "payload": {"fix": True}}), 201)
+    assert started["rerun_of"] == eid
+    done = wait_end(client, started["execution_id"])
+    assert done["status"] == "COMPLETED" and done["rerun_of"] == eid
+    marked = {i["id"]: i["redriven_by"] for i in ok(client.get(url))["items"]}
+    assert marked == {"each:1:0": None, "each:1:3": started["execution_id"], "each:1:6": None}
+    again = client.post(redrive, json={"items": ["each:1:3"]})
+    assert again.status_code == 409 and "already redriven" in again.json()["detail"]
+    assert client.post(f"{V1}/executions/{thirds['id']}/quarantine/redrive").status_code == 409

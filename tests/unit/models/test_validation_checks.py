@@ -76,6 +76,26 @@ CASES = [
             iterator: i
             spec: {mode: fast}  # <--
         """), "`mode: fast` is not allowed", "a", "loop.spec.mode"),
+    case("quarantine-outside-a-loop", pb("""
+        - step: a
+          tool:
+            kind: noop
+            spec:
+              policy:
+                rules:
+                  - then:
+                      do: quarantine  # <--
+        """), "this step has no `loop`, so it fails the step as `do: fail` would", "a",
+         "tool.spec.policy.rules[0].then.do", "warning"),
+    case("bad-on-item-error", pb("""
+        - step: a
+          tool: {kind: noop}
+          loop:
+            in: [1]
+            iterator: i
+            spec: {on_item_error: skip}  # <--
+        """), "`on_item_error: skip` is not allowed; use one of 'fail' or 'quarantine'", "a",
+         "loop.spec.on_item_error"),
     case("non-positive-max-in-flight", pb("""
         - step: a
           tool: {kind: noop}

@@ -221,7 +221,7 @@ BAD = [
     bad("loop-stats-field", pb(FAN + """
         - step: b
           tool: {kind: python, input: {n: "{{ fan.data.stats.totl }}"}, code: "result = 1"}  # <--
-        """), "a loop step's `stats` has `failed`, `success`, `total`; did you mean "
+        """), "a loop step's `stats` has `failed`, `quarantined`, `success`, `total`; did you mean "
         "`fan.stats.total`?", "b", "tool.input.n", "error"),
 ]
 

@@ -26,6 +26,7 @@ READ_MODELS = {
     "notifications",
     "prune",
     "tracing",
+    "quarantine",
 }
 
 

@@ -300,3 +300,42 @@ def test_a_waiting_sub_playbook_suspends_and_resumes_with_the_childs_outcome() -
     assert final.iter == {"k": 7, "got": 5}
     assert final.result["results"]["child"]["execution_id"] == "c2"
     assert final.meta["runs"] == 4  # prep, child (failed), child (ok), after
+
+
+@pytest.mark.parametrize(
+    ("rules", "outcome", "kind"),
+    [
+        # the task's own error is kept: `quarantine list --kind` filters on it
+        (
+            "[{when: '{{ output.status == \"error\" }}', then: {do: quarantine}}]",
+            http_error(500),
+            "server_error",
+        ),
+        # a success a rule quarantines fails by policy, as `do: fail` does
+        ("[{else: {then: {do: quarantine}}}]", ToolOutcome.success({}), "policy"),
+    ],
+)
+def test_quarantine_fails_the_pipeline_and_marks_its_outcome(
+    rules: str, outcome: ToolOutcome, kind: str
+) -> None:
+    tasks = f"""
+- name: a
+  kind: http
+  url: x
+  spec: {{policy: {{rules: {rules}}}}}
+- name: b
+  kind: noop
+"""
+    script = Script({"a": [outcome]})
+    result = run(tasks, script)
+    assert (result["status"], result["error"]["kind"]) == ("error", kind)
+    assert result["meta"]["quarantine"] is True
+    assert result["result"]["status"] == "failed"  # what templates see: a failure
+    assert [c[0] for c in script.calls] == ["a"]  # the rest of the pipeline does not run
+
+
+def test_a_plain_failure_is_not_marked_quarantined() -> None:
+    script = Script({"a": [http_error(500)]})
+    result = run("[{name: a, kind: http, url: x}]", script)
+    assert result["status"] == "error"
+    assert "quarantine" not in result["meta"]
