@@ -4,22 +4,18 @@ error and runs, and a redrive running them again in a new execution linked to it
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 from typing import Any
 
 import click
 from rich.table import Table
 
-from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_settings
-from noetl_celery.cli.follow import follow, interrupt_policy, report
+from noetl_celery.cli.common import build_engine, dump_json, load_settings
 from noetl_celery.cli.inputs import parse_sets
 from noetl_celery.cli.renderables import stdout_console
+from noetl_celery.cli.rerun import run_linked
 from noetl_celery.engine.bootstrap import Role
 from noetl_celery.engine.summaries import preview
-from noetl_celery.errors import BrokerUnavailable, ExecutionNotFound
-from noetl_celery.passes.rerun import RerunError
 
 # characters of an error message one `list` row shows (`show` prints it whole)
 MESSAGE_CHARS = 80
@@ -124,52 +120,15 @@ def redrive(
     execution linked to it (its rerun): the ITEMs named (step:epoch:iteration), or every
     one of --step / --kind not yet redriven. Waits like `run` (same output and exit
     codes)."""
-    stdout = sys.stdout
     overrides = parse_sets(sets)
-    settings = load_settings()
-    if no_wait and settings.embedded:
-        raise InvalidInput(
-            "--no-wait needs workers (NOETL_BROKER_URL): an embedded redrive runs on this "
-            "process's threads and would stop when it exits"
-        )
-    engine = build_engine(settings, Role.CLIENT)
-    try:
-        engine.check_broker()  # nothing is created while the broker cannot be reached
-        with contextlib.redirect_stdout(sys.stderr):  # python steps print; stdout is ours
-            try:
-                new_id = engine.redrive(
-                    execution_id, step=step, kind=kind, items=items, overrides=overrides
-                )
-            except (ExecutionNotFound, RerunError) as exc:
-                raise InvalidInput(str(exc)) from exc
-            except BrokerUnavailable as exc:
-                if exc.execution_id is None:
-                    raise
-                new_id = exc.execution_id  # recorded, published when the broker is back
-                click.echo(str(exc), err=True)
-            if no_wait:
-                summary = None
-            else:
-                if not as_json:
-                    click.echo(f"execution {new_id} started (redrive of {execution_id})", err=True)
-                try:
-                    follow(
-                        engine,
-                        new_id,
-                        timeout=timeout,
-                        live=not as_json and sys.stderr.isatty(),
-                        interrupt=interrupt_policy(cancel_on_interrupt),
-                        owns_workers=engine.settings.embedded,
-                    )
-                except TimeoutError as exc:
-                    click.echo(str(exc), err=True)
-                summary = engine.summary(new_id)
-    finally:
-        engine.close()
-    if summary is None:
-        if as_json:
-            dump_json({"execution_id": new_id, "rerun_of": execution_id}, stdout)
-        else:
-            click.echo(new_id, file=stdout)
-        return
-    sys.exit(report(summary, as_json=as_json, stdout=stdout))
+    run_linked(
+        execution_id,
+        "redrive",
+        lambda engine: engine.redrive(
+            execution_id, step=step, kind=kind, items=items, overrides=overrides
+        ),
+        as_json=as_json,
+        timeout=timeout,
+        no_wait=no_wait,
+        cancel_on_interrupt=cancel_on_interrupt,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -12,6 +13,7 @@ from noetl_celery.cli.common import InvalidInput, build_engine, dump_json, load_
 from noetl_celery.cli.follow import follow, interrupt_policy, report
 from noetl_celery.cli.inputs import parse_sets
 from noetl_celery.engine.bootstrap import Role
+from noetl_celery.engine.service import Engine
 from noetl_celery.errors import BrokerUnavailable, ExecutionNotFound
 from noetl_celery.passes.rerun import RerunError
 
@@ -50,12 +52,38 @@ def rerun(
 ) -> None:
     """Start a new execution repeating the ended execution ID (recorded as its rerun)
     and wait for it like `run` (same output and exit codes)."""
-    stdout = sys.stdout
     overrides = parse_sets(sets)
+    run_linked(
+        execution_id,
+        "rerun",
+        lambda engine: engine.rerun(
+            execution_id, from_step=from_step, failed_items=failed_items, overrides=overrides
+        ),
+        as_json=as_json,
+        timeout=timeout,
+        no_wait=no_wait,
+        cancel_on_interrupt=cancel_on_interrupt,
+    )
+
+
+def run_linked(
+    execution_id: str,
+    what: str,
+    start: Callable[[Engine], str],
+    *,
+    as_json: bool,
+    timeout: float | None,
+    no_wait: bool,
+    cancel_on_interrupt: bool,
+) -> None:
+    """Start a new execution linked to the ended `execution_id` (`what`: a rerun or a
+    redrive; `start` makes it and answers its id), then wait for it like `run` (same
+    output and exit codes), or print its id with `no_wait`."""
+    stdout = sys.stdout
     settings = load_settings()
     if no_wait and settings.embedded:
         raise InvalidInput(
-            "--no-wait needs workers (NOETL_BROKER_URL): an embedded rerun runs on this "
+            f"--no-wait needs workers (NOETL_BROKER_URL): an embedded {what} runs on this "
             "process's threads and would stop when it exits"
         )
     engine = build_engine(settings, Role.CLIENT)
@@ -63,12 +91,7 @@ def rerun(
         engine.check_broker()  # nothing is created while the broker cannot be reached
         with contextlib.redirect_stdout(sys.stderr):  # python steps print; stdout is ours
             try:
-                new_id = engine.rerun(
-                    execution_id,
-                    from_step=from_step,
-                    failed_items=failed_items,
-                    overrides=overrides,
-                )
+                new_id = start(engine)
             except (ExecutionNotFound, RerunError) as exc:
                 raise InvalidInput(str(exc)) from exc
             except BrokerUnavailable as exc:
@@ -81,7 +104,7 @@ def rerun(
                 summary = None
             else:
                 if not as_json:
-                    click.echo(f"execution {new_id} started (rerun of {execution_id})", err=True)
+                    click.echo(f"execution {new_id} started ({what} of {execution_id})", err=True)
                 try:
                     follow(
                         engine,

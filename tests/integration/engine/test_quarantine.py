@@ -163,7 +163,12 @@ def test_failed_items_reads_and_rerun_skip_quarantined_items(engine: Engine) -> 
     }
     assert summary["quarantined"] == 2
     assert [(e["step"], e["item"]) for e in summary["errors"]] == [("each", 11)]
-    assert [f.iteration for f in engine.store.overview.failed_iterations(eid, "each", epoch=None, offset=0, limit=50)] == [11]
+    assert [
+        f.iteration
+        for f in engine.store.overview.failed_iterations(
+            eid, "each", epoch=None, offset=0, limit=50
+        )
+    ] == [11]
     rerun = engine.rerun(eid, failed_items=True, overrides={"bad": []})
     engine.wait(rerun, 60)
     again = engine.summary(rerun)
@@ -240,7 +245,9 @@ def test_a_redrive_that_cannot_be_made_is_refused(
     engine.wait(original, 60)
     with pytest.raises(RerunError, match=message):
         engine.redrive(original, **kwargs)
-    assert engine.store.overview.list_executions(ExecutionFilter(trigger="rerun")) == []  # nothing started
+    assert (
+        engine.store.overview.list_executions(ExecutionFilter(trigger="rerun")) == []
+    )  # nothing started
 
 
 def test_a_redrive_while_the_original_runs_is_refused(engine: Engine) -> None:
