@@ -19,7 +19,16 @@ from tests.support.workers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
-RUN_KEYS = {"execution_id", "status", "result", "error", "errors", "duration_seconds", "steps"}
+RUN_KEYS = {
+    "execution_id",
+    "status",
+    "result",
+    "error",
+    "errors",
+    "quarantined",
+    "duration_seconds",
+    "steps",
+}
 pytestmark = pytest.mark.acceptance
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: bad, path: tests/bad}\n"

@@ -11,7 +11,16 @@ from tests.support.workers import run_cli, run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "playbooks" / "examples" / "hello_world.yaml"
-RUN_KEYS = {"execution_id", "status", "result", "error", "errors", "duration_seconds", "steps"}
+RUN_KEYS = {
+    "execution_id",
+    "status",
+    "result",
+    "error",
+    "errors",
+    "quarantined",
+    "duration_seconds",
+    "steps",
+}
 pytestmark = pytest.mark.acceptance
 
 
