@@ -27,6 +27,7 @@ from noetl_celery.engine.summaries import (
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.models.items import item_id
 from noetl_celery.models.outcome import ERROR_KINDS
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.store.overview import LoopTotals
@@ -274,23 +275,6 @@ class QuarantinePage(TypedDict):
     execution_id: str
     items: list[QuarantinedItemView]
     total: int
-
-
-def item_id(step: str, epoch: int, iteration: int) -> str:
-    return f"{step}:{epoch}:{iteration}"
-
-
-def parse_item_id(text: str) -> tuple[str, int, int]:
-    """`step:epoch:iteration` (a step name never holds `:`: validation refuses it)."""
-    step, sep, rest = text.rpartition(":")
-    step, sep2, epoch = step.rpartition(":")
-    if not (sep and sep2 and step and epoch.isdigit() and rest.isdigit()):
-        raise InputInvalid(
-            "item",
-            f"{text!r} is not a quarantined item id: use step:epoch:iteration, as "
-            "`noetl-celery quarantine list` shows them",
-        )
-    return step, int(epoch), int(rest)
 
 
 def check_kind(kind: str | None) -> None:

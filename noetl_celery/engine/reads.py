@@ -32,6 +32,7 @@ from noetl_celery.engine.summaries import (
 )
 from noetl_celery.errors import InputInvalid
 from noetl_celery.models.filters import PAGE, RECENT, ExecutionFilter
+from noetl_celery.models.items import parse_item_id
 from noetl_celery.passes.playbooks import PlaybookCache
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
@@ -152,7 +153,7 @@ class EngineReads:
     def quarantined_item(self, execution_id: str, item: str) -> QuarantinedItemView:
         """One quarantined item by its id (`step:epoch:iteration`); InputInvalid when
         the execution has no such quarantined item."""
-        step, epoch, iteration = readmodels.parse_item_id(item)
+        step, epoch, iteration = parse_item_id(item)
         row = self.store.execution(execution_id)
         for found in readmodels.quarantine(self.store, row, step=step)["items"]:
             if (found["epoch"], found["iteration"]) == (epoch, iteration):

@@ -12,19 +12,19 @@ from noetl_celery.constants import (
     CANCELLED,
     TERMINAL_STATUSES,
     TRIGGER_MANUAL,
-    TRIGGER_RERUN,
 )
-from noetl_celery.engine import owner, readmodels
+from noetl_celery.engine import owner
 from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.inprocess import InProcessDispatcher
 from noetl_celery.engine.notify import Deliverer, DelivererThread, Rule
 from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
 from noetl_celery.engine.reads import EngineReads
+from noetl_celery.engine.reruns import EngineReruns
 from noetl_celery.engine.routing import Routed
 from noetl_celery.engine.scheduler import Schedules
 from noetl_celery.engine.sweeper import Reaper, ReaperPolicy, ReaperThread
-from noetl_celery.errors import BrokerUnavailable, ItemsRedriven
+from noetl_celery.errors import BrokerUnavailable
 from noetl_celery.models.inputs import PayloadLimits, check_payload
 from noetl_celery.models.keychain import check_startable
 from noetl_celery.models.playbook import Playbook
@@ -37,7 +37,6 @@ from noetl_celery.passes.ids import new_execution_id
 from noetl_celery.passes.logsink import LogSink
 from noetl_celery.passes.orchestrate import PassDriver
 from noetl_celery.passes.playbooks import PlaybookCache
-from noetl_celery.passes.rerun import RerunError, plan_redrive, plan_rerun
 from noetl_celery.passes.scripts import capture_scripts
 from noetl_celery.passes.termination import Termination, end_tree
 from noetl_celery.settings import Settings
@@ -80,7 +79,7 @@ def _pass_recorder(directory: str | None) -> PassRecorder | None:
     return PassRecorder(directory)
 
 
-class Engine(EngineReads):
+class Engine(EngineReads, EngineReruns):
     def __init__(self, settings: Settings, *, schema: SchemaMode) -> None:
         self.settings = settings
         # the schema is checked (or migrated) and the database's identity read, once
@@ -490,71 +489,3 @@ class Engine(EngineReads):
         cursor steps had claimed and will not process. None when it had already ended."""
         self.store.execution(execution_id)  # raises ExecutionNotFound
         return end_tree(self.store, self._dispatcher, execution_id, CANCELLED, reason)
-
-    def rerun(
-        self,
-        execution_id: str,
-        *,
-        from_step: str | None = None,
-        failed_items: bool = False,
-        overrides: dict[str, Any] | None = None,
-    ) -> str:
-        """Start a new execution of the catalog version `execution_id` ran, with its
-        payload and `overrides`: from the first step, from `from_step` (with the
-        variables and earlier results that step saw), or over the failed items of the
-        original's loops (then on along the flow). Raises RerunError for a rerun that
-        cannot be made (still running, unknown step, no failed items)."""
-        original = self.store.execution(execution_id)  # raises ExecutionNotFound
-        plan = plan_rerun(
-            self.store,
-            original,
-            self.playbooks.get(original.catalog_id),
-            from_step=from_step,
-            failed_only=failed_items,
-            overrides=overrides,
-        )
-        return self.start_entry(
-            self.store.catalog_entry(original.catalog_id),
-            plan.payload,
-            trigger=TRIGGER_RERUN,
-            rerun_of=execution_id,
-            trigger_detail=plan.detail,
-        )
-
-    def redrive(
-        self,
-        execution_id: str,
-        *,
-        step: str | None = None,
-        kind: str | None = None,
-        items: Sequence[str] = (),
-        overrides: dict[str, Any] | None = None,
-    ) -> str:
-        """Start a new execution (a rerun of `execution_id`, `rerun_of` linking them)
-        that runs exactly the quarantined items chosen by `step`, error `kind` and item
-        ids (`step:epoch:iteration`; every one not yet redriven when none is given), then
-        goes on along the flow. Each item is marked redriven in the original in the
-        transaction that writes the new execution: an item is never redriven twice.
-        RerunError when there is nothing to redrive or an item is unknown or taken."""
-        original = self.store.execution(execution_id)  # raises ExecutionNotFound
-        readmodels.check_kind(kind)
-        plan = plan_redrive(
-            self.store,
-            original,
-            self.playbooks.get(original.catalog_id),
-            step=step,
-            kind=kind,
-            item_ids=items,
-            overrides=overrides,
-        )
-        try:
-            return self.start_entry(
-                self.store.catalog_entry(original.catalog_id),
-                plan.payload,
-                trigger=TRIGGER_RERUN,
-                rerun_of=execution_id,
-                trigger_detail=plan.detail,
-                redriven=plan.redriven,
-            )
-        except ItemsRedriven as exc:
-            raise RerunError(str(exc)) from exc

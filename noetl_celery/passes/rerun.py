@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_celery.constants import RUNNING, TRIGGER_RERUN
-from noetl_celery.engine.readmodels import parse_item_id
 from noetl_celery.errors import InputInvalid, NoetlError
+from noetl_celery.models.items import parse_item_id
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.orchestrator.decide import merge_payload
 from noetl_celery.store.repository import Store
