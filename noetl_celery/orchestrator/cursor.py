@@ -17,17 +17,35 @@ claim's last error. Any other claim error fails the step at once.
 
 Body commands are planned as loop iterations numbered across the epoch, so a lane's
 frame is a contiguous iteration range; a body's lane is the lane whose range holds it.
+
+With `frame.process: frame` a frame has one body, and the lane's claim reserves its
+iteration number when it is issued (`meta.iteration`; a claim that finds no row leaves
+its number unused, and the lane's next claim reuses it). Knowing it, the worker that
+claimed the frame can run its body itself, when the body is simple enough
+(`inline_body`): the claim's completion then carries the frame's rows (`recorded`: the
+worker stored them on the command before its queue transaction committed) and the
+body's outcome (`body`), and one fold counts the frame and claims the next
+(`_count_frame`): one command, one close, one pass per frame. A claim's completion with
+recorded rows but no body (a claim run again after its worker died) plans the body
+command as before.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM, StepStatus
 from noetl_celery.models.outcome import Outcome, error_message
-from noetl_celery.models.playbook import Step
+from noetl_celery.models.playbook import Step, ToolSpec, step_timeout
 from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
-from noetl_celery.orchestrator.ids import attempt_of, claim_command_id, parse_claim, with_attempt
+from noetl_celery.orchestrator.ids import (
+    attempt_of,
+    claim_command_id,
+    iteration_command_id,
+    parse_claim,
+    with_attempt,
+)
 from noetl_celery.orchestrator.iterations import apply_iteration, finish_loop, issue_range
 from noetl_celery.orchestrator.run import Run
 from noetl_celery.orchestrator.state import Lane, LoopProgress, StepState
@@ -72,13 +90,18 @@ def _claim(
     lane = progress.lanes[lane_no]
     if attempt == 1:
         lane.frame += 1
+    if progress.per_frame and lane.body is None:
+        # the frame's body iteration, known before the claim runs (one a claim that
+        # found no row left unused is kept for the next)
+        lane.body = progress.next_index
+        progress.next_index += 1
     lane.claiming = True
     progress.in_flight += 1
     run.state.in_flight += 1
     base = claim_command_id(run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame)
     meta: dict[str, Any] = {"max_rows": progress.max_rows}
     if progress.per_frame:  # the worker may run the frame's body itself next
-        meta["process"] = "frame"
+        meta.update(process="frame", iteration=lane.body)
     run.decision.commands.append(
         NewCommand(
             command_id=with_attempt(base, attempt),
@@ -118,8 +141,16 @@ def on_claim(run: Run, step: Step, completion: Completion) -> None:
     progress.in_flight -= 1
     run.state.in_flight -= 1
     rows = _rows(completion.outcome)
+    body = _body(completion.outcome)
     if not completion.ok:
         _claim_failed(run, step, st, lane_no, frame, completion)
+    elif (
+        rows
+        and body is not None
+        and lane.body is not None
+        and _iteration(completion.outcome) == lane.body
+    ):
+        _count_frame(run, step, st, lane_no, rows, replace(completion, outcome=body))
     elif rows:
         _plan_frame(run, step, st, lane_no, rows)
     elif _duplicates(completion.outcome):
@@ -166,24 +197,77 @@ def _rows(outcome: Outcome) -> list[Any]:
     return rows if isinstance(rows, list) else []
 
 
+def _body(outcome: Outcome) -> Outcome | None:
+    """The outcome of the frame's body the claiming worker ran (None: it ran none)."""
+    result = outcome.result
+    body = result.get("body") if isinstance(result, dict) else None
+    return Outcome.from_json(body) if isinstance(body, dict) else None
+
+
+def _iteration(outcome: Outcome) -> int | None:
+    """The iteration the worker ran the frame's body as (the claim's reservation)."""
+    result = outcome.result
+    number = result.get("iteration") if isinstance(result, dict) else None
+    return number if isinstance(number, int) else None
+
+
+def body_meta(iterator: str, lane: int, frame: int, start: int, rows: int | None) -> dict[str, Any]:
+    """The meta of a frame's body command (`rows`: the frame's row count when the body
+    is the whole frame, `frame.process: frame`); the worker that runs a body itself
+    builds the same."""
+    meta: dict[str, Any] = {"iterator": iterator, "lane": lane, "frame": frame}
+    meta["frame_start"] = start
+    if rows is not None:
+        meta.update(process="frame", frame_rows=rows)
+    return meta
+
+
+def inline_body(step: Step) -> bool:
+    """Whether the worker that claimed a frame may run the frame's body itself: one tool
+    that ends in the worker (no pipeline: its policies may retry, park or jump; no
+    sub-playbook: it waits for a child; no workbook task: it may be one; no
+    `spec.timeout`: it is the body command's deadline). Any other body is a command of
+    its own, as every row's body is without `frame.process: frame`."""
+    tool = step.tool
+    if not isinstance(tool, ToolSpec) or step.is_pipeline or step_timeout(step) is not None:
+        return False
+    return tool.kind not in ("playbook", "workbook")
+
+
+def _count_frame(
+    run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any], body: Completion
+) -> None:
+    """The frame's body ran with its claim: count its rows as the body's completion
+    would (the same iteration, its result and events), then claim the next frame."""
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane = progress.lanes[lane_no]
+    assert lane.body is not None
+    lane.start, lane.body = lane.body, None
+    lane.next = lane.stop = lane.start + 1
+    lane.rows = len(rows)
+    progress.total += len(rows)
+    cid = iteration_command_id(run.state.execution_id, step.step, progress.epoch, lane.start)
+    apply_iteration(run, step, replace(body, command_id=cid, iteration=lane.start), len(rows))
+    _claim(run, step, st, lane_no)
+
+
 def _plan_frame(run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any]) -> None:
     assert step.loop is not None
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
     bodies: list[Any] = [rows] if progress.per_frame else rows
-    lane.start = lane.next = progress.next_index  # body iterations are numbered per epoch
-    lane.stop = progress.next_index = lane.start + len(bodies)
+    if progress.per_frame and lane.body is not None:  # reserved by the claim
+        lane.start, lane.body = lane.body, None
+        lane.next, lane.stop = lane.start, lane.start + 1
+    else:
+        lane.start = lane.next = progress.next_index  # body iterations are numbered per epoch
+        lane.stop = progress.next_index = lane.start + len(bodies)
     lane.rows = len(rows)
     progress.total += len(rows)
-    meta = {
-        "iterator": step.loop.iterator,
-        "lane": lane_no,
-        "frame": lane.frame,
-        "frame_start": lane.start,
-    }
-    if progress.per_frame:
-        meta.update(process="frame", frame_rows=len(rows))
+    frame_rows = len(rows) if progress.per_frame else None
+    meta = body_meta(step.loop.iterator, lane_no, lane.frame, lane.start, frame_rows)
     run.decision.plans.append(
         LoopPlan(
             step=step.step,

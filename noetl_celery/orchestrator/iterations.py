@@ -189,6 +189,12 @@ def fail_items(run: Run, step: Step, progress: LoopProgress) -> None:
     run.fail(step.step, progress.epoch, message, error)
 
 
+def reserved(progress: LoopProgress) -> int:
+    """Iteration numbers reserved by cursor claims in flight (or by the last claim of a
+    drained lane) and not used by a body: `issued` counts only bodies planned."""
+    return sum(lane.body is not None for lane in progress.lanes or [])
+
+
 def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
     """The loops row of an epoch: the counters a worker's close reads mid-loop."""
     return LoopMirror(
@@ -196,7 +202,7 @@ def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
         epoch=progress.epoch,
         mode=progress.mode,
         total=progress.total,
-        issued=progress.next_index,
+        issued=progress.next_index - reserved(progress),
         succeeded=progress.succeeded,
         failed=progress.failed,
         quarantined=progress.quarantined,

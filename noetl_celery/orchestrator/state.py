@@ -46,6 +46,9 @@ class Lane:
     in_flight: int = 0  # bodies of the frame in flight
     drained: bool = False  # a claim returned no rows (or failed)
     rows: int = 0  # rows of the current frame
+    # `frame.process: frame`: the body iteration the lane's claim in flight reserved for
+    # its frame (None: no claim reserved one, or the frame's body is planned)
+    body: int | None = None
 
 
 @dataclass
@@ -99,6 +102,9 @@ class StepState:
         elif self.loop.lanes is None:
             for key in ("lanes", "max_rows", "row_concurrency", "per_frame", "claim_attempts"):
                 data["loop"].pop(key)
+        for lane in (data.get("loop") or {}).get("lanes") or []:
+            if lane.get("body") is None:
+                lane.pop("body", None)  # snapshots without a reservation read as they did
         if self.loop is not None and not self.loop.errors:
             data["loop"].pop("errors")
         if self.loop is not None and not self.loop.quarantined:

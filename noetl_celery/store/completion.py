@@ -152,6 +152,15 @@ class CompletionTx:
         loop = queries.loop_counters(self.conn, eid, cmd.step, cmd.epoch)
         return Closed(True, queries.execution_status(self.conn, eid), loop, waiting)
 
+    def record_body(self, body: ClaimedCommand, outcome: Outcome, worker: str) -> None:
+        """A frame's body its claim's worker ran, written with the claim's close (after
+        it closed: the pass folds both from the claim's completion). ResultNotStorable
+        as for close."""
+        try:
+            queries.insert_finished_body(self.conn, body, outcome, worker, utcnow())
+        except DataError as exc:
+            raise _not_storable(exc) from exc
+
     def add_logs(self, rows: Sequence[LogRow]) -> None:
         """Store the command's captured output with its close (one commit: whoever sees
         the execution end also sees every log of it). Under a savepoint: whatever goes

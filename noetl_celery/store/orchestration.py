@@ -364,9 +364,13 @@ def row_key(row: Any) -> str:
 
 
 def claimed_rows(completion: Completion) -> list[Any]:
-    """The rows a cursor claim's completion carries (none for anything else)."""
+    """The rows a cursor claim's completion carries that its epoch may have claimed
+    before (none for anything else, nor for rows the worker recorded as first claims
+    itself: `recorded`, worker.frames)."""
     if parse_claim(completion.command_id) is None or not completion.ok:
         return []
     result = completion.outcome.result
-    rows = result.get("rows") if isinstance(result, dict) else None
+    if not isinstance(result, dict) or result.get("recorded"):
+        return []
+    rows = result.get("rows")
     return rows if isinstance(rows, list) else []

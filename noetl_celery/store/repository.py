@@ -16,10 +16,16 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
-from noetl_celery.errors import CatalogNotFound, ExecutionNotFound, ItemsRedriven, StoreError
+from noetl_celery.errors import (
+    CatalogNotFound,
+    ExecutionNotFound,
+    ItemsRedriven,
+    ResultNotStorable,
+    StoreError,
+)
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.store import queries
@@ -32,7 +38,7 @@ from noetl_celery.store.database import Database
 from noetl_celery.store.history import HistoryManager
 from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.notifications import NotificationsManager
-from noetl_celery.store.orchestration import OrchestrationTx
+from noetl_celery.store.orchestration import OrchestrationTx, row_key
 from noetl_celery.store.outbox import OutboxManager
 from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
@@ -49,6 +55,7 @@ from noetl_celery.store.rows import (
     CommandCounts,
     EventRow,
     ExecutionRow,
+    FrameRows,
     InFlight,
     LoopRow,
 )
@@ -286,6 +293,28 @@ class Store:
             )
         return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
+    def record_frame(self, command: ClaimedCommand, rows: list[Any]) -> FrameRows | None:
+        """Record the rows a running cursor claim took (worker.frames), before its queue
+        transaction commits: each row's key as claimed in its epoch and the rows not
+        claimed before on the command, in one transaction. None (nothing written) when
+        the command is no longer running."""
+        keyed: dict[str, Any] = {}
+        for row in rows:
+            keyed.setdefault(row_key(row), row)
+        eid, step, epoch = command.execution_id, command.step, command.epoch
+        try:
+            with self.db.write() as conn:
+                fresh_keys = queries.first_claimed_keys(conn, eid, step, epoch, keyed)
+                fresh = [row for key, row in keyed.items() if key in fresh_keys]
+                frame = FrameRows(fresh, len(rows) - len(fresh))
+                if not queries.record_frame(conn, command.command_id, frame.to_json()):
+                    raise _NotRunning  # the keys are not written either
+        except _NotRunning:
+            return None
+        except DataError as exc:  # a value Postgres refuses (a NUL character)
+            raise ResultNotStorable(str(exc.orig or exc).strip().split("\n")[0]) from exc
+        return frame
+
     def claim_batch(
         self, command_ids: Sequence[str], worker: str, lease_seconds: int
     ) -> list[ClaimedCommand]:
@@ -415,3 +444,7 @@ class Store:
         """Per step: commands issued (waiting for a worker) and running (claimed)."""
         with self.db.read() as conn:
             return queries.in_flight(conn, execution_id)
+
+
+class _NotRunning(Exception):
+    """Rolls back a write for a command that is no longer running."""

@@ -106,6 +106,26 @@ class ClaimedCommand:
 
 
 @dataclass(frozen=True)
+class FrameRows:
+    """The rows a cursor claim took that its epoch had not claimed before, and how many
+    it took that it had (their bodies belong to the claim that took them first)."""
+
+    rows: list[Any]
+    duplicates: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "duplicates": self.duplicates}
+
+    @classmethod
+    def of(cls, resume: Mapping[str, Any] | None) -> FrameRows | None:
+        """The rows recorded on a claim command (`resume.frame`), if any."""
+        frame = (resume or {}).get("frame")
+        if not isinstance(frame, dict) or not isinstance(frame.get("rows"), list):
+            return None
+        return cls(frame["rows"], int(frame.get("duplicates") or 0))
+
+
+@dataclass(frozen=True)
 class SpawnRequest:
     """Start a child execution of the playbook at `path`, linked to a parent command."""
 

@@ -1,6 +1,8 @@
 """Running a cursor lane's claim command on a worker.
 
-The claim SQL (and `auth`) are rendered against the command's context plus the frame's
+A claim whose rows are recorded on its command already (`resume.frame`: its worker ran
+the frame's body itself and died, worker.frames) hands those rows over, never claiming
+again. The claim SQL (and `auth`) are rendered against the command's context plus the frame's
 names: `__frame_max_rows`, `__worker_slot_id` (`<epoch>:slot-<lane>`), `__cursor_frame`,
 `__cursor_lane`. The rows the driver returns are the command's result; the orchestrator
 turns each into a body command. The driver's transaction stays open (`HeldFrame`) until
@@ -16,9 +18,9 @@ from typing import Any
 from noetl_celery.cursors.base import ClaimRequest, CursorError, HeldClaim
 from noetl_celery.cursors.registry import get_driver
 from noetl_celery.errors import NoetlError
-from noetl_celery.models.outcome import Outcome, StepError
+from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError
 from noetl_celery.models.playbook import Step
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.templating import Renderer
 from noetl_celery.tools.services import ToolServices
 
@@ -50,6 +52,9 @@ def run_claim(
     renderer: Renderer,
 ) -> Outcome | HeldFrame:
     assert step.loop is not None and step.loop.cursor is not None
+    recorded = FrameRows.of(command.resume)
+    if recorded is not None:  # a run after its worker died: never claim twice
+        return handed_over(command, recorded, (command.meta or {}).get("iteration"))
     cursor = step.loop.cursor
     names = frame_names(command)
     where = f"step '{step.step}' loop.cursor"
@@ -73,3 +78,16 @@ def run_claim(
         meta={"lane": names["__cursor_lane"], "frame": names["__cursor_frame"]},
     )
     return HeldFrame(outcome, held)
+
+
+def handed_over(command: ClaimedCommand, frame: FrameRows, iteration: Any) -> Outcome:
+    """The outcome of a claim whose rows are recorded on its command (worker.frames):
+    `recorded` (the pass does not check them against its epoch's claims again: the
+    record did), and the body iteration its claim reserved."""
+    names = frame_names(command)
+    result: dict[str, Any] = {"rows": frame.rows, "row_count": len(frame.rows)}
+    if frame.duplicates:
+        result["duplicates"] = frame.duplicates
+    result.update(recorded=True, iteration=iteration)
+    meta: OutcomeMeta = {"lane": names["__cursor_lane"], "frame": names["__cursor_frame"]}
+    return Outcome("ok", result, meta=meta)

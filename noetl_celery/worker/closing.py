@@ -60,6 +60,17 @@ class CloseResult:
     follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
 
 
+@dataclass(frozen=True)
+class FrameBody:
+    """A cursor frame's body its claim's worker ran (worker.frames): written with the
+    claim's close; `claimed` is the claim's outcome without it, recorded instead when
+    the database refuses the body's outcome (the pass then plans the body command)."""
+
+    command: ClaimedCommand
+    outcome: Outcome
+    claimed: Outcome
+
+
 # the command was no longer ours: nothing recorded, nothing to publish
 NOT_CLOSED = CloseResult(closed=False, publish=None, ran_pass=False)
 
@@ -101,6 +112,7 @@ class Closer:
         held: HeldClaim | None = None,
         capture: logcapture.Capture | None = None,
         chain: bool = False,
+        body: FrameBody | None = None,
     ) -> Recorded:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
@@ -116,7 +128,7 @@ class Closer:
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture, chain),
+                lambda: self._record(command, outcome, capture, chain, body),
             )
         except BaseException:
             if held is not None:
@@ -157,6 +169,7 @@ class Closer:
         outcome: Outcome,
         capture: logcapture.Capture | None = None,
         chain: bool = False,
+        body: FrameBody | None = None,
     ) -> Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
         Two failures are deterministic, so raising them would only make the reaper run
@@ -167,8 +180,12 @@ class Closer:
         given, fold = outcome, True
         while True:
             try:
-                close = self._record_once(command, outcome, capture, fold, chain)
+                close = self._record_once(command, outcome, capture, fold, chain, body)
             except ResultNotStorable as exc:
+                if body is not None:  # the frame's rows alone: its body becomes a command
+                    given = outcome = body.claimed
+                    body = None
+                    continue
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
                 outcome = self.not_storable(command, given, exc)
@@ -193,6 +210,7 @@ class Closer:
         capture: logcapture.Capture | None,
         fold: bool,
         chain: bool = False,
+        body: FrameBody | None = None,
     ) -> CloseResult:
         """Close the command and fold it in place, in one transaction. Not closed: the
         command was no longer ours (cancelled or re-issued meanwhile). The captured
@@ -207,7 +225,7 @@ class Closer:
             if chain:
                 pick = partial(next_here, command)
                 request = Follow(pick, worker_identity(), self.lease_seconds)
-            close = self._close_and_fold(completion, command, outcome, fold, wait, request)
+            close = self._close_and_fold(completion, command, outcome, fold, wait, request, body)
             completion.add_logs(LogSink.command_rows(capture, command))
             return close
 
@@ -219,6 +237,7 @@ class Closer:
         fold: bool = True,
         wait: bool = False,
         follow: Follow | None = None,
+        body: FrameBody | None = None,
     ) -> CloseResult:
         """Close the command, then run a pass on it in place unless it may wait for a
         later one. `wait`: wait for the execution's lock if another pass holds it (a
@@ -234,6 +253,8 @@ class Closer:
             closed, tx = completion.close(outcome), None
         if not closed.closed:
             return NOT_CLOSED
+        if body is not None:  # only with its claim's close: never beside a body command
+            completion.record_body(body.command, body.outcome, worker_identity())
         if not fold:
             return CloseResult(closed=True, publish=[], ran_pass=False)
         if tx is None:

@@ -28,6 +28,7 @@ from noetl_celery.worker import parking
 from noetl_celery.worker.children import CommandChildren, wait_for_child
 from noetl_celery.worker.claims import HeldFrame
 from noetl_celery.worker.closing import Closer, worker_identity
+from noetl_celery.worker.frames import FrameRunner
 from noetl_celery.worker.heartbeat import Heartbeats
 from noetl_celery.worker.pipeline import Parked, StopCheck
 from noetl_celery.worker.reports import DUPLICATE, WAITING, CommandReport, report_of
@@ -67,6 +68,7 @@ class CommandExecutor:
         )
         self.logs = logs
         self.closer = Closer(store, orchestrator, self.heartbeats, lease_seconds, runner.services)
+        self.frames = FrameRunner(store, self.closer, self.heartbeats, self.run_claimed)
         # parked commands are issued by this process when due (the sweep if it is gone)
         self.wakeups = parking.Wakeups(
             store.parking.issue_when_due, lambda ids: self.orchestrator.dispatcher.publish(ids)
@@ -188,7 +190,12 @@ class CommandExecutor:
             return CommandReport(command_id, WAITING), None
         chain = chain_until is not None and time.monotonic() < chain_until
         if isinstance(result, HeldFrame):
-            recorded = self.closer.finish(command, result.outcome, result.claim, capture, chain)
+            # one command per frame when the claim may run its frame's body itself
+            playbook = self.playbooks.get(command.catalog_id)
+            done = self.frames.finish(command, playbook, result, capture, chain)
+            recorded = done or self.closer.finish(
+                command, result.outcome, result.claim, capture, chain
+            )
         else:
             recorded = self.closer.finish(command, result, capture=capture, chain=chain)
         report = report_of(command_id, recorded.outcome, recorded=recorded.close.closed)

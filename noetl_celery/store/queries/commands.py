@@ -371,3 +371,64 @@ def set_deadline(
         .returning(commands.c.deadline_at)
     ).first()
     return row[0] if row is not None and row[0] is not None else deadline
+
+
+def record_frame(conn: Connection, command_id: str, frame: dict[str, Any]) -> bool:
+    """Store the rows a running cursor claim took on its command (`resume.frame`): a run
+    of it after its worker died hands these over instead of claiming again. False when
+    the command is no longer running (cancelled, re-issued)."""
+    row = conn.execute(
+        update(commands)
+        .where(commands.c.command_id == command_id, commands.c.status == CMD_RUNNING)
+        .values(resume={"frame": frame})
+        .returning(commands.c.command_id)
+    ).first()
+    return row is not None
+
+
+def insert_finished_body(
+    conn: Connection,
+    body: ClaimedCommand,
+    outcome: Outcome,
+    worker: str,
+    now: dt.datetime,
+) -> None:
+    """A frame's body that its claim's worker ran (worker.frames): its command row,
+    finished, and its terminal event, as the body's own close writes them, but no inbox
+    entry (its claim's completion carries the outcome to the pass)."""
+    ok = outcome.ok
+    inserted = conn.execute(
+        insert_ignore(conn, commands).returning(commands.c.command_id),
+        {
+            "command_id": body.command_id,
+            "execution_id": body.execution_id,
+            "step": body.step,
+            "kind": body.kind,
+            "epoch": body.epoch,
+            "iteration": body.iteration,
+            "attempt": body.attempt,
+            "status": CMD_COMPLETED if ok else CMD_FAILED,
+            "ctx_version": body.ctx_version,
+            "item": body.item,
+            "meta": dict(body.meta or {}),
+            "worker": worker,
+            "issued_at": now,
+            "started_at": now,
+            "finished_at": now,
+        },
+    ).first()
+    if inserted is None:
+        return  # a row there already: never both a body command and a body run here
+    conn.execute(
+        _terminal_insert(conn.dialect.name, conn),
+        {
+            "execution_id": body.execution_id,
+            "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+            "step": body.step,
+            "command_id": body.command_id,
+            "epoch": body.epoch,
+            "iteration": body.iteration,
+            "payload": outcome.to_json(),
+            "created_at": now,
+        },
+    )

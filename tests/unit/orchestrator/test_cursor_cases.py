@@ -295,3 +295,135 @@ def test_a_redone_pass_decides_the_same_claim_retry() -> None:
 def test_claim_backoff_doubles_up_to_the_cap(attempt: int, delay: float) -> None:
     limits = Limits(claim_retry_delay_seconds=0.5, max_retry_delay_seconds=10.0)
     assert claim_backoff(limits, attempt) == delay
+
+
+# ---- one command per frame (`frame.process: frame`, worker.frames) ---------------------------
+FRAMES = CURSOR.replace("row_concurrency: {conc}}}", "row_concurrency: {conc}, process: frame}}")
+
+
+class InlineFrames(Queue):
+    """A claiming worker that runs its frame's body itself (`mode`: `inline` every frame,
+    `plan` none: the claim hands its rows over as a claim run after its worker died,
+    `mixed` every other frame), writing the body's terminal event as worker.frames does."""
+
+    def __init__(self, size: int, max_rows: int, mode: str, bad: int | None = 7) -> None:
+        super().__init__(size, max_rows, bad=bad)
+        self.mode = mode
+        self.sim: Sim | None = None
+        self.bodies: list[tuple[int, list[int]]] = []  # (iteration, row ids)
+
+    def body(self, rows: list[dict[str, int]]) -> Outcome:
+        if self.bad is not None and any(r["id"] == self.bad for r in rows):
+            return err(f"row {self.bad} is bad")
+        return ok({"n": len(rows)})
+
+    def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
+        assert self.sim is not None and self.sim.state is not None
+        if iteration is not None:  # a body command
+            self.bodies.append((iteration, [r["id"] for r in item]))
+            return self.body(item)
+        self.claims += 1
+        frame, self.pending = self.pending[: self.max_rows], self.pending[self.max_rows :]
+        rows = [{"id": i} for i in frame]
+        if not rows:
+            return ok({"rows": [], "row_count": 0})
+        progress = self.sim.state.steps["drain"].loop
+        assert progress is not None and progress.lanes is not None
+        reserved = progress.lanes[item["lane"]].body
+        assert reserved is not None  # every per-frame claim reserves its body's iteration
+        result: dict[str, Any] = {"rows": rows, "row_count": len(rows), "recorded": True}
+        result["iteration"] = reserved
+        if self.mode == "inline" or (self.mode == "mixed" and self.claims % 2):
+            body = self.body(rows)
+            self.bodies.append((reserved, frame))
+            self.sim.events.append(
+                {
+                    "step": step,
+                    "epoch": 1,
+                    "iteration": reserved,
+                    "outcome": body.to_json(),
+                    "type": "command.completed" if body.ok else "command.failed",
+                }
+            )
+            result["body"] = body.to_json()
+        return ok(result)
+
+
+def frames_sim(size: int, lanes: int, mode: str, batch: int) -> tuple[Sim, InlineFrames]:
+    queue = InlineFrames(size, 10, mode)
+    sim = Sim(playbook(FRAMES.format(lanes=lanes, rows=10, conc=4)), queue)
+    queue.sim = sim
+    sim.run(batch=batch)
+    return sim, queue
+
+
+@pytest.mark.parametrize(
+    ("size", "lanes", "batch"), [(47, 3, 1), (47, 3, 2), (10, 4, 3), (0, 2, 1), (95, 1, 1)]
+)
+def test_a_frame_run_with_its_claim_counts_as_its_body_command_would(
+    size: int, lanes: int, batch: int
+) -> None:
+    """Every row once, the same stats, per-item results and loop counters whether the
+    claiming worker ran each frame's body, none, or some."""
+    seen = {}
+    for mode in ("inline", "plan", "mixed"):
+        sim, queue = frames_sim(size, lanes, mode, batch)
+        assert sim.state is not None and sim.state.status in ("COMPLETED", "FAILED")
+        rows = sorted(i for _, ids in queue.bodies for i in ids)
+        assert rows == list(range(size)), mode
+        iterations = [i for i, _ in queue.bodies]
+        assert len(set(iterations)) == len(iterations), mode  # one body per iteration
+        if mode == "inline":  # no body command at all: one command per frame
+            assert [i for s, i in sim.ran if i is not None] == []
+        if mode == "plan":
+            assert sorted(i for s, i in sim.ran if i is not None) == sorted(iterations)
+        result = sim.results[("drain", 1)]
+        loop = sim.decisions[-1].loops or [d.loops[-1] for d in sim.decisions if d.loops][-1:]
+        seen[mode] = (result, [(m.total, m.issued, m.succeeded, m.failed) for m in loop])
+    assert seen["inline"] == seen["plan"] == seen["mixed"]
+    frames = -(-size // 10)
+    stats = seen["inline"][0]["stats"]
+    bad = 10 if size > 7 else 0
+    assert stats == {"total": size, "success": size - bad, "failed": bad}
+    assert len(seen["inline"][0]["results"]) == frames
+
+
+def test_a_claim_that_finds_no_row_leaves_its_reserved_iteration_to_the_next() -> None:
+    """Reservations: the first claims take 0..lanes-1; a lane's empty last claim leaves
+    its number unused, and `issued` counts only bodies."""
+    sim, queue = frames_sim(25, 2, "inline", 1)
+    assert sorted(i for i, _ in queue.bodies) == [0, 1, 2]  # frames of 10, 10, 5
+    mirror = [m for d in sim.decisions for m in d.loops][-1]
+    assert mirror.done and mirror.issued == 3 and mirror.total == 25
+
+
+@pytest.mark.parametrize(
+    ("claimed", "counted_now"),
+    [
+        ({"iteration": 0, "body": {"status": "ok", "result": {"n": 2}}}, True),
+        ({"iteration": 5, "body": {"status": "ok", "result": {"n": 2}}}, False),  # not its number
+        ({"iteration": 0}, False),  # rows handed over without a body: a body command
+        ({"body": {"status": "ok", "result": {"n": 2}}}, False),  # no reservation named
+    ],
+)
+def test_only_a_body_run_as_the_reserved_iteration_is_counted_with_its_claim(
+    claimed: dict[str, Any], counted_now: bool
+) -> None:
+    pb = playbook(FRAMES.format(lanes=1, rows=2, conc=1))
+    d = start(pb, "e1", None, Sim(pb, Queue(0, 2)), Limits(), now=0.0)
+    assert d.commands[0].meta == {"max_rows": 2, "process": "frame", "iteration": 0}
+    rows = [{"id": 1}, {"id": 2}]
+    outcome = ok({"rows": rows, "row_count": 2, "recorded": True, **claimed})
+    completion = Completion(1, d.commands[0].command_id, "drain", 1, None, outcome)
+    d2 = decide(pb, copy.deepcopy(d.state), [completion], Sim(pb, Queue(0, 2)), Limits(), 0.0)
+    progress = d2.state.steps["drain"].loop
+    assert progress is not None and progress.lanes is not None
+    assert progress.total == 2
+    if counted_now:
+        assert progress.succeeded == 2 and not d2.plans
+        assert [c.meta for c in d2.commands] == [
+            {"max_rows": 2, "process": "frame", "iteration": 1}
+        ]
+    else:
+        assert progress.succeeded == 0 and not d2.commands
+        assert [(p.start, p.items) for p in d2.plans] == [(0, [rows])]

@@ -1,0 +1,147 @@
+"""One command per cursor frame (`frame.process: frame`, docs/design.md §4).
+
+The worker that claimed a frame runs the frame's body itself when the body is simple
+enough (orchestrator.cursor.inline_body) and the claim reserved the body's iteration
+(`meta.iteration`), instead of closing the claim and running the body as a command of
+its own:
+
+1. the claimed rows are recorded on the claim command (`resume.frame`: the rows its
+   epoch had not claimed before, their keys written as claimed, one transaction)
+   BEFORE the queue transaction commits, so a crash in between leaves no row claimed
+   that the engine does not know about;
+2. the queue transaction commits;
+3. the body runs as its command would (the same context, `iter.<iterator>` = the rows,
+   the same tool), under the claim's lease;
+4. one close records the claim (its completion carries the rows and the body's
+   outcome) and the body's command row and terminal event, and the pass folds it:
+   the frame is counted and the lane's next claim issued, in one transaction.
+
+A run of the claim after its worker died (the reaper's re-issue) finds the rows on the
+command and hands them over without claiming again (worker.claims); the pass then
+plans the body command as for any other frame, so the body runs again on those rows
+(at least once, as every body) and they are counted once. A body outcome the database
+refuses is handed over the same way (the body command then fails with it as today).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from noetl_celery.constants import KIND_ITERATION
+from noetl_celery.errors import ResultNotStorable
+from noetl_celery.logcapture import Capture
+from noetl_celery.models.outcome import Outcome, StepError
+from noetl_celery.models.playbook import Playbook
+from noetl_celery.orchestrator.cursor import body_meta, inline_body
+from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.passes.retry import again_if_interrupted
+from noetl_celery.store.repository import Store
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.worker.claims import HeldFrame, handed_over
+from noetl_celery.worker.closing import NOT_CLOSED, Closer, FrameBody, Recorded
+from noetl_celery.worker.heartbeat import Heartbeats
+
+log = logging.getLogger("noetl_celery.worker")
+
+RunBody = Callable[[ClaimedCommand], object]
+
+
+def reserved_iteration(command: ClaimedCommand) -> int | None:
+    """The body iteration a per-frame claim reserved (None: not such a claim)."""
+    meta = command.meta or {}
+    number = meta.get("iteration")
+    if meta.get("process") != "frame" or not isinstance(number, int):
+        return None
+    return number
+
+
+def body_command(
+    claim: ClaimedCommand, playbook: Playbook, iteration: int, rows: list[Any]
+) -> ClaimedCommand:
+    """The frame's body as the command the pass would plan for it (same id, item and
+    meta); it runs with the claim's context version."""
+    step = playbook.step(claim.step)
+    assert step.loop is not None
+    item = claim.item if isinstance(claim.item, dict) else {}
+    lane, frame = int(item.get("lane", 0)), int(item.get("frame", 1))
+    meta = body_meta(step.loop.iterator, lane, frame, iteration, len(rows))
+    return ClaimedCommand(
+        command_id=iteration_command_id(claim.execution_id, claim.step, claim.epoch, iteration),
+        execution_id=claim.execution_id,
+        catalog_id=claim.catalog_id,
+        step=claim.step,
+        kind=KIND_ITERATION,
+        epoch=claim.epoch,
+        iteration=iteration,
+        attempt=1,
+        ctx_version=claim.ctx_version,
+        item=rows,
+        meta=meta,
+    )
+
+
+class FrameRunner:
+    """Runs a held per-frame claim's body in the claiming worker (see the module)."""
+
+    def __init__(
+        self, store: Store, closer: Closer, heartbeats: Heartbeats, run_body: RunBody
+    ) -> None:
+        self.store = store
+        self.closer = closer
+        self.heartbeats = heartbeats
+        self.run_body = run_body  # CommandExecutor.run_claimed: masked, never raises
+
+    def finish(
+        self,
+        command: ClaimedCommand,
+        playbook: Playbook,
+        held: HeldFrame,
+        capture: Capture | None,
+        chain: bool,
+    ) -> Recorded | None:
+        """Record the frame, run its body and close both; None when this frame's body is
+        not for this worker to run (the caller closes the claim as before)."""
+        iteration = reserved_iteration(command)
+        rows = held.claim.rows
+        if iteration is None or not held.outcome.ok or not rows:
+            return None
+        if not inline_body(playbook.step(command.step)):
+            return None
+        try:
+            frame = again_if_interrupted(
+                f"recording the frame claimed by command {command.command_id}",
+                lambda: self.store.record_frame(command, list(rows)),
+            )
+        except ResultNotStorable:
+            return None  # nothing recorded: the claim's own close fails it, saying why
+        except BaseException:
+            held.claim.rollback()
+            raise
+        if frame is None:  # no longer ours (cancelled, re-issued): the rows go back
+            held.claim.rollback()
+            return Recorded(NOT_CLOSED, as_given=False, outcome=held.outcome)
+        held.claim.commit()
+        claimed = handed_over(command, frame, iteration)
+        if not frame.rows:  # every row was another claim's: claim the next frame
+            return self.closer.finish(command, claimed, capture=capture, chain=chain)
+        body = body_command(command, playbook, iteration, frame.rows)
+        self.heartbeats.start(command.command_id)  # the claim's lease covers its body
+        try:
+            outcome = self.run_body(body)
+        finally:
+            self.heartbeats.stop(command.command_id)
+        if not isinstance(outcome, Outcome):  # inline_body rules out waits: a bug
+            message = f"the body of a frame cannot wait here ({type(outcome).__name__})"
+            outcome = Outcome.failed(StepError("engine_error", message))
+        ran = with_body(claimed, outcome)
+        return self.closer.finish(
+            command, ran, capture=capture, chain=chain, body=FrameBody(body, outcome, claimed)
+        )
+
+
+def with_body(claimed: Outcome, body: Outcome) -> Outcome:
+    """The claim's outcome carrying its frame's body outcome (what the pass counts)."""
+    assert isinstance(claimed.result, dict)
+    return Outcome("ok", {**claimed.result, "body": body.to_json()}, meta=claimed.meta)
