@@ -15,7 +15,10 @@ event per step (`unfinished_rows`): the rows of body commands cancelled before t
 those of bodies cancelled while running (`interrupted`: their work may have been done,
 or half done), and those of claims that had committed but were not folded yet (the
 inbox). Claims still running are rolled back by their worker (the close finds the
-command cancelled), so their rows stay pending and are not listed.
+command cancelled), so their rows stay pending and are not listed, unless the worker
+recorded them on the claim to run the frame's body itself (worker.frames): those are
+listed as interrupted, as are the rows of such a claim's completion that carries no
+body (its worker died in the body; no body command has them yet).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from noetl_celery.store.database import Database
 from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import claimed_rows, row_key, trace_end
 from noetl_celery.store.queries import STARTED, ResultCache
+from noetl_celery.store.rows import FrameRows
 from noetl_celery.store.schema import utcnow
 
 # rows kept in each list of a `cursor.unfinished` report (`count` is always exact):
@@ -93,6 +97,11 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
         started = status in STARTED or status == CMD_DELAYED
         for row in rows:
             found.setdefault(step, _Unfinished()).add(epoch, row, started)
+    # claims running their frame's body in their own worker (or run again after it died)
+    for step, epoch, resume in queries.unfinished_recorded_claims(conn, execution_id):
+        frame = FrameRows.of(resume)
+        for row in frame.rows if frame is not None else []:
+            found.setdefault(step, _Unfinished()).add(epoch, row, started=True)
     # claims recorded but not folded yet: their rows are committed as claimed in the
     # queue and have no body; rows their epoch had claimed before are someone's body
     for event_id, command_id, step, epoch, payload in queries.unfolded_completions(
@@ -101,6 +110,13 @@ def _unfinished_cursor_rows(conn: Connection, execution_id: str) -> dict[str, di
         if parse_claim(command_id or "") is None:
             continue
         outcome = Outcome.from_json(payload or {})
+        result = outcome.result
+        if isinstance(result, dict) and result.get("recorded"):
+            # rows its worker recorded; with a body they ran, without one their body
+            # had started in a worker that died
+            for row in [] if "body" in result else result.get("rows") or []:
+                found.setdefault(step, _Unfinished()).add(epoch, row, started=True)
+            continue
         completion = Completion(event_id, command_id, step, epoch, None, outcome)
         keyed = {row_key(row): row for row in claimed_rows(completion)}
         if not keyed:

@@ -149,6 +149,7 @@ from noetl_celery.store.queries.termination import (
     set_ended,
     status_and_passes,
     unfinished_cursor_bodies,
+    unfinished_recorded_claims,
     unfolded_completions,
 )
 
@@ -253,6 +254,7 @@ __all__ = [
     "switch_schedule",
     "take_lease",
     "unfinished_cursor_bodies",
+    "unfinished_recorded_claims",
     "unfolded_completions",
     "unstarted_since",
     "update_schedule",

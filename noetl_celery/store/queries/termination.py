@@ -16,6 +16,7 @@ from noetl_celery.constants import (
     EV_COMMAND_COMPLETED,
     EV_CURSOR_UNFINISHED,
     EV_PASS_FAILED,
+    KIND_CLAIM,
     KIND_ITERATION,
     RUNNING,
 )
@@ -70,6 +71,23 @@ def unfinished_cursor_bodies(conn: Connection, execution_id: str) -> list[Any]:
                 loops.c.mode == "cursor",
             )
             .order_by(commands.c.step, commands.c.epoch, commands.c.iteration)
+        )
+    )
+
+
+def unfinished_recorded_claims(conn: Connection, execution_id: str) -> list[Any]:
+    """(step, epoch, resume) of the unfinished cursor claims whose rows are recorded on
+    them (worker.frames: the claiming worker runs the frame's body)."""
+    return list(
+        conn.execute(
+            select(commands.c.step, commands.c.epoch, commands.c.resume)
+            .where(
+                commands.c.execution_id == execution_id,
+                commands.c.kind == KIND_CLAIM,
+                commands.c.status.in_(UNFINISHED),
+                commands.c.resume.is_not(None),
+            )
+            .order_by(commands.c.step, commands.c.epoch)
         )
     )
 

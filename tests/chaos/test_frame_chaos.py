@@ -1,0 +1,73 @@
+"""One command per cursor frame (worker.frames) under kill -9: a worker killed in a
+frame's body, after its claim committed with the rows recorded on the claim command,
+loses no row and counts none twice; the claim's next attempt hands the recorded rows
+over and a body command runs them again."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.chaos.conftest import Cluster, assert_drain_exact, utcnow
+from tests.support.sockets import process_group
+from tests.support.workers import WorkerProcess
+
+pytestmark = pytest.mark.chaos
+ROWS = 1000
+
+
+def in_a_body(cluster: Cluster, eid: str) -> tuple[str, WorkerProcess]:
+    """A claim running its frame's body (its rows recorded, its queue transaction
+    committed) in a live worker: its id and that worker."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        groups = {w.proc.pid: w for w in cluster.workers}
+        rows = cluster.query(
+            "SELECT command_id, worker FROM commands WHERE execution_id = %s AND kind = 'claim' "
+            "AND status = 'running' AND resume IS NOT NULL",
+            eid,
+        )
+        for command_id, worker in rows:
+            # (a claim of a worker killed before stays `running` until its lease ends)
+            group = process_group(int(str(worker).rsplit(":", 1)[1]))
+            if group in groups:
+                return str(command_id), groups[group]
+        time.sleep(0.05)
+    raise AssertionError("no claim ever ran its frame's body")
+
+
+def test_worker_sigkill_in_a_frame_body_run_with_its_claim(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_cursor_frame_command.yaml", n=ROWS, lanes=4, max_rows=50)
+    killed: list[tuple[str, Any]] = []
+    for _ in range(2):
+        command_id, victim = in_a_body(cluster, eid)
+        at = utcnow()
+        victim.kill()
+        victim.restart()
+        killed.append((command_id, at))
+        cluster.wait_finished(eid, 5)
+    assert_drain_exact(cluster, eid, ROWS)
+    handed = 0
+    for command_id, _ in killed:
+        [(status,)] = cluster.query("SELECT status FROM commands WHERE command_id = %s", command_id)
+        if status == "completed":
+            continue  # its close beat the kill by a hair
+        # its lease ran out: the next attempt handed its recorded rows over (it claimed
+        # nothing): its completion carries the rows and no body, a body command ran them
+        [(recorded, body)] = cluster.query(
+            "SELECT e.payload->'result'->>'recorded', e.payload->'result' ? 'body' "
+            "FROM events e WHERE e.execution_id = %s AND e.command_id LIKE %s "
+            "AND e.type = 'command.completed'",
+            eid,
+            command_id + ":a%",
+        )
+        assert recorded == "true" and body is False
+        handed += 1
+    assert handed
+    [(runs,)] = cluster.query(
+        "SELECT count(*) FROM public.chaos_body_runs WHERE execution_id = %s", eid, data=True
+    )
+    assert runs >= ROWS  # bodies at least once; counted exactly once (assert_drain_exact)
