@@ -295,25 +295,21 @@ class Store:
 
     def record_frame(self, command: ClaimedCommand, rows: list[Any]) -> FrameRows | None:
         """Record the rows a running cursor claim took (worker.frames), before its queue
-        transaction commits: each row's key as claimed in its epoch and the rows not
-        claimed before on the command, in one transaction. None (nothing written) when
-        the command is no longer running."""
+        transaction commits: each row's key as claimed in its epoch, and the rows not
+        claimed before on the command, at once (one statement on Postgres). None
+        (nothing written) when the command is no longer running."""
         keyed: dict[str, Any] = {}
         for row in rows:
             keyed.setdefault(row_key(row), row)
-        eid, step, epoch = command.execution_id, command.step, command.epoch
         try:
-            with self.db.write() as conn:
-                fresh_keys = queries.first_claimed_keys(conn, eid, step, epoch, keyed)
-                fresh = [row for key, row in keyed.items() if key in fresh_keys]
-                frame = FrameRows(fresh, len(rows) - len(fresh))
-                if not queries.record_frame(conn, command.command_id, frame.to_json()):
-                    raise _NotRunning  # the keys are not written either
-        except _NotRunning:
-            return None
+            with self.db.single_write() as conn:
+                fresh = queries.record_frame(conn, command, keyed, len(rows))
         except DataError as exc:  # a value Postgres refuses (a NUL character)
             raise ResultNotStorable(str(exc.orig or exc).strip().split("\n")[0]) from exc
-        return frame
+        if fresh is None:
+            return None
+        kept = [row for key, row in keyed.items() if key in fresh]
+        return FrameRows(kept, len(rows) - len(kept))
 
     def claim_batch(
         self, command_ids: Sequence[str], worker: str, lease_seconds: int
@@ -444,7 +440,3 @@ class Store:
         """Per step: commands issued (waiting for a worker) and running (claimed)."""
         with self.db.read() as conn:
             return queries.in_flight(conn, execution_id)
-
-
-class _NotRunning(Exception):
-    """Rolls back a write for a command that is no longer running."""

@@ -56,9 +56,7 @@ from noetl_celery.store.queries.commands import (
     close_lock_and_read,
     close_many_and_read,
     command_status,
-    insert_finished_body,
     loop_counters,
-    record_frame,
     renew_lease,
     set_deadline,
     waiting_in_epoch,
@@ -84,6 +82,7 @@ from noetl_celery.store.queries.executions import (
     insert_execution,
     lock_execution,
 )
+from noetl_celery.store.queries.frames import insert_finished_body, record_frame
 from noetl_celery.store.queries.inbox import (
     backlog,
     completion_of,

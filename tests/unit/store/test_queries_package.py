@@ -43,6 +43,7 @@ def test_every_module_is_an_engine_area_or_a_read_model() -> None:
         "catalog",
         "children",
         "commands",
+        "frames",
         "decisions",
         "executions",
         "inbox",

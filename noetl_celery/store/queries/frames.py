@@ -1,0 +1,188 @@
+"""One command per cursor frame (worker.frames): recording a claim's rows on the claim
+before its queue transaction commits, and writing the frame's body that its claim's
+worker ran with the claim's close."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select, text, update
+
+from noetl_celery.constants import (
+    CMD_COMPLETED,
+    CMD_FAILED,
+    CMD_RUNNING,
+    EV_COMMAND_COMPLETED,
+    EV_COMMAND_FAILED,
+)
+from noetl_celery.models.outcome import Outcome
+from noetl_celery.store.database import json_dumps
+from noetl_celery.store.dialect import insert_ignore
+from noetl_celery.store.queries.commands import _terminal_insert
+from noetl_celery.store.queries.inbox import first_claimed_keys
+from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.schema import Json, commands
+
+# Postgres, one statement (autocommit): lock the claim if it still runs, write the keys
+# of the rows its epoch had not claimed before, and store those rows on it. Nothing is
+# written for a claim no longer running: the row lock makes a concurrent re-issue
+# either wait for this statement or be seen by it.
+_RECORD_FRAME_PG = text(
+    """
+    WITH cmd AS (
+        SELECT command_id FROM commands
+        WHERE command_id = :b_cid AND status = 'running' FOR UPDATE
+    ), given AS (
+        SELECT k, r, o FROM unnest(CAST(:b_keys AS varchar[]), CAST(:b_rows AS text[]))
+                            WITH ORDINALITY AS g(k, r, o)
+    ), fresh AS (
+        INSERT INTO cursor_rows (execution_id, step, epoch, row_key)
+        SELECT :b_eid, :b_step, :b_epoch, k FROM given WHERE EXISTS (SELECT 1 FROM cmd)
+        ON CONFLICT DO NOTHING
+        RETURNING row_key
+    ), recorded AS (
+        UPDATE commands SET resume = jsonb_build_object('frame', jsonb_build_object(
+            'rows', coalesce((SELECT jsonb_agg(CAST(g.r AS jsonb) ORDER BY g.o) FROM given g
+                              WHERE g.k IN (SELECT row_key FROM fresh)), '[]'::jsonb),
+            'duplicates', :b_total - (SELECT count(*) FROM fresh)))
+        WHERE command_id IN (SELECT command_id FROM cmd)
+        RETURNING command_id
+    )
+    SELECT (SELECT count(*) FROM recorded) AS recorded,
+           ARRAY(SELECT row_key FROM fresh) AS fresh
+    """
+)
+
+
+def record_frame(
+    conn: Connection, command: ClaimedCommand, keyed: dict[str, Any], total: int
+) -> set[str] | None:
+    """Store on a running cursor claim the rows (`keyed` by row key; `total`: the rows it
+    took) its epoch had not claimed before, writing their keys as claimed: the keys of
+    those rows, or None (nothing written) when the command is no longer running. A run
+    of it after its worker died hands the rows over instead of claiming again."""
+    eid, step, epoch = command.execution_id, command.step, command.epoch
+    if conn.dialect.name == "postgresql":
+        params = {
+            "b_cid": command.command_id,
+            "b_keys": list(keyed),
+            "b_rows": [json_dumps(row) for row in keyed.values()],
+            "b_eid": eid,
+            "b_step": step,
+            "b_epoch": epoch,
+            "b_total": total,
+        }
+        row = conn.execute(_RECORD_FRAME_PG, params).one()
+        return set(row.fresh) if row.recorded else None
+    running = conn.execute(
+        select(commands.c.command_id).where(
+            commands.c.command_id == command.command_id, commands.c.status == CMD_RUNNING
+        )
+    ).first()
+    if running is None:  # (SQLite: the transaction holds the database's write lock)
+        return None
+    fresh = first_claimed_keys(conn, eid, step, epoch, keyed)
+    rows = [row for key, row in keyed.items() if key in fresh]
+    frame = {"rows": rows, "duplicates": total - len(rows)}
+    conn.execute(
+        update(commands)
+        .where(commands.c.command_id == command.command_id)
+        .values(resume={"frame": frame})
+    )
+    return fresh
+
+
+# Postgres, one statement: the body's finished row and, if it was inserted, its event
+_BODY_PG = text(
+    """
+    WITH body AS (
+        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, worker, issued_at,
+                              started_at, finished_at)
+        VALUES (:b_cid, :b_eid, :b_step, :b_kind, :b_epoch, :b_iteration, :b_attempt,
+                :b_status, :b_ctx, :b_item, :b_meta, :b_worker, :b_now, :b_now, :b_now)
+        ON CONFLICT DO NOTHING
+        RETURNING command_id
+    )
+    INSERT INTO events (execution_id, type, step, command_id, epoch, iteration, payload,
+                        created_at)
+    SELECT :b_eid, :b_type, :b_step, command_id, :b_epoch, :b_iteration, :b_payload, :b_now
+    FROM body
+    ON CONFLICT DO NOTHING
+    """
+).bindparams(
+    bindparam("b_item", type_=Json),
+    bindparam("b_meta", type_=Json),
+    bindparam("b_payload", type_=Json),
+)
+
+
+def insert_finished_body(
+    conn: Connection,
+    body: ClaimedCommand,
+    outcome: Outcome,
+    worker: str,
+    now: dt.datetime,
+) -> None:
+    """A frame's body that its claim's worker ran (worker.frames): its command row,
+    finished, and its terminal event, as the body's own close writes them, but no inbox
+    entry (its claim's completion carries the outcome to the pass)."""
+    ok = outcome.ok
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            _BODY_PG,
+            {
+                "b_cid": body.command_id,
+                "b_eid": body.execution_id,
+                "b_step": body.step,
+                "b_kind": body.kind,
+                "b_epoch": body.epoch,
+                "b_iteration": body.iteration,
+                "b_attempt": body.attempt,
+                "b_status": CMD_COMPLETED if ok else CMD_FAILED,
+                "b_ctx": body.ctx_version,
+                "b_item": body.item,
+                "b_meta": dict(body.meta or {}),
+                "b_worker": worker,
+                "b_now": now,
+                "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+                "b_payload": outcome.to_json(),
+            },
+        )
+        return
+    inserted = conn.execute(
+        insert_ignore(conn, commands).returning(commands.c.command_id),
+        {
+            "command_id": body.command_id,
+            "execution_id": body.execution_id,
+            "step": body.step,
+            "kind": body.kind,
+            "epoch": body.epoch,
+            "iteration": body.iteration,
+            "attempt": body.attempt,
+            "status": CMD_COMPLETED if ok else CMD_FAILED,
+            "ctx_version": body.ctx_version,
+            "item": body.item,
+            "meta": dict(body.meta or {}),
+            "worker": worker,
+            "issued_at": now,
+            "started_at": now,
+            "finished_at": now,
+        },
+    ).first()
+    if inserted is None:
+        return  # a row there already: never both a body command and a body run here
+    conn.execute(
+        _terminal_insert(conn.dialect.name, conn),
+        {
+            "execution_id": body.execution_id,
+            "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+            "step": body.step,
+            "command_id": body.command_id,
+            "epoch": body.epoch,
+            "iteration": body.iteration,
+            "payload": outcome.to_json(),
+            "created_at": now,
+        },
+    )
