@@ -117,3 +117,45 @@ def test_a_cancel_without_a_cursor_records_nothing(store_url: str, tmp_path: Pat
         assert engine.status(loop_in)["unfinished_rows"] == {}
     finally:
         engine.close()
+
+
+def test_rows_recorded_on_a_claim_that_runs_its_frame_body_are_interrupted(
+    store_url: str, tmp_path: Path
+) -> None:
+    """One command per frame (worker.frames): rows recorded on a running claim (its
+    body runs in its worker) and the rows a claim's next attempt handed over (its
+    completion, not folded yet, without a body) are reported as interrupted; those of a
+    completion that carries its body ran and are not reported."""
+    frames = PLAYBOOK.replace("max_in_flight: 2", "max_in_flight: 3").replace(
+        "row_concurrency: 1}", "row_concurrency: 1, process: frame}"
+    )
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
+    try:
+        eid = engine.start_text(frames)  # three lanes, each claim reserved iteration 0..2
+        running = engine.store.claim(claim_command_id(eid, "drain", 1, 0, 1), "test-worker", 60)
+        assert running is not None and (running.meta or {}).get("iteration") == 0
+        frame = engine.store.record_frame(running, [{"id": 1}, {"id": 2}])
+        assert frame is not None and frame.rows == [{"id": 1}, {"id": 2}]
+        handed = engine.store.claim(claim_command_id(eid, "drain", 1, 1, 1), "test-worker", 60)
+        assert handed is not None
+        result = {"rows": [{"id": 3}], "row_count": 1, "recorded": True, "iteration": 1}
+        assert engine.store.complete(handed, Outcome("ok", result))
+        ran = engine.store.claim(claim_command_id(eid, "drain", 1, 2, 1), "test-worker", 60)
+        assert ran is not None
+        with_body = {**result, "rows": [{"id": 4}], "iteration": 2, "body": {"status": "ok"}}
+        assert engine.store.complete(ran, Outcome("ok", with_body))
+
+        ended = engine.cancel_tree(eid, "by the test")
+
+        assert ended is not None
+        assert ended.unfinished_rows == {
+            "drain": {
+                "epoch": 1,
+                "count": 3,
+                "rows": [],
+                "interrupted": [{"id": 1}, {"id": 2}, {"id": 3}],
+                "truncated": False,
+            }
+        }
+    finally:
+        engine.close()
