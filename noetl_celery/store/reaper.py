@@ -17,6 +17,7 @@ on `commands.status`: it would make every claim and close a non-HOT update).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from noetl_celery.constants import (
     CMD_EXPIRED,
@@ -97,6 +98,10 @@ class ReaperManager:
         with self.db.write() as conn:
             if not queries.expire_run(conn, lost.command_id, CMD_EXPIRED, now):
                 return None
+            # the resume as the lost run left it: a cursor claim may have recorded its
+            # frame's rows on it since `lost` was read (worker.frames), and its next
+            # attempt must hand those over, never claim again
+            lost = replace(lost, resume=queries.resume_of(conn, lost.command_id))
             queries.add_counter(conn, COUNTER_LEASES_EXPIRED, 1)
             queries.add_counter(conn, COUNTER_REISSUED, 1)
             queries.insert_next_attempt(conn, lost, new_id, CMD_ISSUED, now)

@@ -135,6 +135,13 @@ def expire_run(conn: Connection, command_id: str, status: str, now: dt.datetime)
     return done is not None
 
 
+def resume_of(conn: Connection, command_id: str) -> Any:
+    """A command's `resume` as it is now."""
+    return conn.execute(
+        select(commands.c.resume).where(commands.c.command_id == command_id)
+    ).scalar()
+
+
 def insert_next_attempt(
     conn: Connection, lost: LostCommand, new_id: str, status: str, now: dt.datetime
 ) -> None:

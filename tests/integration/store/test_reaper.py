@@ -14,6 +14,7 @@ import pytest
 from noetl_celery.engine.service import Engine
 from noetl_celery.logcontext import FIELDS
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.ids import claim_command_id
 from noetl_celery.settings import Settings
 from noetl_celery.store.counters import (
     COUNTER_LEASES_EXPIRED,
@@ -189,3 +190,42 @@ def test_an_execution_whose_pass_crashes_does_not_cost_the_others_their_catch_up
     assert built.reaper.sweep().woken == 0  # nothing left to catch up
     for eid in healthy:
         assert built.store.execution_status(eid) == "RUNNING"  # their commands wait
+
+
+FRAMES = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: frames_by_hand, path: tests/frames_by_hand}
+workflow:
+  - step: drain
+    loop:
+      cursor: {kind: sqlite, auth: unused.sqlite3, claim: "SELECT 1"}
+      iterator: job
+      spec: {mode: cursor, max_in_flight: 1, frame: {max_rows: 3, process: frame}}
+    tool: {kind: noop}
+"""
+
+
+def test_a_claim_that_recorded_its_rows_after_the_sweep_read_it_hands_them_on(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The sweep reads a claim as lost, then its (slow) worker records its frame's rows
+    on it (worker.frames), then the sweep re-issues it: the next attempt carries the
+    rows as recorded, so it hands them over instead of claiming again."""
+    engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
+    try:
+        eid = engine.start_text(FRAMES)
+        claim_id = claim_command_id(eid, "drain", 1, 0, 1)
+        command = engine.store.claim(claim_id, "slow-worker", 0)
+        assert command is not None
+        time.sleep(0.05)
+        [lost] = [c for c in engine.store.reaper.lost_commands() if c.command_id == claim_id]
+        assert lost.resume is None
+        frame = engine.store.record_frame(command, [{"id": 1}, {"id": 2}])
+        assert frame is not None
+        new_id = engine.store.reaper.reissue(lost)
+        assert new_id == f"{claim_id}:a2"
+        again = engine.store.claim(new_id, "next-worker", 60)
+        assert again is not None
+        assert again.resume == {"frame": {"rows": [{"id": 1}, {"id": 2}], "duplicates": 0}}
+    finally:
+        engine.close()
