@@ -152,12 +152,15 @@ class CompletionTx:
         loop = queries.loop_counters(self.conn, eid, cmd.step, cmd.epoch)
         return Closed(True, queries.execution_status(self.conn, eid), loop, waiting)
 
-    def record_body(self, body: ClaimedCommand, outcome: Outcome, worker: str) -> None:
-        """A frame's body its claim's worker ran, written with the claim's close (after
-        it closed: the pass folds both from the claim's completion). ResultNotStorable
-        as for close."""
+    def record_body(self, body: ClaimedCommand, outcome: Outcome, worker: str) -> bool:
+        """A frame's body its claim's worker ran (this transaction's command), written
+        before the claim's close, if the claim still runs (then locked: the close finds
+        it); the pass folds both from the claim's completion. False, nothing written:
+        the claim no longer runs. ResultNotStorable as for close."""
         try:
-            queries.insert_finished_body(self.conn, body, outcome, worker, utcnow())
+            return queries.insert_finished_body(
+                self.conn, self.command, body, outcome, worker, utcnow()
+            )
         except DataError as exc:
             raise _not_storable(exc) from exc
 

@@ -93,23 +93,31 @@ def record_frame(
     return fresh
 
 
-# Postgres, one statement: the body's finished row and, if it was inserted, its event
+# Postgres, one statement: lock the claim if it still runs (until the transaction ends:
+# its close follows, certain to find it), then the body's finished row and its event
 _BODY_PG = text(
     """
-    WITH body AS (
+    WITH claim AS (
+        SELECT command_id FROM commands
+        WHERE command_id = :b_claim AND status = 'running' FOR UPDATE
+    ), body AS (
         INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
                               attempt, status, ctx_version, item, meta, worker, issued_at,
                               started_at, finished_at)
-        VALUES (:b_cid, :b_eid, :b_step, :b_kind, :b_epoch, :b_iteration, :b_attempt,
-                :b_status, :b_ctx, :b_item, :b_meta, :b_worker, :b_now, :b_now, :b_now)
+        SELECT :b_cid, :b_eid, :b_step, :b_kind, :b_epoch, :b_iteration, :b_attempt,
+               :b_status, :b_ctx, :b_item, :b_meta, :b_worker, :b_now, :b_now, :b_now
+        WHERE EXISTS (SELECT 1 FROM claim)
         ON CONFLICT DO NOTHING
         RETURNING command_id
+    ), event AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT :b_eid, :b_type, :b_step, command_id, :b_epoch, :b_iteration, :b_payload,
+               :b_now
+        FROM body
+        ON CONFLICT DO NOTHING
     )
-    INSERT INTO events (execution_id, type, step, command_id, epoch, iteration, payload,
-                        created_at)
-    SELECT :b_eid, :b_type, :b_step, command_id, :b_epoch, :b_iteration, :b_payload, :b_now
-    FROM body
-    ON CONFLICT DO NOTHING
+    SELECT count(*) AS running FROM claim
     """
 ).bindparams(
     bindparam("b_item", type_=Json),
@@ -120,19 +128,23 @@ _BODY_PG = text(
 
 def insert_finished_body(
     conn: Connection,
+    claim: ClaimedCommand,
     body: ClaimedCommand,
     outcome: Outcome,
     worker: str,
     now: dt.datetime,
-) -> None:
-    """A frame's body that its claim's worker ran (worker.frames): its command row,
-    finished, and its terminal event, as the body's own close writes them, but no inbox
-    entry (its claim's completion carries the outcome to the pass)."""
+) -> bool:
+    """A frame's body that its claim's worker ran (worker.frames), written before the
+    claim's close in its transaction, if the claim still runs (locking it: the close is
+    then certain to find it): the body's command row, finished, and its terminal event,
+    as the body's own close writes them, but no inbox entry (the claim's completion
+    carries the outcome to the pass). False, nothing written: the claim no longer runs."""
     ok = outcome.ok
     if conn.dialect.name == "postgresql":
-        conn.execute(
+        found = conn.execute(
             _BODY_PG,
             {
+                "b_claim": claim.command_id,
                 "b_cid": body.command_id,
                 "b_eid": body.execution_id,
                 "b_step": body.step,
@@ -149,8 +161,15 @@ def insert_finished_body(
                 "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
                 "b_payload": outcome.to_json(),
             },
+        ).one()
+        return bool(found.running)
+    running = conn.execute(
+        select(commands.c.command_id).where(
+            commands.c.command_id == claim.command_id, commands.c.status == CMD_RUNNING
         )
-        return
+    ).first()
+    if running is None:  # (SQLite: the transaction holds the database's write lock)
+        return False
     inserted = conn.execute(
         insert_ignore(conn, commands).returning(commands.c.command_id),
         {
@@ -172,7 +191,7 @@ def insert_finished_body(
         },
     ).first()
     if inserted is None:
-        return  # a row there already: never both a body command and a body run here
+        return True  # a row there already: never both a body command and a body run here
     conn.execute(
         _terminal_insert(conn.dialect.name, conn),
         {
@@ -186,3 +205,4 @@ def insert_finished_body(
             "created_at": now,
         },
     )
+    return True

@@ -354,3 +354,32 @@ def test_a_worker_that_dies_in_a_frame_body_leaves_its_rows_to_the_next_attempt(
     # the next attempt handed the recorded rows over: its body was a command of its own
     handed = [r for r in claim_results(engine, eid) if r.get("recorded") and "body" not in r]
     assert [sorted(r["id"] for r in h["rows"]) for h in handed] == [rows]
+
+
+def test_a_frame_body_run_with_a_claim_cancelled_meanwhile_leaves_no_body_row(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The execution is cancelled while a claim runs its frame's body: the close finds
+    the claim cancelled and writes nothing of it, and the cancel listed the frame's
+    rows (recorded on the claim) as interrupted."""
+    db = queue_db(tmp_path)
+    deliveries = Deliveries()
+    engine.use_dispatcher(deliveries)
+    executor = engine.executor
+    real = executor.frames.run_body
+    ended: list[Any] = []
+
+    def cancelled_in_the_body(body: ClaimedCommand) -> object:
+        outcome = real(body)
+        if not ended:
+            ended.append((body, engine.cancel_tree(body.execution_id, "by the test")))
+        return outcome
+
+    executor.frames.run_body = cancelled_in_the_body
+    eid = engine.start_text(playbook(fail_first=False), {"db": str(db)})
+    deliveries.deliver_all(executor.execute)
+    [(body, cancel)] = ended
+    assert engine.status(eid)["status"] == "CANCELLED"
+    assert body_ids(engine, eid) == []  # the first frame's body was the run cancelled
+    assert cancel is not None
+    assert cancel.unfinished_rows["drain"]["interrupted"] == body.item
