@@ -296,20 +296,17 @@ class Store:
     def record_frame(self, command: ClaimedCommand, rows: list[Any]) -> FrameRows | None:
         """Record the rows a running cursor claim took (worker.frames), before its queue
         transaction commits: each row's key as claimed in its epoch, and the rows not
-        claimed before on the command, at once (one statement on Postgres). None
-        (nothing written) when the command is no longer running."""
+        claimed before on the command, at once (one statement on Postgres); the rows
+        recorded (those recorded before, when it is tried again). None (nothing
+        written) when the command is no longer running."""
         keyed: dict[str, Any] = {}
         for row in rows:
             keyed.setdefault(row_key(row), row)
         try:
             with self.db.single_write() as conn:
-                fresh = queries.record_frame(conn, command, keyed, len(rows))
+                return queries.record_frame(conn, command, keyed, len(rows))
         except DataError as exc:  # a value Postgres refuses (a NUL character)
             raise ResultNotStorable(str(exc.orig or exc).strip().split("\n")[0]) from exc
-        if fresh is None:
-            return None
-        kept = [row for key, row in keyed.items() if key in fresh]
-        return FrameRows(kept, len(rows) - len(kept))
 
     def claim_batch(
         self, command_ids: Sequence[str], worker: str, lease_seconds: int

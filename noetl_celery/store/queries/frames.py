@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy import Connection, bindparam, column, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -21,24 +21,28 @@ from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.queries.commands import _terminal_insert
 from noetl_celery.store.queries.inbox import first_claimed_keys
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.store.schema import Json, commands
 
-# Postgres, one statement (autocommit): lock the claim if it still runs, write the keys
-# of the rows its epoch had not claimed before, and store those rows on it. Nothing is
-# written for a claim no longer running: the row lock makes a concurrent re-issue
-# either wait for this statement or be seen by it.
+# Postgres, one statement (autocommit): lock the claim if it still runs and has no rows
+# recorded yet, write the keys of the rows its epoch had not claimed before, and store
+# those rows on it; the rows on it either way. Nothing is written for a claim no longer
+# running (the row lock makes a concurrent re-issue either wait for this statement or be
+# seen by it), nor twice (a statement tried again after its commit's answer was lost
+# finds the rows it stored, not duplicates of them).
 _RECORD_FRAME_PG = text(
     """
     WITH cmd AS (
-        SELECT command_id FROM commands
+        SELECT command_id, resume FROM commands
         WHERE command_id = :b_cid AND status = 'running' FOR UPDATE
+    ), todo AS (
+        SELECT command_id FROM cmd WHERE resume IS NULL OR NOT (resume ? 'frame')
     ), given AS (
         SELECT k, r, o FROM unnest(CAST(:b_keys AS varchar[]), CAST(:b_rows AS text[]))
                             WITH ORDINALITY AS g(k, r, o)
     ), fresh AS (
         INSERT INTO cursor_rows (execution_id, step, epoch, row_key)
-        SELECT :b_eid, :b_step, :b_epoch, k FROM given WHERE EXISTS (SELECT 1 FROM cmd)
+        SELECT :b_eid, :b_step, :b_epoch, k FROM given WHERE EXISTS (SELECT 1 FROM todo)
         ON CONFLICT DO NOTHING
         RETURNING row_key
     ), recorded AS (
@@ -46,22 +50,23 @@ _RECORD_FRAME_PG = text(
             'rows', coalesce((SELECT jsonb_agg(CAST(g.r AS jsonb) ORDER BY g.o) FROM given g
                               WHERE g.k IN (SELECT row_key FROM fresh)), '[]'::jsonb),
             'duplicates', :b_total - (SELECT count(*) FROM fresh)))
-        WHERE command_id IN (SELECT command_id FROM cmd)
-        RETURNING command_id
+        WHERE command_id IN (SELECT command_id FROM todo)
+        RETURNING resume
     )
-    SELECT (SELECT count(*) FROM recorded) AS recorded,
-           ARRAY(SELECT row_key FROM fresh) AS fresh
+    SELECT (SELECT count(*) FROM cmd) AS running,
+           coalesce((SELECT resume FROM recorded), (SELECT resume FROM cmd)) AS resume
     """
-)
+).columns(column("running"), column("resume", Json))
 
 
 def record_frame(
     conn: Connection, command: ClaimedCommand, keyed: dict[str, Any], total: int
-) -> set[str] | None:
+) -> FrameRows | None:
     """Store on a running cursor claim the rows (`keyed` by row key; `total`: the rows it
-    took) its epoch had not claimed before, writing their keys as claimed: the keys of
-    those rows, or None (nothing written) when the command is no longer running. A run
-    of it after its worker died hands the rows over instead of claiming again."""
+    took) its epoch had not claimed before, writing their keys as claimed, unless rows
+    are recorded on it already: the rows on it, or None (nothing written) when the
+    command is no longer running. A run of it after its worker died hands the rows over
+    instead of claiming again."""
     eid, step, epoch = command.execution_id, command.step, command.epoch
     if conn.dialect.name == "postgresql":
         params = {
@@ -74,23 +79,26 @@ def record_frame(
             "b_total": total,
         }
         row = conn.execute(_RECORD_FRAME_PG, params).one()
-        return set(row.fresh) if row.recorded else None
-    running = conn.execute(
-        select(commands.c.command_id).where(
+        return FrameRows.of(row.resume) if row.running else None
+    found = conn.execute(
+        select(commands.c.resume).where(
             commands.c.command_id == command.command_id, commands.c.status == CMD_RUNNING
         )
     ).first()
-    if running is None:  # (SQLite: the transaction holds the database's write lock)
+    if found is None:  # (SQLite: the transaction holds the database's write lock)
         return None
+    recorded = FrameRows.of(found[0])
+    if recorded is not None:
+        return recorded
     fresh = first_claimed_keys(conn, eid, step, epoch, keyed)
-    rows = [row for key, row in keyed.items() if key in fresh]
-    frame = {"rows": rows, "duplicates": total - len(rows)}
+    frame = FrameRows([row for key, row in keyed.items() if key in fresh])
+    frame = FrameRows(frame.rows, total - len(frame.rows))
     conn.execute(
         update(commands)
         .where(commands.c.command_id == command.command_id)
-        .values(resume={"frame": frame})
+        .values(resume={"frame": frame.to_json()})
     )
-    return fresh
+    return frame
 
 
 # Postgres, one statement: lock the claim if it still runs (until the transaction ends:

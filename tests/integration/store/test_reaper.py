@@ -209,8 +209,9 @@ def test_a_claim_that_recorded_its_rows_after_the_sweep_read_it_hands_them_on(
     store_url: str, tmp_path: Path
 ) -> None:
     """The sweep reads a claim as lost, then its (slow) worker records its frame's rows
-    on it (worker.frames), then the sweep re-issues it: the next attempt carries the
-    rows as recorded, so it hands them over instead of claiming again."""
+    on it (worker.frames; a record tried again finds them), then the sweep re-issues
+    it: the next attempt carries the rows as recorded, so it hands them over instead of
+    claiming again."""
     engine = Engine(Settings(home=tmp_path, database_url=store_url), schema=SchemaMode.MIGRATE)
     try:
         eid = engine.start_text(FRAMES)
@@ -220,12 +221,15 @@ def test_a_claim_that_recorded_its_rows_after_the_sweep_read_it_hands_them_on(
         time.sleep(0.05)
         [lost] = [c for c in engine.store.reaper.lost_commands() if c.command_id == claim_id]
         assert lost.resume is None
-        frame = engine.store.record_frame(command, [{"id": 1}, {"id": 2}])
-        assert frame is not None
+        frame = engine.store.record_frame(command, [{"id": 1}, {"id": 2}, {"id": 1}])
+        assert frame is not None and frame.rows == [{"id": 1}, {"id": 2}]
+        assert frame.duplicates == 1  # the claim took row 1 twice
+        # tried again (its commit's answer lost): the rows it stored, not duplicates
+        assert engine.store.record_frame(command, [{"id": 1}, {"id": 2}, {"id": 1}]) == frame
         new_id = engine.store.reaper.reissue(lost)
         assert new_id == f"{claim_id}:a2"
         again = engine.store.claim(new_id, "next-worker", 60)
         assert again is not None
-        assert again.resume == {"frame": {"rows": [{"id": 1}, {"id": 2}], "duplicates": 0}}
+        assert again.resume == {"frame": {"rows": [{"id": 1}, {"id": 2}], "duplicates": 1}}
     finally:
         engine.close()
