@@ -84,16 +84,22 @@ class CompletionTx:
             raise _not_storable(exc) from exc
         return [_closed_of(row) for row in rows]
 
-    def close_and_lock(self, outcome: Outcome) -> tuple[Closed, OrchestrationTx | None]:
+    def close_and_lock(
+        self, outcome: Outcome, body: tuple[ClaimedCommand, Outcome, str] | None = None
+    ) -> tuple[Closed, OrchestrationTx | None]:
         """close, then the execution's lock, waiting for a pass that holds it (lock with
         `wait`): on Postgres in one statement, for a close that is followed by a pass of
         its own for certain (a cursor lane continuing locally). The lock is None when
-        nothing was closed."""
+        nothing was closed. `body`: a cursor frame's body its claim's worker ran (the
+        body, its outcome, the worker), written with the close, only if it closed."""
         if self.conn.dialect.name != "postgresql":
+            if body is not None and not self.record_body(*body):
+                return Closed(closed=False), None
             closed = self.close(outcome)
             return closed, self.lock(wait=True) if closed.closed else None
         try:
-            found = queries.close_lock_and_read(self.conn, self.command, outcome, utcnow())
+            now = utcnow()
+            found = queries.close_lock_and_read(self.conn, self.command, outcome, now, body)
         except DataError as exc:
             raise _not_storable(exc) from exc
         if found is None:

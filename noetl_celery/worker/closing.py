@@ -247,15 +247,14 @@ class Closer:
         process runs next in its own writes (local continuation; the result's `follow`),
         committed with the close or not at all."""
         tx: OrchestrationTx | None
-        # a frame's body run here: written only with its claim's close (never beside a
-        # body command), before it, so the execution's lock is not held for it
-        if body is not None and not completion.record_body(
-            body.command, body.outcome, worker_identity()
-        ):
-            return NOT_CLOSED
+        # a frame's body run here is written only with its claim's close (never beside
+        # a body command): by the closing statement, or before it
+        ran = None if body is None else (body.command, body.outcome, worker_identity())
         if wait and fold:  # a pass follows: the lock is taken by the closing statement
-            closed, tx = completion.close_and_lock(outcome)
+            closed, tx = completion.close_and_lock(outcome, ran)
         else:
+            if ran is not None and not completion.record_body(*ran):
+                return NOT_CLOSED
             closed, tx = completion.close(outcome), None
         if not closed.closed:
             return NOT_CLOSED

@@ -134,7 +134,7 @@ _CLOSE_ONE = """
     ), queued AS (
         INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
         SELECT event_id, execution_id, step, epoch, iteration FROM inserted
-    )
+    ){extra}
     SELECT
         (SELECT count(*) FROM closed) AS closed,
         (SELECT count(*) FROM inbox
@@ -149,9 +149,10 @@ _CLOSE_ONE = """
     WHERE x.execution_id = :b_eid
 """
 
-_CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status")).bindparams(
+_CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status", extra="")).bindparams(
     bindparam("b_payload", type_=Json)
 )
+
 
 # the same, taking the orchestration lock on the execution in the same statement (and
 # waiting for it): a pass that follows for certain saves the lock's round trip. The
@@ -166,11 +167,13 @@ _CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status")).bindparams(
 # snapshot's count is compared with the locked row's (the latest, read again after a
 # wait); when they differ the inbox is not read at all (an InitPlan runs when first
 # used) and the pass reads it itself.
-_CLOSE_LOCK_PG = (
-    text(
-        _CLOSE_ONE.format(
-            columns=", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS)
-            + """,
+def _close_lock(extra: str, *json_params: str) -> Any:
+    return (
+        text(
+            _CLOSE_ONE.format(
+                extra=extra,
+                columns=", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS)
+                + """,
         (SELECT count(*) FROM inserted) AS own_event,
         CASE WHEN x.passes = (SELECT s.passes FROM executions s WHERE s.execution_id = :b_eid)
         THEN (SELECT coalesce(json_agg(w ORDER BY w.event_id), '[]')
@@ -180,21 +183,50 @@ _CLOSE_LOCK_PG = (
                    ORDER BY i.event_id LIMIT :b_limit)
                  UNION ALL
                  SELECT event_id, command_id, step, epoch, iteration, payload
-                   FROM inserted) w) END AS inbox_rows"""
+                   FROM inserted) w) END AS inbox_rows""",
+            )
+            + "    FOR UPDATE OF x\n"
         )
-        + "    FOR UPDATE OF x\n"
+        .bindparams(*(bindparam(name, type_=Json) for name in ("b_payload", *json_params)))
+        .columns(  # matched by position: every column of the SELECT, in order
+            column("closed"),
+            column("waiting"),
+            column("loop_done"),
+            column("loop_window"),
+            column("loop_in_flight"),
+            *EXECUTION_COLUMNS,
+            column("own_event"),
+            column("inbox_rows"),
+        )
     )
-    .bindparams(bindparam("b_payload", type_=Json))
-    .columns(  # matched by position: every column of the SELECT, in order
-        column("closed"),
-        column("waiting"),
-        column("loop_done"),
-        column("loop_window"),
-        column("loop_in_flight"),
-        *EXECUTION_COLUMNS,
-        column("own_event"),
-        column("inbox_rows"),
-    )
+
+
+_CLOSE_LOCK_PG = _close_lock("")
+# the same, writing with the close (only if it closed) a cursor frame's body its claim's
+# worker ran (worker.frames): its finished command row and terminal event, no inbox
+# entry (the claim's completion carries it to the pass)
+_CLOSE_LOCK_BODY_PG = _close_lock(
+    """, body AS (
+        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, worker, issued_at,
+                              started_at, finished_at)
+        SELECT :b_body_cid, execution_id, step, :b_body_kind, epoch, :b_body_iteration,
+               :b_body_attempt, :b_body_status, :b_body_ctx, :b_body_item, :b_body_meta,
+               :b_body_worker, :b_now, :b_now, :b_now
+        FROM closed
+        ON CONFLICT DO NOTHING
+        RETURNING command_id, execution_id, step, epoch, iteration
+    ), body_event AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT execution_id, :b_body_type, step, command_id, epoch, iteration,
+               :b_body_payload, :b_now
+        FROM body
+        ON CONFLICT DO NOTHING
+    )""",
+    "b_body_item",
+    "b_body_meta",
+    "b_body_payload",
 )
 # completions the locking close reads for its pass at most (a pass that would fold more
 # reads them itself)
@@ -271,14 +303,23 @@ _CLOSE_MANY_PG = text(
 
 
 def close_lock_and_read(
-    conn: Connection, command: ClaimedCommand, outcome: Outcome, now: dt.datetime
+    conn: Connection,
+    command: ClaimedCommand,
+    outcome: Outcome,
+    now: dt.datetime,
+    body: FinishedBody | None = None,
 ) -> tuple[Any, ExecutionRow, list[Completion] | None] | None:
     """close_and_read, also locking the execution (waiting for a pass that holds it):
     (closed, waiting, the loop counters; the execution as locked; the inbox as the pass
     reads it, this completion included, or None when it must read it itself), waiting
-    counting the epoch's inbox before this completion. None: no such execution."""
+    counting the epoch's inbox before this completion. None: no such execution. With
+    `body`, the cursor frame's body its claim's worker ran is written if it closed."""
     params = {**_close_params(command, outcome, now), "b_limit": PREFETCH_LIMIT}
-    row = conn.execute(_CLOSE_LOCK_PG, params).first()
+    statement = _CLOSE_LOCK_PG
+    if body is not None:
+        statement = _CLOSE_LOCK_BODY_PG
+        params.update(_body_params(*body))
+    row = conn.execute(statement, params).first()
     if row is None:  # no such execution: nothing closed either
         return None
     execution = ExecutionRow(**{c.name: row._mapping[c.name] for c in EXECUTION_COLUMNS})
@@ -287,6 +328,27 @@ def close_lock_and_read(
     if row.closed and row.own_event and rows is not None and len(rows) <= PREFETCH_LIMIT:
         inbox = [completion_of(r) for r in rows]  # (more: the pass reads them)
     return row, execution, inbox
+
+
+# a cursor frame's body its claim's worker ran: (the body, its outcome, the worker)
+FinishedBody = tuple[ClaimedCommand, Outcome, str]
+
+
+def _body_params(body: ClaimedCommand, outcome: Outcome, worker: str) -> dict[str, Any]:
+    ok = outcome.ok
+    return {
+        "b_body_cid": body.command_id,
+        "b_body_kind": body.kind,
+        "b_body_iteration": body.iteration,
+        "b_body_attempt": body.attempt,
+        "b_body_status": CMD_COMPLETED if ok else CMD_FAILED,
+        "b_body_ctx": body.ctx_version,
+        "b_body_item": body.item,
+        "b_body_meta": dict(body.meta or {}),
+        "b_body_worker": worker,
+        "b_body_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+        "b_body_payload": outcome.to_json(),
+    }
 
 
 def close_many_and_read(

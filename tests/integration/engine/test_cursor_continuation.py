@@ -383,3 +383,18 @@ def test_a_frame_body_run_with_a_claim_cancelled_meanwhile_leaves_no_body_row(
     assert body_ids(engine, eid) == []  # the first frame's body was the run cancelled
     assert cancel is not None
     assert cancel.unfinished_rows["drain"]["interrupted"] == body.item
+
+
+def test_a_frame_is_one_command_without_local_continuation_too(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no chain (every command through the broker: its close does not take the
+    execution's lock in the closing statement) the body is written before the close."""
+    monkeypatch.setattr(engine.executor, "chain_seconds", 0.0)
+    _, deliveries, eid = drain_exactly(engine, tmp_path, fail_first=False)
+    frames = -(-ROWS // 4)
+    assert len([r for r in claim_results(engine, eid) if r.get("body")]) == frames
+    assert len(body_ids(engine, eid)) == frames
+    assert not set(body_ids(engine, eid)) & set(deliveries.published)
+    claims = [parse_claim(cid) for cid in deliveries.published if parse_claim(cid)]
+    assert len(claims) == frames + 2  # every claim went out: each lane's last found none
