@@ -124,7 +124,8 @@ class Closer:
         idle transaction) takes the close with it: it is recorded again on a fresh
         connection, so the outcome survives. The close is conditional: if the command
         was re-issued meanwhile (the stall outlasted its lease) this run's outcome is
-        dropped and the next attempt's counts."""
+        dropped and the next attempt's counts. `body`: a cursor frame's body this
+        worker ran with the claim (worker.frames), recorded with its close."""
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",

@@ -25,7 +25,6 @@ refuses is handed over the same way (the body command then fails with it as toda
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +41,6 @@ from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.worker.claims import HeldFrame, handed_over
 from noetl_celery.worker.closing import NOT_CLOSED, Closer, FrameBody, Recorded
 from noetl_celery.worker.heartbeat import Heartbeats
-
-log = logging.getLogger("noetl_celery.worker")
 
 RunBody = Callable[[ClaimedCommand], object]
 
