@@ -2,7 +2,8 @@
 browser test checks boxes in Chromium: tests/browser/test_pages.py): the loops table's
 and the summary's counts, each item with its trace id, filters by step and kind, the
 redrive form's one POST of the checked items (or all of a step), refused from another
-site and answered with one line for a form the page never sends."""
+site and answered with one line for a form the page never sends; `/metrics` counts
+them per step."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
 from noetl_celery.models.filters import ExecutionFilter
+from tests.integration.web.test_metrics import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -176,3 +178,21 @@ def test_the_redrive_form_refuses_other_sites_and_malformed_posts(
     assert missing.status_code == 404
     assert len(engine.executions(reruns)) == before
     assert all(q["redriven_by"] is None for q in engine.quarantine(eid)["items"])
+
+
+def test_metrics_count_quarantined_items_per_step(
+    served: Any, engine_on_workers: Engine, tmp_path: Path
+) -> None:
+    before = scrape(served.url)
+    eid = engine_on_workers.start_text(POISONED, {"fix": str(tmp_path / "never")})
+    assert engine_on_workers.wait(eid, 90).status == "COMPLETED"
+    after = scrape(served.url)
+
+    def grew(name: str, step: str) -> float:
+        labels = (("playbook", "tests/pages_quarantine"), ("step", step))
+        return after[(name, labels)] - before.get((name, labels), 0.0)
+
+    assert grew("noetl_loop_items_quarantined_total", "each") == 3
+    assert grew("noetl_loop_items_quarantined_total", "other") == 2
+    assert grew("noetl_loop_items_succeeded_total", "each") == 7
+    assert grew("noetl_loop_items_failed_total", "each") == 0
