@@ -23,38 +23,9 @@ from tests.integration.web.test_metrics import scrape
 pytestmark = pytest.mark.integration
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-# items in `bad` fail until the file `fix` exists; `slow` ones time out instead (a
-# second error kind), and `other` fails them in a second loop step
-POISONED = """apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: pages_quarantine, path: tests/pages_quarantine}
-workload: {n: 10, bad: [2, 5, 8], fix: /nonexistent}
-workflow:
-  - step: each
-    loop: {in: "{{ range(n) | list }}", iterator: x, spec: {mode: parallel, max_in_flight: 3}}
-    tool:
-      kind: python
-      input: {x: "{{ iter.x }}", bad: "{{ bad }}", fix: "{{ fix }}"}
-      code: |
-        import os
-        assert x not in bad or os.path.exists(fix), f"item {x} is poisoned"
-        result = x
-      spec:
-        policy:
-          rules:
-            - when: "{{ output.status == 'error' }}"
-              then: {do: quarantine}
-    next: {arcs: [{step: other}]}
-  - step: other
-    loop: {in: "{{ [100, 101] }}", iterator: y, spec: {on_item_error: quarantine}}
-    tool:
-      kind: python
-      input: {y: "{{ iter.y }}", fix: "{{ fix }}"}
-      code: |
-        import os
-        assert os.path.exists(fix), f"item {y} has no fix"
-        result = y
-"""
+POISONED = (
+    Path(__file__).resolve().parents[2] / "playbooks" / "quarantine_fixable.yaml"
+).read_text()
 
 
 def quarantined_rows(html: str) -> list[str]:
