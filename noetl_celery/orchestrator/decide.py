@@ -409,8 +409,9 @@ def start(
     A rerun (passes.rerun) starts elsewhere: at `entry` instead of the first step, with
     `variables` instead of workload + payload, with the `results` of steps that ran
     before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
-    them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs
-    these items instead of rendering `loop.in` (planned now, stored once). `now` is the
+    them), and with `loop_items`: the first epoch of each of those loop steps runs
+    these items instead of rendering `loop.in` (planned now, stored once), or instead of
+    claiming from a `loop.cursor`'s queue (a redrive of rows the original claimed). `now` is the
     pass's time (epoch seconds). `halt_after`: loop steps whose `loop.done` routes
     nowhere (a redrive runs its items and nothing else). Plain data in, a decision out:
     the same inputs give the same decision."""
@@ -430,6 +431,12 @@ def start(
     for step, items in (loop_items or {}).items():
         loop = playbook.step(step).loop
         assert loop is not None
+        meta: dict[str, Any] = {"iterator": loop.iterator, "total": len(items)}
+        if loop.is_cursor:
+            # a redrive's recorded rows, claimed by the original: its bodies run them as
+            # one frame of one lane of this epoch (`iter._worker_slot_id`, `_frame_index`
+            # and `_frame_row_index` render), and nothing claims from the queue
+            meta.update(lane=0, frame=1, frame_start=0)
         if items:
             run.decision.plans.append(
                 LoopPlan(
@@ -437,7 +444,7 @@ def start(
                     epoch=1,
                     items=list(items),
                     ctx_version=run.ctx_version(),
-                    meta={"iterator": loop.iterator, "total": len(items)},
+                    meta=meta,
                 )
             )
         state.preplanned[step] = len(items)
@@ -453,8 +460,10 @@ def _start_problem(playbook: Playbook, entry: str, loop_items: dict[str, list[An
         return f"cannot start at step '{entry}': the playbook has no such step"
     for step in loop_items:
         loop = playbook.step(step).loop if playbook.has_step(step) else None
-        if loop is None or loop.is_cursor:
-            return f"loop items given for step '{step}', which is not a `loop.in` loop"
+        if loop is None:
+            return f"loop items given for step '{step}', which is not a loop"
+        if loop.is_cursor and loop.spec.frame is not None and loop.spec.frame.process == "frame":
+            return f"loop items given for step '{step}', whose cursor runs a body per frame"
     return None
 
 

@@ -68,6 +68,14 @@ def window_of(run: Run, step: Step, default: int | None = None) -> int:
     return positive_int(run, step, raw, "loop.spec.max_in_flight")
 
 
+def cursor_window(run: Run, step: Step) -> int:
+    """How many rows of a cursor loop run at once: its lanes times each lane's rows."""
+    assert step.loop is not None
+    frame = step.loop.spec.frame or FrameSpec.model_validate({})
+    rows = positive_int(run, step, frame.row_concurrency, "loop.spec.frame.row_concurrency")
+    return window_of(run, step, default=1) * rows
+
+
 def positive_int(run: Run, step: Step, raw: int | str, field: str) -> int:
     """A loop size that may be a template; rendered against the current context."""
     value = run.renderer.value(raw, run.context(), f"step '{step.step}' {field}")
@@ -89,6 +97,10 @@ def enter_loop(run: Run, step: Step) -> None:
         return  # an epoch is still running; a concurrent second epoch would orphan it
     st.epoch += 1
     epoch = st.epoch
+    preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
+    if preplanned is not None:  # checked first: a cursor's redrive claims nothing
+        enter_preplanned(run, step, preplanned)
+        return
     if step.loop.is_cursor:
         frame = step.loop.spec.frame or FrameSpec.model_validate({})
         try:
@@ -108,10 +120,6 @@ def enter_loop(run: Run, step: Step) -> None:
             run.fail(step.step, epoch, str(exc))
             return
         cursor.enter_cursor(run, step, window, max_rows, row_concurrency, attempts)
-        return
-    preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
-    if preplanned is not None:
-        enter_preplanned(run, step, preplanned)
         return
     try:
         items = collection_of(run, step)
@@ -142,11 +150,13 @@ def enter_loop(run: Run, step: Step) -> None:
 def enter_preplanned(run: Run, step: Step, total: int) -> None:
     """The first epoch of a loop whose items were given at start (decide.start's
     `loop_items`, a rerun of failed items): they are planned rows already, `loop.in` is
-    not rendered; later epochs render it as usual."""
+    not rendered; later epochs render it as usual. A cursor's (a redrive of the rows its
+    original claimed) claims nothing: its rows run as a `loop.in` epoch's items, as many
+    at once as its lanes would (`max_in_flight` x `frame.row_concurrency`)."""
     assert step.loop is not None
     st = run.state.step(step.step)
     try:
-        window = window_of(run, step)
+        window = cursor_window(run, step) if step.loop.is_cursor else window_of(run, step)
     except NoetlError as exc:
         if not playbooks_fault(exc):
             raise
