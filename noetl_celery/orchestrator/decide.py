@@ -50,7 +50,6 @@ from noetl_celery.orchestrator.decisions import (
     Facts,
     Limits,
     LoopMirror,
-    LoopPlan,
     NewCommand,
     ResultWrite,
     Terminal,
@@ -424,47 +423,14 @@ def start(
     for step, data in (results or {}).items():
         run.record_result(step, 0, "ok", data)
         state.step(step).status = StepStatus.COMPLETED
-    problem = _start_problem(playbook, name, loop_items or {})
+    problem = loops.given_problem(playbook, name, loop_items or {})
     if problem is not None:
         run.fail(name, 0, problem)
         return run.finish()
-    for step, items in (loop_items or {}).items():
-        loop = playbook.step(step).loop
-        assert loop is not None
-        meta: dict[str, Any] = {"iterator": loop.iterator, "total": len(items)}
-        if loop.is_cursor:
-            # a redrive's recorded rows, claimed by the original: its bodies run them as
-            # one frame of one lane of this epoch (`iter._worker_slot_id`, `_frame_index`
-            # and `_frame_row_index` render), and nothing claims from the queue
-            meta.update(lane=0, frame=1, frame_start=0)
-        if items:
-            run.decision.plans.append(
-                LoopPlan(
-                    step=step,
-                    epoch=1,
-                    items=list(items),
-                    ctx_version=run.ctx_version(),
-                    meta=meta,
-                )
-            )
-        state.preplanned[step] = len(items)
+    loops.plan_given(run, playbook, loop_items or {})
     run.enter(name)
     run._drain_entries()
     return run.finish()
-
-
-def _start_problem(playbook: Playbook, entry: str, loop_items: dict[str, list[Any]]) -> str | None:
-    """Why `start` cannot begin as asked (the engine checks first; this keeps the core
-    from issuing a command of a step that does not exist)."""
-    if not playbook.has_step(entry):
-        return f"cannot start at step '{entry}': the playbook has no such step"
-    for step in loop_items:
-        loop = playbook.step(step).loop if playbook.has_step(step) else None
-        if loop is None:
-            return f"loop items given for step '{step}', which is not a loop"
-        if loop.is_cursor and loop.spec.frame is not None and loop.spec.frame.process == "frame":
-            return f"loop items given for step '{step}', whose cursor runs a body per frame"
-    return None
 
 
 def decide(

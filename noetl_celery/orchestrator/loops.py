@@ -10,12 +10,12 @@ only then are the step's arcs evaluated with `event.name == "loop.done"`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl_celery.constants import StepStatus
 from noetl_celery.errors import NoetlError, playbooks_fault
-from noetl_celery.models.playbook import FrameSpec, Step
+from noetl_celery.models.playbook import FrameSpec, Playbook, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import Completion, LoopMirror, LoopPlan
 from noetl_celery.orchestrator.iterations import (
@@ -145,6 +145,47 @@ def enter_loop(run: Run, step: Step) -> None:
         )
     )
     refill(run, step.step, st)
+
+
+def given_problem(
+    playbook: Playbook, entry: str, loop_items: Mapping[str, Sequence[Any]]
+) -> str | None:
+    """Why decide.start cannot begin at `entry` with `loop_items` (the engine checks
+    first; this keeps the core from issuing a command of a step that does not exist)."""
+    if not playbook.has_step(entry):
+        return f"cannot start at step '{entry}': the playbook has no such step"
+    for name in loop_items:
+        loop = playbook.step(name).loop if playbook.has_step(name) else None
+        if loop is None:
+            return f"loop items given for step '{name}', which is not a loop"
+        if loop.is_cursor and loop.spec.frame is not None and loop.spec.frame.process == "frame":
+            return f"loop items given for step '{name}', whose cursor runs a body per frame"
+    return None
+
+
+def plan_given(run: Run, playbook: Playbook, loop_items: Mapping[str, Sequence[Any]]) -> None:
+    """Plan the items given at start as the first epoch of their loops (stored once, now;
+    `enter_preplanned` issues them when the step is entered)."""
+    for name, items in loop_items.items():
+        loop = playbook.step(name).loop
+        assert loop is not None
+        meta: dict[str, Any] = {"iterator": loop.iterator, "total": len(items)}
+        if loop.is_cursor:
+            # a redrive's rows, claimed by the original: its bodies run them as one frame
+            # of one lane of this epoch (`iter._worker_slot_id`, `_frame_index` and
+            # `_frame_row_index` render), and nothing claims from the queue
+            meta.update(lane=0, frame=1, frame_start=0)
+        if items:
+            run.decision.plans.append(
+                LoopPlan(
+                    step=name,
+                    epoch=1,
+                    items=list(items),
+                    ctx_version=run.ctx_version(),
+                    meta=meta,
+                )
+            )
+        run.state.preplanned[name] = len(items)
 
 
 def enter_preplanned(run: Run, step: Step, total: int) -> None:
