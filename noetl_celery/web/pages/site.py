@@ -20,7 +20,7 @@ seconds and swaps the parts marked `data-live`, so nothing reloads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
@@ -195,24 +195,24 @@ class Site:
         return self._redirect(f"/executions/{quote(execution_id)}")
 
     def rerun(self, execution_id: str, form: Mapping[str, str]) -> Answer:
-        if (refused := self._refused(form, "form field", execution_id=execution_id)) is not None:
-            return refused
-        try:
-            new_id = actions.rerun(self.engine, execution_id, form)
-        except BrokerUnavailable as exc:
-            if exc.execution_id is None:
-                return self._error(exc)
-            new_id = exc.execution_id  # recorded: published when the broker is back
-        except NoetlError as exc:
-            return self._error(exc)
-        return self._redirect(f"/executions/{quote(new_id)}")
+        return self._start(
+            execution_id, form, lambda: actions.rerun(self.engine, execution_id, form)
+        )
 
     def redrive(self, execution_id: str, form: actions.Form) -> Answer:
         """The execution page's quarantine form: a redrive, then its new execution."""
+        return self._start(
+            execution_id, form, lambda: actions.redrive(self.engine, execution_id, form)
+        )
+
+    def _start(
+        self, execution_id: str, form: Mapping[str, str], action: Callable[[], str]
+    ) -> Answer:
+        """An action that starts an execution from `execution_id`'s page: then its page."""
         if (refused := self._refused(form, "form field", execution_id=execution_id)) is not None:
             return refused
         try:
-            new_id = actions.redrive(self.engine, execution_id, form)
+            new_id = action()
         except BrokerUnavailable as exc:
             if exc.execution_id is None:
                 return self._error(exc)

@@ -67,11 +67,13 @@ def test_the_page_shows_quarantined_items_counts_and_trace_ids(
     trace = tracing.trace_id_of(eid)
     assert page.count(f'<td class="noetl-trace"><code>{trace}</code>') == 5
     assert "item 5 is poisoned" in page and "python_error" in page
-    assert 'id="redrive-checked-button"' in page and 'id="redrive-all-button"' in page
+    # all of a step at once: only once one step is chosen (a redrive runs one loop)
+    assert 'id="redrive-checked-button"' in page and 'id="redrive-all-button"' not in page
     # filtered by step, then by a kind none of them has
     of_other = httpx.get(f"{served.url}/executions/{eid}?q_step=other").text
     assert quarantined_rows(of_other) == ["other:1:0", "other:1:1"]
     assert '<input type="hidden" name="step" value="other">' in of_other
+    assert 'id="redrive-all-button"' in of_other and "Redrive all 2 shown" in of_other
     none = httpx.get(f"{served.url}/executions/{eid}?q_kind=timeout").text
     assert quarantined_rows(none) == [] and "of 0 quarantined items" in none
     # the live refresh does not read (or swap) the section: its checked boxes stay
