@@ -19,6 +19,7 @@ from selenium.common.exceptions import (
     StaleElementReferenceException,
 )
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from noetl_celery.engine.service import Engine
 from tests.browser.conftest import FLOWER_AUTH, FlowerServer, authorization, use_credentials
@@ -185,11 +186,11 @@ def test_flower_failed_item_error_opens(
     shot(chrome, screenshots, "flower-execution-failed.png")
 
 
-def press(driver: Any, element: Any) -> None:
-    """Click `element` once it is scrolled to the middle of the window (rows low on the
-    page; a screenshot's resize leaves chromedriver's click points stale: take it after)."""
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
-    element.click()
+def press(element: Any) -> None:
+    """Press `element` from the keyboard (Space: a checkbox toggles, a button submits
+    its form as its own submitter). Rows low on the page: after the session's earlier
+    screenshots resized the window, chromedriver's click points there come out stale."""
+    element.send_keys(Keys.SPACE)
 
 
 def test_flower_redrive_two_checked_quarantined_items(
@@ -214,8 +215,10 @@ def test_flower_redrive_two_checked_quarantined_items(
     ]
     fix.write_text("fixed")
     for item in ("each:1:2", "each:1:8"):
-        press(chrome, chrome.find_element(By.CSS_SELECTOR, f'input[name="item"][value="{item}"]'))
-    press(chrome, chrome.find_element(By.ID, "redrive-checked-button"))
+        box = chrome.find_element(By.CSS_SELECTOR, f'input[name="item"][value="{item}"]')
+        press(box)
+        assert box.is_selected()
+    press(chrome.find_element(By.ID, "redrive-checked-button"))
     here = f"/executions/{execution_id}"
     poll(
         lambda: "/executions/" in chrome.current_url and not chrome.current_url.endswith(here),
