@@ -50,7 +50,6 @@ from noetl_celery.orchestrator.decisions import (
     Facts,
     Limits,
     LoopMirror,
-    LoopPlan,
     NewCommand,
     ResultWrite,
     Terminal,
@@ -409,8 +408,9 @@ def start(
     A rerun (passes.rerun) starts elsewhere: at `entry` instead of the first step, with
     `variables` instead of workload + payload, with the `results` of steps that ran
     before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
-    them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs
-    these items instead of rendering `loop.in` (planned now, stored once). `now` is the
+    them), and with `loop_items`: the first epoch of each of those loop steps runs
+    these items instead of rendering `loop.in` (planned now, stored once), or instead of
+    claiming from a `loop.cursor`'s queue (a redrive of rows the original claimed). `now` is the
     pass's time (epoch seconds). `halt_after`: loop steps whose `loop.done` routes
     nowhere (a redrive runs its items and nothing else). Plain data in, a decision out:
     the same inputs give the same decision."""
@@ -423,39 +423,14 @@ def start(
     for step, data in (results or {}).items():
         run.record_result(step, 0, "ok", data)
         state.step(step).status = StepStatus.COMPLETED
-    problem = _start_problem(playbook, name, loop_items or {})
+    problem = loops.given_problem(playbook, name, loop_items or {})
     if problem is not None:
         run.fail(name, 0, problem)
         return run.finish()
-    for step, items in (loop_items or {}).items():
-        loop = playbook.step(step).loop
-        assert loop is not None
-        if items:
-            run.decision.plans.append(
-                LoopPlan(
-                    step=step,
-                    epoch=1,
-                    items=list(items),
-                    ctx_version=run.ctx_version(),
-                    meta={"iterator": loop.iterator, "total": len(items)},
-                )
-            )
-        state.preplanned[step] = len(items)
+    loops.plan_given(run, playbook, loop_items or {})
     run.enter(name)
     run._drain_entries()
     return run.finish()
-
-
-def _start_problem(playbook: Playbook, entry: str, loop_items: dict[str, list[Any]]) -> str | None:
-    """Why `start` cannot begin as asked (the engine checks first; this keeps the core
-    from issuing a command of a step that does not exist)."""
-    if not playbook.has_step(entry):
-        return f"cannot start at step '{entry}': the playbook has no such step"
-    for step in loop_items:
-        loop = playbook.step(step).loop if playbook.has_step(step) else None
-        if loop is None or loop.is_cursor:
-            return f"loop items given for step '{step}', which is not a `loop.in` loop"
-    return None
 
 
 def decide(

@@ -15,7 +15,7 @@ from noetl_celery.errors import NoetlError
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import CheckedRoute, Handler
 from noetl_celery.web.pages import render
-from noetl_celery.web.pages.actions import same_origin
+from noetl_celery.web.pages.actions import Form, same_origin
 from noetl_celery.web.pages.site import Answer, Site, error_answer
 
 
@@ -62,15 +62,16 @@ def _params(request: Request) -> dict[str, str]:
     return dict(request.query_params)
 
 
-async def _form(request: Request) -> dict[str, str] | None:
-    """The url-encoded form of a POST, None when it did not come from our own pages."""
+async def _form(request: Request) -> Form | None:
+    """The url-encoded form of a POST (every value of a repeated field kept: the
+    redrive's checked boxes), None when it did not come from our own pages."""
     headers = {k.lower(): v for k, v in request.headers.items()}
     if not same_origin(headers, headers.get("host", "")):
         return None
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
         return None
-    return dict(parse_qsl(body.decode("utf-8", "replace")))
+    return Form(parse_qsl(body.decode("utf-8", "replace")))
 
 
 def _forbidden(engine: EngineDep) -> Response:
@@ -115,6 +116,14 @@ async def rerun(execution_id: str, request: Request, engine: EngineDep) -> Respo
     if form is None:
         return _forbidden(engine)
     return _answer(await run_in_threadpool(Site(engine).rerun, execution_id, form))
+
+
+@router.post("/executions/{execution_id}/redrive")
+async def redrive(execution_id: str, request: Request, engine: EngineDep) -> Response:
+    form = await _form(request)
+    if form is None:
+        return _forbidden(engine)
+    return _answer(await run_in_threadpool(Site(engine).redrive, execution_id, form))
 
 
 @router.post("/schedules/{schedule_id}/{action}")
