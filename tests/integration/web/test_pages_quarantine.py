@@ -147,6 +147,12 @@ def test_the_redrive_form_refuses_other_sites_and_malformed_posts(
         answer = post(served, here, bad, Origin=served.url)
         assert answer.status_code == status, (bad, answer.text[:300])
         assert line in html.unescape(answer.text), (bad, answer.text[-600:])
+    # more boxes than any page shows (50 a page): a 413 that says so, not "cross-site"
+    huge = "scope=checked" + "&item=each%3A1%3A2" * 1100
+    answer = post(served, here, huge, Origin=served.url)
+    assert answer.status_code == 413, answer.text[:300]
+    assert "check fewer items at once" in html.unescape(answer.text)
+    assert "did not come from this site" not in answer.text
     missing = post(served, "/executions/nope/redrive", body, Origin=served.url)
     assert missing.status_code == 404
     assert len(engine.executions(reruns)) == before
