@@ -15,7 +15,7 @@ from noetl_celery.errors import ReplayError, StoreInterrupted
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
-from noetl_celery.orchestrator.decide import copy_state, decide, start
+from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from noetl_celery.orchestrator.recording import (
     ReplayFacts,
@@ -24,7 +24,7 @@ from noetl_celery.orchestrator.recording import (
     limits_from_json,
     replay,
 )
-from noetl_celery.orchestrator.state import ExecutionState, Lane, LoopProgress
+from noetl_celery.orchestrator.state import ExecutionState, Lane, LoopProgress, copy_state
 
 PASSES = Path(__file__).resolve().parents[1] / "fixtures" / "passes"
 RECORDS = sorted(PASSES.glob("*.json"))
