@@ -84,6 +84,14 @@ def test_the_recorded_passes_cover_the_engines_features() -> None:
         (load(path)["state"] or {}).get("joins") and load(path)["decision"]["commands"]
         for path in RECORDS
     )
+    # a waiting join keeps its last arrival's arc (join_arcs); unmatched targets of an
+    # inclusive router are skipped
+    assert any((d["state"] or {}).get("join_arcs") for d in decided)
+    assert any(
+        e["type"] == "step.skipped" and (e["payload"] or {}).get("reason") == "inclusive"
+        for d in decided
+        for e in d["events"]
+    )
     assert any(d["plans"] for d in decided) and any(d["issues"] for d in decided)
     assert sum(f.stat().st_size for f in PASSES.rglob("*") if f.is_file()) < 2_000_000
 
