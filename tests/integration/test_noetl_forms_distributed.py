@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.store.rows import EventJSON
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def run(engine: Engine, text: str, payload: dict[str, Any] | None = None) -> tup
     return eid, row
 
 
-def events(engine: Engine, eid: str, kind: str) -> list[dict[str, Any]]:
+def events(engine: Engine, eid: str, kind: str) -> list[EventJSON]:
     return [e for e in engine.events(eid) if e["type"] == kind]
 
 
@@ -89,7 +90,10 @@ workflow:
   - step: work
     when: "{{ go }}"
     loop: {in: "{{ [1, 2, 3] }}", iterator: x, spec: {mode: sequential}}
-    tool: {kind: python, input: {x: "{{ iter.x }}"}, code: "import time\\ntime.sleep(0.5)\\nresult = x"}
+    tool:
+      kind: python
+      input: {x: "{{ iter.x }}"}
+      code: "import time\\ntime.sleep(0.5)\\nresult = x"
 """
 )
 
@@ -107,7 +111,8 @@ def test_a_loop_steps_when_reentered_while_it_runs_skips_without_stopping_it(
     assert len(events(engine, eid, "loop.done")) == 1
     order = [e["type"] for e in engine.events(eid)]
     assert order.index("step.skipped") < order.index("loop.done")  # while it ran
-    assert engine.store.execution(eid).state["steps"]["work"]["status"] == "completed"
+    state = engine.store.execution(eid).state or {}
+    assert state["steps"]["work"]["status"] == "completed"
 
 
 FORMS = (

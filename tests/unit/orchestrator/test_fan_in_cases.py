@@ -50,7 +50,7 @@ class Case:
 
 # what a released join's `when` reads of its last arrival (a's call.done): every field
 RELEASED_WHEN = (
-    "{{{{ event.name == \"call.done\" and event.step == \"a\" and output.status == \"ok\""
+    '{{{{ event.name == "call.done" and event.step == "a" and output.status == "ok"'
     " and output.data.v == {v} and error is none }}}}"
 )
 
@@ -183,7 +183,7 @@ CASES = [
         + py("b2", arcs("step: join\n          when: '{{ event.name == \"call.done\" }}'"))
         + py(
             "join",
-            "    when: '{{ event.name == \"loop.done\" and event.step == \"a\""
+            '    when: \'{{ event.name == "loop.done" and event.step == "a"'
             " and output.data.stats.total == 2 }}'\n",
         ),
         results={"b2": err("boom")},
@@ -289,10 +289,10 @@ def test_the_barrier_waits_in_the_snapshot() -> None:
     round_trip = ExecutionState.from_json(waiting.to_json())
     assert round_trip.joins == waiting.joins
     # the last arrival's arc context, its output.data a pointer to a's result
-    record = round_trip.join_arcs["join"]
-    assert record["source"] == "a" and record["origin"] == ["a", 1]
-    assert "data" not in record["output"] and record["output"]["status"] == "ok"
-    assert record["extra"]["event"] == {"name": "call.done", "step": "a"}
+    arc = round_trip.join_arcs["join"]
+    assert arc["source"] == "a" and arc["origin"] == ["a", 1]
+    assert "data" not in arc["output"] and arc["output"]["status"] == "ok"
+    assert arc["extra"]["event"] == {"name": "call.done", "step": "a"}
     assert sim.decisions[-1].state.join_arcs == {}
 
 
