@@ -1,4 +1,4 @@
-"""The fan-in barrier and untaken exclusive branches: pure functions of an execution's
+"""The fan-in barrier and untaken branches: pure functions of an execution's
 state and its playbook's arc graph (models.playbook `ArcGraph`), used by the pass
 (orchestrator.decide).
 
@@ -29,9 +29,10 @@ Fan-in barrier (NoETL server orchestrate-core/src/orchestrator.rs, read at 3.83.
   router's mode) when they were never entered and no live step can still reach them,
   unless the router is on a cycle (a pagination branch point's exit is "not this
   iteration", not dead: NoETL skips those too). NoETL records it for every unmatched
-  target, as in inclusive mode, and then treats it as done: a later arc to it is
-  dropped. Skipping only the targets nothing can reach keeps both true here: a step
-  marked skipped is never reached again by the flow that skipped it.
+  target and then treats the step as done, dropping any later arc to it (a step that
+  another branch still reaches never runs: docs/compatibility.md, Deliberate
+  differences); skipping only what nothing can reach, a step marked skipped here is
+  never reached again by the flow that skipped it.
 Differences: NoETL never re-enters a finished step except by a loop back-edge; here a
 barrier passed once waits again for the next arrivals (a new epoch). A failed upstream
 that still arrives (an unconditional arc) is an arrival and the execution ends FAILED
