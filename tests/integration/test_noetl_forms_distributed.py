@@ -2,16 +2,19 @@
 not only on the embedded engine: a fan-in join released by the re-check in its last
 arrival's context, skipped arc targets in both router modes, a loop step's `when` when it
 is re-entered while it runs, python's `input_data` and top-level `return`, duration
-strings, `next.spec.on_no_match`, and a NoETL tool kind this engine lacks (issue 31)."""
+strings, `next.spec.on_no_match`, a NoETL tool kind this engine lacks, and a keychain
+provider refused in a sub-playbook (issue 31)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from noetl_celery.engine.service import Engine
 from noetl_celery.store.rows import EventJSON
+from noetl_celery.store.schema import executions
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +159,40 @@ def test_noetl_forms_run_on_workers_and_a_lacking_kind_fails_only_when_reached(
     assert row.status == "FAILED"
     assert "kind gcs is not supported by noetl-celery" in str(row.error), row.error
     assert "step 'unknown_kind'" in str(row.error)
+
+
+CHILD_GCP = (
+    HEAD
+    + """metadata: {name: child_gcp, path: tests/forms/child_gcp}
+keychain:
+  - {name: openai, kind: secret_manager, provider: gcp, auth: gcp, map: {api_key: p/s}}
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 1"}
+"""
+)
+PARENT = (
+    HEAD
+    + """metadata: {name: parent_of_gcp, path: tests/forms/parent_of_gcp}
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/forms/child_gcp, return_step: start}
+"""
+)
+
+
+def test_a_keychain_provider_is_refused_naming_it_in_a_sub_playbook(engine: Engine) -> None:
+    """A start through the engine refuses it before anything exists
+    (tests/integration/test_keychain.py); a sub-playbook started by its parent on a
+    worker fails its first command instead, naming the entry and the provider."""
+    engine.register_text(CHILD_GCP)
+    eid, row = run(engine, PARENT)
+    assert row.status == "FAILED", row.error
+    with engine.database.read_engine.connect() as conn:
+        [child_id] = conn.execute(
+            select(executions.c.execution_id).where(executions.c.parent_execution_id == eid)
+        ).scalars()
+    child = engine.store.execution(child_id)
+    assert child.status == "FAILED"
+    assert "keychain entry 'openai' (kind secret_manager, provider gcp)" in str(child.error)
+    assert "Google Secret Manager (`provider: gcp`)" in str(child.error), child.error
