@@ -196,3 +196,40 @@ def test_a_keychain_provider_is_refused_naming_it_in_a_sub_playbook(engine: Engi
     assert child.status == "FAILED"
     assert "keychain entry 'openai' (kind secret_manager, provider gcp)" in str(child.error)
     assert "Google Secret Manager (`provider: gcp`)" in str(child.error), child.error
+
+
+OPTIONAL_PRE = (
+    HEAD
+    + """metadata: {name: optional_pre, path: tests/forms/optional_pre}
+workload: {prepare: true}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next:
+      arcs:
+        - step: pre
+          when: "{{ prepare }}"
+        - step: main
+  - step: pre
+    tool: {kind: python, code: "result = {'pre': True}"}
+    next: {arcs: [{step: main}]}
+  - step: main
+    tool: {kind: python, input: {pre: "{{ pre.pre if pre else false }}"}, code: "result = pre"}
+"""
+)
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_an_unchosen_target_another_path_reaches_runs_once_and_is_not_skipped(
+    engine: Engine, prepare: bool
+) -> None:
+    """NoETL marks `main` skipped when `start` chooses `pre`, and then drops `pre`'s arc
+    to it (docs/compatibility.md, Deliberate differences); here `main` runs once, after
+    `pre`, and nothing is skipped. Without `pre` chosen, `pre` is the skipped one."""
+    eid, row = run(engine, OPTIONAL_PRE, {"prepare": prepare})
+    assert row.status == "COMPLETED", row.error
+    assert engine.summary(eid)["result"] is prepare
+    ran = [e["step"] for e in events(engine, eid, "command.completed")]
+    assert ran == (["start", "pre", "main"] if prepare else ["start", "main"])
+    skipped = [e["step"] for e in events(engine, eid, "step.skipped")]
+    assert skipped == ([] if prepare else ["pre"])
