@@ -3,8 +3,12 @@ in, metric samples out; `web.metrics` serves them).
 
     noetl_executions{status}                      executions by status (gauge)
     noetl_loop_items_succeeded_total{playbook,step}
-    noetl_loop_items_failed_total{playbook,step}  loop items finished, per playbook and
-                                                  step, running epochs included (live)
+    noetl_loop_items_failed_total{playbook,step}
+    noetl_loop_items_quarantined_total{playbook,step}
+                                                  loop items finished, per playbook and
+                                                  step, running epochs included (live);
+                                                  quarantined: set aside (noetl-celery
+                                                  quarantine), neither succeeded nor failed
     noetl_commands{status}                        commands of running executions that are
                                                   issued (waiting for a worker), running,
                                                   waiting (for a sub-playbook) or delayed
@@ -49,22 +53,27 @@ class Family:
     samples: tuple[tuple[tuple[str, ...], float], ...]
 
 
-def loop_items(snapshot: MetricsSnapshot) -> dict[tuple[str, str], tuple[int, int]]:
-    """(playbook, step) -> (succeeded, failed): finished epochs from the table plus the
-    running epochs of RUNNING executions from their state."""
-    totals: dict[tuple[str, str], tuple[int, int]] = {}
+def loop_items(snapshot: MetricsSnapshot) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(playbook, step) -> (succeeded, failed, quarantined): finished epochs from the
+    table plus the running epochs of RUNNING executions from their state."""
+    totals: dict[tuple[str, str], tuple[int, int, int]] = {}
 
-    def add(key: tuple[str, str], ok: int, bad: int) -> None:
-        was = totals.get(key, (0, 0))
-        totals[key] = (was[0] + ok, was[1] + bad)
+    def add(key: tuple[str, str], ok: int, bad: int, aside: int) -> None:
+        was = totals.get(key, (0, 0, 0))
+        totals[key] = (was[0] + ok, was[1] + bad, was[2] + aside)
 
     for row in snapshot.finished_loops:
-        add((row.path, row.step), row.succeeded, row.failed)
+        add((row.path, row.step), row.succeeded, row.failed, row.quarantined)
     for path, state in snapshot.running_states:
         for step, st in (state.get("steps") or {}).items():
             loop = st.get("loop") if isinstance(st, dict) else None
             if loop and not loop.get("done"):
-                add((path, step), int(loop.get("succeeded") or 0), int(loop.get("failed") or 0))
+                add(
+                    (path, step),
+                    int(loop.get("succeeded") or 0),
+                    int(loop.get("failed") or 0),
+                    int(loop.get("quarantined") or 0),
+                )
     return totals
 
 
@@ -85,14 +94,22 @@ def families(snapshot: MetricsSnapshot, now: datetime) -> Iterator[Family]:
         "counter",
         "Loop items that succeeded, per playbook and step.",
         ("playbook", "step"),
-        tuple((key, float(ok)) for key, (ok, _) in items),
+        tuple((key, float(ok)) for key, (ok, _, _) in items),
     )
     yield Family(
         "noetl_loop_items_failed",
         "counter",
         "Loop items that failed (not handled by a policy), per playbook and step.",
         ("playbook", "step"),
-        tuple((key, float(bad)) for key, (_, bad) in items),
+        tuple((key, float(bad)) for key, (_, bad, _) in items),
+    )
+    yield Family(
+        "noetl_loop_items_quarantined",
+        "counter",
+        "Loop items set aside by a quarantine (neither succeeded nor failed), per playbook "
+        "and step.",
+        ("playbook", "step"),
+        tuple((key, float(aside)) for key, (_, _, aside) in items),
     )
     yield Family(
         "noetl_commands",

@@ -398,7 +398,10 @@ class Engine(EngineReads, EngineReruns):
         # a keychain entry that cannot work here (a cloud secret manager) refuses the
         # start before the execution exists; the worker checks again for executions
         # started elsewhere (sub-playbooks, schedules)
-        check_startable(self.playbooks.get(entry.catalog_id).keychain)
+        playbook = self.playbooks.get(entry.catalog_id)
+        check_startable(playbook.keychain)
+        if self._inprocess is not None:  # this process runs the commands: warm it up
+            self.services.warm_up({tool.kind for _step, _at, tool in playbook.tools()})
         execution_id = new_execution_id()
         self.store.create_execution(
             execution_id,

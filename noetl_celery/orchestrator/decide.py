@@ -23,7 +23,6 @@ import copy
 import datetime as dt
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from noetl_celery.constants import (
@@ -50,13 +49,12 @@ from noetl_celery.orchestrator.decisions import (
     Facts,
     Limits,
     LoopMirror,
-    LoopPlan,
     NewCommand,
     ResultWrite,
     Terminal,
 )
 from noetl_celery.orchestrator.ids import step_command_id
-from noetl_celery.orchestrator.state import ExecutionState, StepFailure, StepState
+from noetl_celery.orchestrator.state import ExecutionState, StepFailure, copy_state
 from noetl_celery.orchestrator.variables import apply_set
 from noetl_celery.templating import renderer_for
 from noetl_celery.templating.context import build_context
@@ -93,10 +91,7 @@ class Pass:
         self.loops_before = loops.mirrors_of(state)
         self.finished_loops: list[LoopMirror] = []  # epochs finished in this pass
         self._idle_hops = 0
-        # steps to enter, with the `extra` context of the arc that reached them (what
-        # a step-level `when` sees: the routing step's `output`, `event`, `error`)
-        # and the step whose arc it was (None: not an arc, e.g. the start)
-        self._entries: deque[tuple[str, Mapping[str, Any] | None, str | None]] = deque()
+        self._entries: deque[joins.Entry] = deque()  # steps to enter in this pass
 
     # ---- context ----------------------------------------------------------------------------
     def result_of(self, step: str, epoch: int) -> Any:
@@ -169,9 +164,13 @@ class Pass:
 
     # ---- entering steps ---------------------------------------------------------------------
     def enter(
-        self, name: str, extra: Mapping[str, Any] | None = None, source: str | None = None
+        self,
+        name: str,
+        extra: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        origin: joins.Origin | None = None,
     ) -> None:
-        self._entries.append((name, extra, source))
+        self._entries.append(joins.Entry(name, extra, source, origin))
 
     def _drain_entries(self) -> None:
         while True:
@@ -181,16 +180,17 @@ class Pass:
                 return
 
     def _drain_one(self) -> None:
-        name, extra, source = self._entries.popleft()
-        if source is not None and not self._arrive(name, source):
+        entry = self._entries.popleft()
+        name = entry.name
+        if not entry.released and not self._arrive(entry):
             return  # waits at its fan-in barrier
         step = self.playbook.step(name)
         issued_before = len(self.decision.commands) + len(self.decision.issues)
-        if self._enabled(step, extra):
+        if self._enabled(step, entry):
             if step.loop is not None:
                 loops.enter_loop(self, step)
             else:
-                self._enter_plain(step, source)
+                self._enter_plain(step, entry.source)
         if len(self.decision.commands) + len(self.decision.issues) == issued_before:
             self._idle_hops += 1
             if self._idle_hops > self.limits.max_idle_transitions:
@@ -203,35 +203,37 @@ class Pass:
 
     # ---- fan-in barrier (orchestrator.joins) ------------------------------------------------
     def _queued(self) -> set[str]:
-        return {name for name, _extra, _source in self._entries}
+        return {entry.name for entry in self._entries}
 
-    def _arrive(self, name: str, source: str) -> bool:
-        if source not in self.playbook.graph.fan_in(name):
+    def _arrive(self, entry: joins.Entry) -> bool:
+        if entry.source is None or entry.source not in self.playbook.graph.fan_in(entry.name):
             return True  # most entries: no barrier, and no set of the queue built
-        return joins.arrive(self.state, self.playbook.graph, name, source, self._queued())
+        return joins.arrive(self.state, self.playbook.graph, entry, self._queued())
 
     def _release_joins(self) -> bool:
-        """Enter the waiting fan-in steps whose barrier passed (a branch ended); any?"""
+        """Enter the waiting fan-in steps whose barrier passed (a branch ended), in their
+        last arrival's arc context; any?"""
         released = joins.released(self.state, self.playbook.graph, self._queued())
-        for name in released:
-            self.enter(name)
+        for name, record in released:
+            self._entries.append(joins.arc_entry(name, record, self.result_of))
         return bool(released)
 
-    def _skip_untaken(self, step: Step, taken: set[str]) -> None:
-        queued = self._queued()
+    def _skip_untaken(self, step: Step) -> None:
         targets = [a.step for a in step.arcs if self.playbook.has_step(a.step)]
+        mode = "exclusive" if step.exclusive else "inclusive"
+        graph = self.playbook.graph
         for event in joins.skip_untaken(
-            self.state, self.playbook.graph, step.step, targets, taken | queued
+            self.state, graph, step.step, mode, targets, self._queued()
         ):
             self.decision.events.append(event)
 
-    def _enabled(self, step: Step, extra: Mapping[str, Any] | None) -> bool:
+    def _enabled(self, step: Step, entry: joins.Entry) -> bool:
         """The step's enable guard (orchestrator.guards); a skipped step's chain goes on
         through the first of its arcs that matches."""
-        enabled, chained = guards.evaluate(self, step, extra)
+        enabled, chained = guards.evaluate(self, step, entry.extra)
         if chained is not None:
             target, context = chained
-            self.enter(target, context, step.step)
+            self.enter(target, context, step.step, entry.origin)
         return enabled
 
     def _enter_plain(self, step: Step, source: str | None = None) -> None:
@@ -258,7 +260,6 @@ class Pass:
     def route(self, step: Step, epoch: int, output: Mapping[str, Any], event_name: str) -> bool:
         """Evaluate the step's arcs; return True if a guarded arc matched (handled)."""
         handled = False
-        taken: set[str] = set()
         extra = {
             "output": output,
             "event": {"name": event_name, "step": step.step},
@@ -281,12 +282,10 @@ class Pass:
             if not matched:
                 continue
             handled = handled or arc.when is not None
-            taken.add(arc.step)
-            self.enter(arc.step, extra, step.step)
+            self.enter(arc.step, extra, step.step, (step.step, epoch))
             if step.exclusive:
                 break
-        if step.exclusive and len(step.arcs) > 1:
-            self._skip_untaken(step, taken)
+        self._skip_untaken(step)
         return handled
 
     # ---- completions ------------------------------------------------------------------------
@@ -409,8 +408,9 @@ def start(
     A rerun (passes.rerun) starts elsewhere: at `entry` instead of the first step, with
     `variables` instead of workload + payload, with the `results` of steps that ran
     before (recorded as their epoch 0, so `{{ step.x }}` renders them; nothing runs
-    them), and with `loop_items`: the first epoch of each of those `loop.in` steps runs
-    these items instead of rendering `loop.in` (planned now, stored once). `now` is the
+    them), and with `loop_items`: the first epoch of each of those loop steps runs
+    these items instead of rendering `loop.in` (planned now, stored once), or instead of
+    claiming from a `loop.cursor`'s queue (a redrive of rows the original claimed). `now` is the
     pass's time (epoch seconds). `halt_after`: loop steps whose `loop.done` routes
     nowhere (a redrive runs its items and nothing else). Plain data in, a decision out:
     the same inputs give the same decision."""
@@ -423,39 +423,14 @@ def start(
     for step, data in (results or {}).items():
         run.record_result(step, 0, "ok", data)
         state.step(step).status = StepStatus.COMPLETED
-    problem = _start_problem(playbook, name, loop_items or {})
+    problem = loops.given_problem(playbook, name, loop_items or {})
     if problem is not None:
         run.fail(name, 0, problem)
         return run.finish()
-    for step, items in (loop_items or {}).items():
-        loop = playbook.step(step).loop
-        assert loop is not None
-        if items:
-            run.decision.plans.append(
-                LoopPlan(
-                    step=step,
-                    epoch=1,
-                    items=list(items),
-                    ctx_version=run.ctx_version(),
-                    meta={"iterator": loop.iterator, "total": len(items)},
-                )
-            )
-        state.preplanned[step] = len(items)
+    loops.plan_given(run, playbook, loop_items or {})
     run.enter(name)
     run._drain_entries()
     return run.finish()
-
-
-def _start_problem(playbook: Playbook, entry: str, loop_items: dict[str, list[Any]]) -> str | None:
-    """Why `start` cannot begin as asked (the engine checks first; this keeps the core
-    from issuing a command of a step that does not exist)."""
-    if not playbook.has_step(entry):
-        return f"cannot start at step '{entry}': the playbook has no such step"
-    for step in loop_items:
-        loop = playbook.step(step).loop if playbook.has_step(step) else None
-        if loop is None or loop.is_cursor:
-            return f"loop items given for step '{step}', which is not a `loop.in` loop"
-    return None
 
 
 def decide(
@@ -479,30 +454,3 @@ def decide(
     for completion in completions:
         run.on_completion(completion)
     return run.finish()
-
-
-def copy_state(state: ExecutionState) -> ExecutionState:
-    """A copy of `state` that a pass may mutate without touching the original.
-
-    Structural, not deep: a pass only ever assigns top-level variables (`set:`, a
-    step's `ctx`) and never changes a variable's value in place, so the variable map is
-    copied and its values shared; the counters (steps, loops, lanes) and the lists a
-    pass appends to are copied. A deep copy of a state holding a 10k-item collection
-    costs ~30 ms a pass, this one well under a millisecond (tests/unit/test_replay.py).
-    """
-    return replace(
-        state,
-        vars=dict(state.vars),
-        steps={name: _copy_step(st) for name, st in state.steps.items()},
-        failures=list(state.failures),
-        preplanned=dict(state.preplanned),
-        joins={name: list(arrived) for name, arrived in state.joins.items()},
-    )
-
-
-def _copy_step(st: StepState) -> StepState:
-    loop = st.loop
-    if loop is not None:
-        lanes = None if loop.lanes is None else [replace(lane) for lane in loop.lanes]
-        loop = replace(loop, lanes=lanes, errors=list(loop.errors))
-    return replace(st, loop=loop)

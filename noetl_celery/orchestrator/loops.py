@@ -10,12 +10,12 @@ only then are the step's arcs evaluated with `event.name == "loop.done"`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl_celery.constants import StepStatus
 from noetl_celery.errors import NoetlError, playbooks_fault
-from noetl_celery.models.playbook import FrameSpec, Step
+from noetl_celery.models.playbook import FrameSpec, Playbook, Step
 from noetl_celery.orchestrator import cursor
 from noetl_celery.orchestrator.decisions import Completion, LoopMirror, LoopPlan
 from noetl_celery.orchestrator.iterations import (
@@ -68,6 +68,14 @@ def window_of(run: Run, step: Step, default: int | None = None) -> int:
     return positive_int(run, step, raw, "loop.spec.max_in_flight")
 
 
+def cursor_window(run: Run, step: Step) -> int:
+    """How many rows of a cursor loop run at once: its lanes times each lane's rows."""
+    assert step.loop is not None
+    frame = step.loop.spec.frame or FrameSpec.model_validate({})
+    rows = positive_int(run, step, frame.row_concurrency, "loop.spec.frame.row_concurrency")
+    return window_of(run, step, default=1) * rows
+
+
 def positive_int(run: Run, step: Step, raw: int | str, field: str) -> int:
     """A loop size that may be a template; rendered against the current context."""
     value = run.renderer.value(raw, run.context(), f"step '{step.step}' {field}")
@@ -89,6 +97,10 @@ def enter_loop(run: Run, step: Step) -> None:
         return  # an epoch is still running; a concurrent second epoch would orphan it
     st.epoch += 1
     epoch = st.epoch
+    preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
+    if preplanned is not None:  # checked first: a cursor's redrive claims nothing
+        enter_preplanned(run, step, preplanned)
+        return
     if step.loop.is_cursor:
         frame = step.loop.spec.frame or FrameSpec.model_validate({})
         try:
@@ -108,10 +120,6 @@ def enter_loop(run: Run, step: Step) -> None:
             run.fail(step.step, epoch, str(exc))
             return
         cursor.enter_cursor(run, step, window, max_rows, row_concurrency, attempts)
-        return
-    preplanned = run.state.preplanned.pop(step.step, None) if epoch == 1 else None
-    if preplanned is not None:
-        enter_preplanned(run, step, preplanned)
         return
     try:
         items = collection_of(run, step)
@@ -139,14 +147,57 @@ def enter_loop(run: Run, step: Step) -> None:
     refill(run, step.step, st)
 
 
+def given_problem(
+    playbook: Playbook, entry: str, loop_items: Mapping[str, Sequence[Any]]
+) -> str | None:
+    """Why decide.start cannot begin at `entry` with `loop_items` (the engine checks
+    first; this keeps the core from issuing a command of a step that does not exist)."""
+    if not playbook.has_step(entry):
+        return f"cannot start at step '{entry}': the playbook has no such step"
+    for name in loop_items:
+        loop = playbook.step(name).loop if playbook.has_step(name) else None
+        if loop is None:
+            return f"loop items given for step '{name}', which is not a loop"
+        if loop.is_cursor and loop.spec.frame is not None and loop.spec.frame.process == "frame":
+            return f"loop items given for step '{name}', whose cursor runs a body per frame"
+    return None
+
+
+def plan_given(run: Run, playbook: Playbook, loop_items: Mapping[str, Sequence[Any]]) -> None:
+    """Plan the items given at start as the first epoch of their loops (stored once, now;
+    `enter_preplanned` issues them when the step is entered)."""
+    for name, items in loop_items.items():
+        loop = playbook.step(name).loop
+        assert loop is not None
+        meta: dict[str, Any] = {"iterator": loop.iterator, "total": len(items)}
+        if loop.is_cursor:
+            # a redrive's rows, claimed by the original: its bodies run them as one frame
+            # of one lane of this epoch (`iter._worker_slot_id`, `_frame_index` and
+            # `_frame_row_index` render), and nothing claims from the queue
+            meta.update(lane=0, frame=1, frame_start=0)
+        if items:
+            run.decision.plans.append(
+                LoopPlan(
+                    step=name,
+                    epoch=1,
+                    items=list(items),
+                    ctx_version=run.ctx_version(),
+                    meta=meta,
+                )
+            )
+        run.state.preplanned[name] = len(items)
+
+
 def enter_preplanned(run: Run, step: Step, total: int) -> None:
     """The first epoch of a loop whose items were given at start (decide.start's
     `loop_items`, a rerun of failed items): they are planned rows already, `loop.in` is
-    not rendered; later epochs render it as usual."""
+    not rendered; later epochs render it as usual. A cursor's (a redrive of the rows its
+    original claimed) claims nothing: its rows run as a `loop.in` epoch's items, as many
+    at once as its lanes would (`max_in_flight` x `frame.row_concurrency`)."""
     assert step.loop is not None
     st = run.state.step(step.step)
     try:
-        window = window_of(run, step)
+        window = cursor_window(run, step) if step.loop.is_cursor else window_of(run, step)
     except NoetlError as exc:
         if not playbooks_fault(exc):
             raise

@@ -114,7 +114,9 @@ def plan_redrive(
     """A rerun of exactly the quarantined items of `original` that `step`, `kind` and
     `item_ids` select (every one not yet redriven when none is given), all of one loop
     step: it enters that loop with just those items, and nothing runs after it (its
-    `loop.done` routes nowhere: `start(halt_after=...)`)."""
+    `loop.done` routes nowhere: `start(halt_after=...)`). A cursor loop's items are the
+    rows its bodies got, as their commands recorded them: the redrive runs its body over
+    those rows and claims nothing from the queue (where the original left them claimed)."""
     eid = original.execution_id
     if original.status == RUNNING:
         raise RerunError(f"execution {eid} is still RUNNING: wait for its end or cancel it")
@@ -147,10 +149,13 @@ def plan_redrive(
     coordinates: dict[str, list[list[int]]] = {}
     for q in sorted(chosen, key=lambda q: (q.step, q.epoch, q.iteration)):
         loop = playbook.step(q.step).loop if playbook.has_step(q.step) else None
-        if loop is None or loop.is_cursor:
+        if loop is None:
+            raise RerunError(f"step '{q.step}' of {original.path} is no longer a loop")
+        if loop.is_cursor and loop.spec.frame is not None and loop.spec.frame.process == "frame":
+            # its quarantined item is a whole frame, counted as its rows: not redriven yet
             raise RerunError(
-                f"step '{q.step}' quarantined rows of a cursor loop: a redrive runs "
-                "`loop.in` items only (a cursor claims its rows from your queue again)"
+                f"step '{q.step}' runs its cursor's body per frame (`frame.process: "
+                "frame`): a redrive runs a cursor's quarantined rows one body per row only"
             )
         coordinates.setdefault(q.step, []).append([q.epoch, q.iteration])
     if len(coordinates) > 1:

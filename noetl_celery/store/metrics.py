@@ -21,6 +21,7 @@ class LoopTotals:
     step: str
     succeeded: int
     failed: int
+    quarantined: int = 0  # set aside by a quarantine: neither succeeded nor failed
 
 
 @dataclass

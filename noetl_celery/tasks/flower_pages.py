@@ -43,7 +43,7 @@ from noetl_celery.constants import TASK_EXECUTE_COMMAND, TASK_EXECUTE_COMMANDS
 from noetl_celery.engine.service import Engine
 from noetl_celery.web.guard import FORM, SECURITY_HEADERS, media_type
 from noetl_celery.web.pages import render
-from noetl_celery.web.pages.actions import same_origin
+from noetl_celery.web.pages.actions import Form, same_origin
 from noetl_celery.web.pages.presenters import execution_id_of
 from noetl_celery.web.pages.site import Answer, Site
 
@@ -204,11 +204,18 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
         if self.request.body and kind != FORM:
             await self._run(lambda: site.refused(415, f"send Content-Type {FORM}, not {kind}"))
             return
-        form = {k: self.get_body_argument(k, "", strip=True) for k in self.request.body_arguments}
+        # every value of a repeated field (the redrive's checked boxes), in order
+        form = Form(
+            (name, value.strip())
+            for name in self.request.body_arguments
+            for value in self.get_body_arguments(name, strip=True)
+        )
         if self.view == "cancel":
             await self._run(lambda: site.cancel(parts[0]))
         elif self.view == "rerun":
             await self._run(lambda: site.rerun(parts[0], form))
+        elif self.view == "redrive":
+            await self._run(lambda: site.redrive(parts[0], form))
         elif self.view == "schedule":
             await self._run(lambda: site.schedule(parts[0], parts[1]))
         else:
@@ -260,6 +267,7 @@ def routes(engine: Engine) -> list[Any]:
         page(r"/executions/([^/]+)/events", "events"),
         page(r"/executions/([^/]+)/cancel", "cancel"),
         page(r"/executions/([^/]+)/rerun", "rerun"),
+        page(r"/executions/([^/]+)/redrive", "redrive"),
         page(r"/schedules", "schedules", "noetl_schedules"),
         page(r"/schedules/([^/]+)/([a-z]+)", "schedule"),
         (r"/pages-static/([A-Za-z0-9_.\-]+)", PagesStatic),

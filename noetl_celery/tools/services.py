@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from noetl_celery.errors import NoetlError
@@ -179,6 +179,28 @@ class ToolServices:
                 )
                 self._http[verify], self._direct[verify] = client, transport
             return client
+
+    def warm_up(self, kinds: Collection[str]) -> threading.Thread | None:
+        """Import the http tool and build the shared client on a daemon thread when
+        `kinds` has `http`: a fresh process (an embedded `run`) otherwise builds them in
+        its first http command, under the lock its sibling commands wait on, and a
+        parallel loop's items were then sent all at once after it, in any order (NoETL's
+        e2e test_pagination_basic saw its slow probe reach the server last)."""
+        if "http" not in kinds:
+            return None
+
+        def warm() -> None:
+            try:
+                from noetl_celery.tools.registry import get_tool  # lazy, as the tools are
+
+                get_tool("http")
+                self.http_client()
+            except Exception:  # the first http command builds it then, as before
+                logger.debug("warming the http client up failed", exc_info=True)
+
+        thread = threading.Thread(target=warm, name="noetl-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def http_direct(self, verify: bool = True) -> httpx.BaseTransport | None:
         """The shared client's transport, for a request that needs none of the client's

@@ -95,6 +95,12 @@ def test_list_filters_and_show(poisoned: str, embedded_env: dict[str, str]) -> N
     assert text.returncode == 0 and "each:1:3" in text.stdout and "python_error" in text.stdout
     text = run_cli(["quarantine", "show", eid, "other:1:1"], embedded_env)
     assert text.returncode == 0 and '"id": 2' in text.stdout and "runs: 2" in text.stdout
+    # `status` says how many, in its text and its JSON (the loops' column too)
+    status = run_cli(["status", eid], embedded_env)
+    assert status.returncode == 0 and "3 quarantined" in status.stdout, status.stdout
+    view = run_json(["status", eid, "--json"], embedded_env)
+    assert view["quarantined"] == 3
+    assert {lp["step"]: lp["quarantined"] for lp in view["loops"]} == {"each": 2, "other": 1}
 
 
 @pytest.mark.parametrize(

@@ -394,6 +394,12 @@ def attack_forms(base: str, targets: Targets) -> list[Form]:
     forms += [
         Form("page-cancel", f"{base}/executions/{run}/cancel", urlencoded, [("go", "1")]),
         Form("page-rerun", f"{base}/executions/{done}/rerun", urlencoded, [("from_step", "")]),
+        Form(
+            "page-redrive",
+            f"{base}/executions/{done}/redrive",
+            urlencoded,
+            [("scope", "checked"), ("item", "start:1:0"), ("item", "start:1:1")],
+        ),
         Form("page-trigger", f"{base}/schedules/{sid}/trigger", urlencoded, [("go", "1")]),
         Form("page-pause", f"{base}/schedules/{sid}/pause", urlencoded, [("go", "1")]),
         Form("api-cancel", f"{base}/api/v1/executions/{run}/cancel", urlencoded, [("go", "1")]),
@@ -443,6 +449,7 @@ def attack_fetches(targets: Targets) -> list[tuple[str, str, str | None, str | N
         ("pause", f"/api/v1/schedules/{sid}/pause"),
         ("page cancel", f"/executions/{run}/cancel"),
         ("page rerun", f"/executions/{done}/rerun"),
+        ("page redrive", f"/executions/{done}/redrive"),
         ("page trigger", f"/schedules/{sid}/trigger"),
     ):
         made.append((label, path, None, None))  # body-less, as the buttons send them
@@ -670,15 +677,21 @@ def test_flower_pages_refuse_cross_site_forms_with_the_login(
     attacker: AttackSite,
     targets: Targets,
 ) -> None:
-    """Flower's added pages act too (cancel, rerun, a schedule's trigger and pause): the
-    same forms from the attacker's site, the browser holding Flower's login, are refused
-    and change nothing."""
+    """Flower's added pages act too (cancel, rerun, redrive, a schedule's trigger and
+    pause): the same forms from the attacker's site, the browser holding Flower's login,
+    are refused and change nothing."""
     before = snapshot(serve, targets)
     run, done, sid = targets.running, targets.finished, targets.schedule
     urlencoded = "application/x-www-form-urlencoded"
     forms = [
         Form("flower-cancel", f"{flower.url}/executions/{run}/cancel", urlencoded, [("go", "1")]),
         Form("flower-rerun", f"{flower.url}/executions/{done}/rerun", urlencoded, [("go", "1")]),
+        Form(
+            "flower-redrive",
+            f"{flower.url}/executions/{done}/redrive",
+            urlencoded,
+            [("scope", "all")],
+        ),
         Form("flower-trigger", f"{flower.url}/schedules/{sid}/trigger", urlencoded, [("go", "1")]),
         Form("flower-pause", f"{flower.url}/schedules/{sid}/pause", "text/plain", [("go", "1")]),
     ]

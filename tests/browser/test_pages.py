@@ -19,6 +19,7 @@ from selenium.common.exceptions import (
     StaleElementReferenceException,
 )
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from noetl_celery.engine.service import Engine
 from tests.browser.conftest import FLOWER_AUTH, FlowerServer, authorization, use_credentials
@@ -183,6 +184,61 @@ def test_flower_failed_item_error_opens(
     assert len(chrome.find_elements(By.CSS_SELECTOR, "details.noetl-failed-item")) == 8
     assert chrome.find_element(By.ID, "rerun-failed-button").is_displayed()
     shot(chrome, screenshots, "flower-execution-failed.png")
+
+
+def press(element: Any) -> None:
+    """Press `element` from the keyboard (Space: a checkbox toggles, a button submits
+    its form as its own submitter). Rows low on the page: after the session's earlier
+    screenshots resized the window, chromedriver's click points there come out stale."""
+    element.send_keys(Keys.SPACE)
+
+
+def test_flower_redrive_two_checked_quarantined_items(
+    chrome: Any, flower: FlowerServer, engine: Engine, screenshots: Path, tmp_path: Path
+) -> None:
+    """Two of the quarantined items checked, redriven in one POST (Flower's form, with
+    its `_xsrf` field): the page opens the new execution, which ran exactly those two
+    (the fix is in place now), and the original's rows link to it."""
+    use_credentials(chrome, FLOWER_AUTH)
+    fix = tmp_path / "fixed"
+    execution_id = start(engine, "quarantine_fixable.yaml", {"fix": str(fix)})
+    assert engine.wait(execution_id, 90).status == "COMPLETED"
+    chrome.get(f"{flower.url}/executions/{execution_id}")
+    assert text(chrome, '.noetl-loop[data-step="each"] .loop-quarantined') == "3"
+    rows = chrome.find_elements(By.CSS_SELECTOR, "tr.noetl-quarantined")
+    assert [r.get_attribute("data-item") for r in rows] == [
+        "each:1:2",
+        "each:1:5",
+        "each:1:8",
+        "other:1:0",
+        "other:1:1",
+    ]
+    fix.write_text("fixed")
+    for item in ("each:1:2", "each:1:8"):
+        box = chrome.find_element(By.CSS_SELECTOR, f'input[name="item"][value="{item}"]')
+        press(box)
+        assert box.is_selected()
+    press(chrome.find_element(By.ID, "redrive-checked-button"))
+    here = f"/executions/{execution_id}"
+    poll(
+        lambda: "/executions/" in chrome.current_url and not chrome.current_url.endswith(here),
+        "the redrive's page opened",
+    )
+    new_id = chrome.current_url.rstrip("/").rsplit("/", 1)[1]
+    poll(lambda: text(chrome, "#execution-status") == "COMPLETED", "the redrive done", 90)
+    assert execution_id in text(chrome, ".noetl-summary")  # "rerun of <original>"
+    poll(lambda: text(chrome, '.noetl-loop[data-step="each"] .loop-succeeded') == "2", "2 ran")
+    assert text(chrome, '.noetl-loop[data-step="each"] .loop-done').startswith("2 / 2")
+    assert not chrome.find_elements(By.CSS_SELECTOR, '.noetl-loop[data-step="other"]')
+    ran = engine.events(new_id, types=["command.completed"], step="each")
+    assert sorted(int(e["payload"]["result"]["data"]) for e in ran) == [2, 8]
+    shot(chrome, screenshots, "flower-execution-redriven.png")
+    chrome.get(f"{flower.url}{here}")
+    links = chrome.find_elements(By.CSS_SELECTOR, "a.noetl-redriven-by")
+    assert len(links) == 2 and all(a.get_attribute("href").endswith(new_id) for a in links)
+    assert not chrome.find_element(By.CSS_SELECTOR, 'input[value="each:1:2"]').is_enabled()
+    assert chrome.find_element(By.CSS_SELECTOR, 'input[value="each:1:5"]').is_enabled()
+    shot(chrome, screenshots, "flower-execution-quarantined.png")
 
 
 def test_flower_cancel_from_the_page(

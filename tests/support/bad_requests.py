@@ -349,6 +349,15 @@ def _pages(eid: str) -> list[Bad]:
             b"from_step=%00",
             "application/x-www-form-urlencoded",
         ),
+        Bad("POST /executions/{execution_id}/redrive", f"/executions/{NUL}/redrive", 422),
+        Bad(
+            "POST /executions/{execution_id}/redrive",
+            f"/executions/{eid}/redrive",
+            422,
+            b"scope=checked&item=a%3A1%3A1&item=%00",  # the second of a repeated field
+            "application/x-www-form-urlencoded",
+        ),
+        Bad("POST /executions/{execution_id}/redrive", f"/executions/{eid}/redrive", 403),
         Bad("POST /schedules/{schedule_id}/{action}", f"/schedules/{NUL}/pause", 422),
         Bad("POST /schedules/{schedule_id}/{action}", f"/schedules/{BIG}/pause", 403),
         Bad("GET /pages-static/{name}", f"/pages-static/{NUL}", 422),

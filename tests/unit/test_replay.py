@@ -15,7 +15,7 @@ from noetl_celery.errors import ReplayError, StoreInterrupted
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.validation import load_playbook
-from noetl_celery.orchestrator.decide import copy_state, decide, start
+from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from noetl_celery.orchestrator.recording import (
     ReplayFacts,
@@ -24,7 +24,7 @@ from noetl_celery.orchestrator.recording import (
     limits_from_json,
     replay,
 )
-from noetl_celery.orchestrator.state import ExecutionState, Lane, LoopProgress
+from noetl_celery.orchestrator.state import ExecutionState, Lane, LoopProgress, copy_state
 
 PASSES = Path(__file__).resolve().parents[1] / "fixtures" / "passes"
 RECORDS = sorted(PASSES.glob("*.json"))
@@ -83,6 +83,14 @@ def test_the_recorded_passes_cover_the_engines_features() -> None:
     assert any(
         (load(path)["state"] or {}).get("joins") and load(path)["decision"]["commands"]
         for path in RECORDS
+    )
+    # a waiting join keeps its last arrival's arc (join_arcs); unmatched targets of an
+    # inclusive router are skipped
+    assert any((d["state"] or {}).get("join_arcs") for d in decided)
+    assert any(
+        e["type"] == "step.skipped" and (e["payload"] or {}).get("reason") == "inclusive"
+        for d in decided
+        for e in d["events"]
     )
     assert any(d["plans"] for d in decided) and any(d["issues"] for d in decided)
     assert sum(f.stat().st_size for f in PASSES.rglob("*") if f.is_file()) < 2_000_000

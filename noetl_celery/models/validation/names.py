@@ -108,7 +108,8 @@ LOOP_STATS = frozenset({"total", "success", "failed", "quarantined"})
 _FALLBACK = frozenset({"data", "result"})  # templating.result_view: the result itself
 # What older playbooks call the outcome of the step being routed (NoETL v1 names)
 _OUTCOME_NAMES = frozenset({"result", "response"})
-_STEP_FIELDS = ("tool", "input", "set", "loop", "next")
+# `when`: the step-level enable guard, rendered by the orchestrator like an arc's `when`
+_STEP_FIELDS = ("when", "tool", "input", "set", "loop", "next")
 
 
 @dataclass

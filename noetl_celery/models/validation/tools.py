@@ -90,7 +90,7 @@ def _check_python(
         collector.error(
             (*path, "code"),
             "a python tool needs `code:` with the python source (or `script:` naming a file "
-            "or URL)",
+            "or URL)" + _under_spec(tool, "code"),
         )
     for key in sources:
         _check_python_source(collector, (*path, key), tool[key], ctx.label, key != "code")
@@ -133,7 +133,23 @@ def _check_http(
     collector: Collector, path: Path, tool: Mapping[str, Any], ctx: ToolContext
 ) -> None:
     if not (nonblank(tool.get("url")) or nonblank(tool.get("endpoint"))):
-        collector.error((*path, "url"), "an http tool needs `url:` (the address to call)")
+        collector.error(
+            (*path, "url"),
+            "an http tool needs `url:` (the address to call)" + _under_spec(tool, "url"),
+        )
+
+
+def _under_spec(tool: Mapping[str, Any], field: str) -> str:
+    """A hint when the missing field sits under `tool.spec:` (the "v10 canonical" form
+    of some NoETL example playbooks): NoETL's Rust tools read `code`, `url` … on the tool
+    itself and keep `spec` as an unread extra, so those playbooks fail there too."""
+    spec = tool.get("spec")
+    if isinstance(spec, Mapping) and field in spec:
+        return (
+            f"; this tool has `{field}` under `spec:`, which neither engine reads: "
+            f"move `{field}` (and the other tool fields) up to `tool.{field}`"
+        )
+    return ""
 
 
 def _check_postgres(

@@ -28,21 +28,25 @@ def executions_by_status(conn: Connection) -> dict[str, int]:
     return {status: int(count) for status, count in rows}
 
 
-def finished_loops(conn: Connection) -> list[tuple[str, str, int, int]]:
-    """(path, step, succeeded, failed) of the finished loop epochs, summed per playbook
-    path and step."""
+def finished_loops(conn: Connection) -> list[tuple[str, str, int, int, int]]:
+    """(path, step, succeeded, failed, quarantined) of the finished loop epochs, summed
+    per playbook path and step."""
     totals = conn.execute(
         select(
             executions.c.path,
             loops.c.step,
             func.sum(loops.c.succeeded),
             func.sum(loops.c.failed),
+            func.sum(loops.c.quarantined),
         )
         .select_from(loops.join(executions, executions.c.execution_id == loops.c.execution_id))
         .where(loops.c.done.is_(True))
         .group_by(executions.c.path, loops.c.step)
     )
-    return [(path, step, int(ok or 0), int(bad or 0)) for path, step, ok, bad in totals]
+    return [
+        (path, step, int(ok or 0), int(bad or 0), int(aside or 0))
+        for path, step, ok, bad, aside in totals
+    ]
 
 
 def running_states(conn: Connection) -> list[tuple[str, dict[str, Any]]]:

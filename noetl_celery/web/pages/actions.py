@@ -9,12 +9,38 @@ site from pressing a button: the browser's `Sec-Fetch-Site`, else `Origin`, else
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from noetl_celery.engine.service import Engine
+from noetl_celery.errors import InputInvalid
 
 SCHEDULE_ACTIONS = ("pause", "resume", "trigger")
+# a redrive's checked boxes: a page shows at most QUARANTINE_LIMIT, so more is not ours
+MAX_REDRIVE_ITEMS = 1000
+REDRIVE_SCOPES = ("checked", "all")
+
+
+class Form(Mapping[str, str]):
+    """A posted form: every (name, value) pair in order. As a mapping a name reads its
+    last value (what `dict(parse_qsl(...))` gave the single-value forms); `all(name)`
+    reads every value of a repeated field (the redrive's checked boxes)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        self.pairs = list(pairs)
+        self._last = dict(self.pairs)
+
+    def __getitem__(self, name: str) -> str:
+        return self._last[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._last)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def all(self, name: str) -> list[str]:
+        return [value for key, value in self.pairs if key == name]
 
 
 def same_origin(headers: Mapping[str, str], host: str) -> bool:
@@ -55,3 +81,28 @@ def schedule(engine: Engine, schedule_id: int, action: str) -> str | None:
     else:
         raise ValueError(f"unknown schedule action {action!r}")
     return None
+
+
+def redrive(engine: Engine, execution_id: str, form: Form) -> str:
+    """A redrive (engine.reruns) from the execution page's quarantine form: `scope`
+    `checked` runs the checked `item` ids, `all` every item of the form's `step` and
+    `kind` not yet redriven. Its new execution's id. InputInvalid (one line) for a form
+    the page never sends."""
+    scope = (form.get("scope") or "").strip()
+    if scope not in REDRIVE_SCOPES:
+        raise InputInvalid("form field 'scope'", f"{scope!r} is not a redrive: use checked or all")
+    step = (form.get("step") or "").strip() or None
+    kind = (form.get("kind") or "").strip() or None
+    if scope == "all":
+        return engine.redrive(execution_id, step=step, kind=kind)
+    items = list(dict.fromkeys(v.strip() for v in form.all("item") if v.strip()))
+    if not items:
+        raise InputInvalid(
+            "form field 'item'", "no quarantined item checked: check the items to redrive"
+        )
+    if len(items) > MAX_REDRIVE_ITEMS:
+        raise InputInvalid(
+            "form field 'item'",
+            f"{len(items)} items checked, at most {MAX_REDRIVE_ITEMS}: redrive all of a step",
+        )
+    return engine.redrive(execution_id, items=items)

@@ -8,6 +8,7 @@ from typing import Any
 
 from noetl_celery import tracing
 from noetl_celery.engine.service import Engine
+from noetl_celery.engine.summaries import preview
 from noetl_celery.models.filters import ExecutionFilter
 from noetl_celery.web.pages.presenters import (
     TERMINAL,
@@ -25,6 +26,7 @@ from noetl_celery.web.pages.presenters import (
 
 LIST_LIMIT, LIST_MAX = 50, 200
 FAILED_LIMIT = 20
+QUARANTINE_LIMIT = 50  # quarantined items per page (each with its checkbox)
 LOGS_LIMIT, LOGS_MAX = 50, 1000
 EVENTS_LIMIT, EVENTS_MAX = 100, 500
 FILTERS = ("status", "path", "trigger", "parent")
@@ -84,7 +86,14 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         for c in view.get("children") or []
     ]
     done, failed = item_totals(loops)
-    head = {**view, "items_done": done, "items_succeeded": done - failed, "items_failed": failed}
+    quarantined = int(view.get("quarantined") or 0)
+    head = {
+        **view,
+        "items_done": done,
+        "items_succeeded": done - failed - quarantined,
+        "items_failed": failed,
+        "items_quarantined": quarantined,
+    }
     return {
         "x": {**execution_row(head), "finished": time_text(view.get("finished_at"))},
         "view": view,
@@ -97,8 +106,48 @@ def execution(engine: Engine, execution_id: str, params: Mapping[str, str]) -> d
         "logs_limit": logs_limit,
         "logs_more": min(LOGS_MAX, logs_limit * 2) if logs_left and logs_limit < LOGS_MAX else None,
         "terminal": ended,
+        "quarantine": quarantine(engine, execution_id, loops, params),
         # to find its trace in Jaeger/Tempo (noetl_celery.tracing: derived from the id)
         "trace_id": tracing.trace_id_of(execution_id),
+    }
+
+
+def quarantine(
+    engine: Engine, execution_id: str, loops: list[dict[str, Any]], params: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The quarantined items section: a page of them (of the step `q_step` and error
+    kind `q_kind` chosen), the choices, and the counts; None when there are none. Not
+    read for the live refresh, which does not swap this section (its checked boxes
+    would be lost)."""
+    steps = sorted({lp["step"] for lp in loops if lp.get("quarantined")})
+    if not steps or params.get("fragment"):
+        return None
+    step = params.get("q_step") or ""
+    step = step if step in steps else ""
+    kind = params.get("q_kind") or ""
+    found = engine.quarantine(execution_id, step=step or None)["items"]
+    kinds = sorted({q["kind"] for q in found})
+    chosen = [q for q in found if not kind or q["kind"] == kind]
+    offset = bounded(params.get("q_offset"), 0, 10**9)
+    shown = chosen[offset : offset + QUARANTINE_LIMIT]
+    return {
+        "steps": steps,
+        "kinds": kinds,
+        "step": step,
+        "kind": kind,
+        "total": len(chosen),
+        "waiting": sum(1 for q in chosen if not q["redriven_by"]),
+        "pager": Pager(len(chosen), QUARANTINE_LIMIT, offset),
+        "items": [
+            {
+                **q,
+                "value": preview(q["item"]),
+                "message_line": message_line(q["message"]),
+                # its span in the execution's trace (noetl_celery.tracing)
+                "trace_id": tracing.trace_id_of(execution_id),
+            }
+            for q in shown
+        ],
     }
 
 

@@ -134,7 +134,10 @@ def execution_row(line: Mapping[str, Any]) -> dict[str, Any]:
         "started": time_text(line.get("created_at")),
         "duration": duration_text(line.get("duration_seconds")),
         "items_done": line.get("items_done") or 0,
-        "items_succeeded": (line.get("items_done") or 0) - (line.get("items_failed") or 0),
+        # given when items were quarantined too (neither succeeded nor failed)
+        "items_succeeded": line.get(
+            "items_succeeded", (line.get("items_done") or 0) - (line.get("items_failed") or 0)
+        ),
         "items_failed": line.get("items_failed") or 0,
     }
 

@@ -15,7 +15,7 @@ from noetl_celery.errors import NoetlError
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import CheckedRoute, Handler
 from noetl_celery.web.pages import render
-from noetl_celery.web.pages.actions import same_origin
+from noetl_celery.web.pages.actions import Form, same_origin
 from noetl_celery.web.pages.site import Answer, Site, error_answer
 
 
@@ -62,19 +62,23 @@ def _params(request: Request) -> dict[str, str]:
     return dict(request.query_params)
 
 
-async def _form(request: Request) -> dict[str, str] | None:
-    """The url-encoded form of a POST, None when it did not come from our own pages."""
+async def _form(request: Request, engine: EngineDep) -> Form | Response:
+    """The url-encoded form of a POST (every value of a repeated field kept: the
+    redrive's checked boxes), or the page that refuses it: 403 when it did not come
+    from our own pages, 413 when it is larger than any of our forms makes it."""
     headers = {k.lower(): v for k, v in request.headers.items()}
     if not same_origin(headers, headers.get("host", "")):
-        return None
+        return _answer(Site(engine).forbidden())
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
-        return None
-    return dict(parse_qsl(body.decode("utf-8", "replace")))
-
-
-def _forbidden(engine: EngineDep) -> Response:
-    return _answer(Site(engine).forbidden())
+        return _answer(
+            Site(engine).refused(
+                413,
+                f"refused: the form is {len(body):,} bytes, more than {MAX_FORM_BYTES:,}; "
+                "check fewer items at once",
+            )
+        )
+    return Form(parse_qsl(body.decode("utf-8", "replace")))
 
 
 @router.get("/", response_class=RedirectResponse)
@@ -104,23 +108,33 @@ def schedules(request: Request, engine: EngineDep) -> Response:
 
 @router.post("/executions/{execution_id}/cancel")
 async def cancel(execution_id: str, request: Request, engine: EngineDep) -> Response:
-    if await _form(request) is None:
-        return _forbidden(engine)
+    form = await _form(request, engine)
+    if isinstance(form, Response):
+        return form
     return _answer(await run_in_threadpool(Site(engine).cancel, execution_id))
 
 
 @router.post("/executions/{execution_id}/rerun")
 async def rerun(execution_id: str, request: Request, engine: EngineDep) -> Response:
-    form = await _form(request)
-    if form is None:
-        return _forbidden(engine)
+    form = await _form(request, engine)
+    if isinstance(form, Response):
+        return form
     return _answer(await run_in_threadpool(Site(engine).rerun, execution_id, form))
+
+
+@router.post("/executions/{execution_id}/redrive")
+async def redrive(execution_id: str, request: Request, engine: EngineDep) -> Response:
+    form = await _form(request, engine)
+    if isinstance(form, Response):
+        return form
+    return _answer(await run_in_threadpool(Site(engine).redrive, execution_id, form))
 
 
 @router.post("/schedules/{schedule_id}/{action}")
 async def schedule(schedule_id: str, action: str, request: Request, engine: EngineDep) -> Response:
-    if await _form(request) is None:
-        return _forbidden(engine)
+    form = await _form(request, engine)
+    if isinstance(form, Response):
+        return form
     return _answer(await run_in_threadpool(Site(engine).schedule, schedule_id, action))
 
 

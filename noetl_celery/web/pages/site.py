@@ -7,6 +7,8 @@ adapters around the same `Site`, so both serve the same paths and templates:
     GET  /executions/{id}/events        events, oldest first, keyset-paged (?after=)
     POST /executions/{id}/cancel        -> back to the execution
     POST /executions/{id}/rerun         (from_step, failed_items) -> the new execution
+    POST /executions/{id}/redrive       (scope=checked: item ids; scope=all: step, kind)
+                                        -> the redrive's new execution
     GET  /schedules                     next / last firing, pause / resume / trigger
     POST /schedules/{id}/{action}       pause | resume | trigger
     GET  /pages-static/{name}           pages.css, pages.js, flower_links.js
@@ -18,7 +20,7 @@ seconds and swaps the parts marked `data-live`, so nothing reloads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
@@ -105,7 +107,8 @@ class Site:
         try:
             for name, value in path.items():
                 check_text(value, f"path parameter '{name}'")
-            for name, value in params.items():
+            pairs = params.pairs if isinstance(params, actions.Form) else params.items()
+            for name, value in pairs:
                 check_text(value, f"{kind} '{name}'")
         except InputInvalid as exc:
             return self._error(exc)
@@ -140,6 +143,15 @@ class Site:
         ctx["refresh_url"] = self._url(here, {**keep, "fragment": "1"})
         ctx["failed_url"] = lambda step, epoch, offset: self._url(
             here, {"failed_step": step, "failed_epoch": str(epoch), "failed_offset": str(offset)}
+        )
+        quarantine = ctx["quarantine"] or {}
+        ctx["quarantine_url"] = lambda offset: self._url(
+            here,
+            {
+                "q_step": quarantine.get("step", ""),
+                "q_kind": quarantine.get("kind", ""),
+                "q_offset": str(offset),
+            },
         )
         ctx["logs_url"] = lambda limit: self._url(here, {"logs": str(limit)}) + "#logs"
         return self._page(
@@ -183,10 +195,24 @@ class Site:
         return self._redirect(f"/executions/{quote(execution_id)}")
 
     def rerun(self, execution_id: str, form: Mapping[str, str]) -> Answer:
+        return self._start(
+            execution_id, form, lambda: actions.rerun(self.engine, execution_id, form)
+        )
+
+    def redrive(self, execution_id: str, form: actions.Form) -> Answer:
+        """The execution page's quarantine form: a redrive, then its new execution."""
+        return self._start(
+            execution_id, form, lambda: actions.redrive(self.engine, execution_id, form)
+        )
+
+    def _start(
+        self, execution_id: str, form: Mapping[str, str], action: Callable[[], str]
+    ) -> Answer:
+        """An action that starts an execution from `execution_id`'s page: then its page."""
         if (refused := self._refused(form, "form field", execution_id=execution_id)) is not None:
             return refused
         try:
-            new_id = actions.rerun(self.engine, execution_id, form)
+            new_id = action()
         except BrokerUnavailable as exc:
             if exc.execution_id is None:
                 return self._error(exc)

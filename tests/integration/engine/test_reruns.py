@@ -113,7 +113,10 @@ def test_from_a_step_the_original_never_reached(engine: Engine) -> None:
         )
     )
     finish(engine, original)
-    assert "last" not in (engine.store.execution(original).state or {})["steps"]
+    # never run: its arc did not match, so it is only marked skipped (no epoch, no result)
+    last = (engine.store.execution(original).state or {})["steps"]["last"]
+    assert last["status"] == "skipped" and last["epoch"] == 0
+    assert last.get("result_epoch") is None
     rerun = engine.rerun(original, from_step="last", overrides={"mark": "later"})
     summary = finish(engine, rerun)
     assert summary["status"] == "COMPLETED" and summary["result"] == {"mark": "later"}

@@ -32,23 +32,34 @@ def test_an_empty_database_reports_zeros_for_every_series() -> None:
     }
     assert out["noetl_oldest_unclaimed_command_age_seconds"] == {(): 0.0}
     assert out["noetl_loop_items_succeeded"] == {}
+    assert out["noetl_loop_items_quarantined"] == {}
     assert out["noetl_reaper_reissued"] == {(): 0.0}
 
 
 def test_loop_items_add_finished_epochs_and_the_live_ones() -> None:
     snapshot = MetricsSnapshot(
-        finished_loops=[LoopTotals("etl/load", "fetch", 900, 3), LoopTotals("etl/x", "a", 5, 0)],
+        finished_loops=[
+            LoopTotals("etl/load", "fetch", 900, 3, 6),
+            LoopTotals("etl/x", "a", 5, 0),
+        ],
         running_states=[
             # a running epoch of the same step: its live counts are added
-            ("etl/load", {"steps": {"fetch": {"loop": {"succeeded": 40, "failed": 2}}}}),
+            (
+                "etl/load",
+                {"steps": {"fetch": {"loop": {"succeeded": 40, "failed": 2, "quarantined": 1}}}},
+            ),
             # a finished epoch still in the snapshot is in the table already: not twice
             ("etl/load", {"steps": {"fetch": {"loop": {"succeeded": 7, "done": True}}}}),
             ("etl/load", {"steps": {"plain": {"status": "running"}}}),  # no loop
         ],
     )
-    assert loop_items(snapshot) == {("etl/load", "fetch"): (940, 5), ("etl/x", "a"): (5, 0)}
+    assert loop_items(snapshot) == {
+        ("etl/load", "fetch"): (940, 5, 7),
+        ("etl/x", "a"): (5, 0, 0),
+    }
     out = series(snapshot)
     assert out["noetl_loop_items_failed"][("etl/load", "fetch")] == 5
+    assert out["noetl_loop_items_quarantined"] == {("etl/load", "fetch"): 7, ("etl/x", "a"): 0}
 
 
 def test_oldest_unclaimed_age_and_counters() -> None:

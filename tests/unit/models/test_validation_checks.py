@@ -562,6 +562,19 @@ CASES = [
             kind: http
             method: GET
         """), "an http tool needs `url:`", "a", "tool.url"),
+    case("http-url-under-spec", pb("""
+        - step: a
+          tool:  # <--
+            kind: http
+            spec: {method: GET, url: "http://127.0.0.1:1/x"}
+        """), "this tool has `url` under `spec:`, which neither engine reads: move `url`", "a",
+        "tool.url"),
+    case("python-code-under-spec", pb("""
+        - step: a
+          tool:  # <--
+            kind: python
+            spec: {code: "result = 1"}
+        """), "move `code` (and the other tool fields) up to `tool.code`", "a", "tool.code"),
     case("postgres-without-auth", pb("""
         - step: a
           tool:  # <--

@@ -119,6 +119,24 @@ BAD = [
           next: {arcs: [{step: a, when: "{{ response.status_code == 200 }}"}]}  # <--
         """), "a step's outcome is `output` in `set` and arcs (`output.data`)", "a",
         "next.arcs[0].when", "warning"),
+    bad("unknown-name-in-step-when", pb("""
+        - step: a
+          when: "{{ limt > 1 }}"  # <--
+          tool: {kind: noop}
+        """, TOP), "`limt` is not defined in this playbook", "a", "when", "warning"),
+    bad("unknown-step-in-step-when", pb("""
+        - step: start
+          tool: {kind: noop}
+          next: {arcs: [{step: a}]}
+        - step: a
+          when: "{{ strat.go }}"  # <--
+          tool: {kind: noop}
+        """), "did you mean `start`?", "a", "when", "warning"),
+    bad("unknown-ctx-key-in-step-when", pb("""
+        - step: a
+          when: "{{ ctx.limmit > 1 }}"  # <--
+          tool: {kind: noop}
+        """, TOP), "did you mean `ctx.limit`?", "a", "when", "warning"),
     bad("unknown-ctx-key", pb("""
         - step: a
           tool: {kind: noop}
@@ -301,6 +319,15 @@ GOOD = [
           tool: {kind: duckdb, auth: anything, query: "select 1"}
         """), FILE_CREDS),
     good("credential-not-asked", pb(PG % "auth: whatever")),
+    good("step-when-reads-steps-variables-and-the-arc", pb("""
+        - step: start
+          tool: {kind: noop}
+          next: {arcs: [{step: a}]}
+        - step: a
+          loop: {in: [1, 2], iterator: n}
+          when: "{{ start.go and limit > 1 and event.name == 'call.done' and output.data }}"
+          tool: {kind: noop}
+        """, TOP)),
     good("loop-result-fields", pb(FAN + """
         - step: b
           tool:

@@ -427,3 +427,48 @@ def test_only_a_body_run_as_the_reserved_iteration_is_counted_with_its_claim(
     else:
         assert progress.succeeded == 0 and not d2.commands
         assert [(p.start, p.items) for p in d2.plans] == [(0, [rows])]
+
+
+@pytest.mark.parametrize(("lanes", "conc", "window"), [(1, 1, 1), (2, 3, 6), (4, 5, 20)])
+def test_a_redrive_runs_the_recorded_rows_and_claims_nothing(
+    lanes: int, conc: int, window: int
+) -> None:
+    """A redrive of quarantined cursor rows (passes.rerun): the rows the original
+    claimed run as the epoch's items, `lanes` x `row_concurrency` at once, one frame of
+    one lane (the bodies' cursor names render), no claim; nothing runs after."""
+    rows = [{"id": i} for i in (3, 9, 11, 20, 21, 40, 41, 42)]
+    queue = Queue(100, 10, bad=11)
+    sim = Sim(playbook(CURSOR.format(lanes=lanes, rows=10, conc=conc)), queue)
+    state = sim.run(entry="drain", loop_items={"drain": rows}, halt_after=["drain"])
+    assert queue.claims == 0  # nothing taken from the queue
+    assert sorted(i for s, i in sim.ran if s == "drain" and i is not None) == list(range(len(rows)))
+    [plan] = sim.decisions[0].plans
+    assert plan.items == rows
+    assert plan.meta == {
+        "iterator": "row",
+        "total": len(rows),
+        "lane": 0,
+        "frame": 1,
+        "frame_start": 0,
+    }
+    stats = sim.results[("drain", 1)]["stats"]
+    assert stats == {"total": len(rows), "success": len(rows) - 1, "failed": 1}
+    assert state.status == "FAILED" and sim.steps_ran() == []  # halted: `after` never ran
+    in_flight = max(
+        d.state.steps["drain"].loop.in_flight
+        for d in sim.decisions
+        if "drain" in d.state.steps and d.state.steps["drain"].loop is not None
+    )
+    assert in_flight == min(window, len(rows))
+
+
+def test_a_redrive_of_frames_is_refused_at_start() -> None:
+    text = CURSOR.format(lanes=2, rows=10, conc=1).replace(
+        "row_concurrency: 1}", "row_concurrency: 1, process: frame}"
+    )
+    sim = Sim(playbook(text), Queue(10, 10))
+    decision = start(
+        playbook(text), "e1", None, sim, now=0.0, entry="drain", loop_items={"drain": [[1]]}
+    )
+    assert decision.terminal is not None and decision.terminal.status == "FAILED"
+    assert "whose cursor runs a body per frame" in str(decision.state.failures)

@@ -48,6 +48,12 @@ class Case:
     workload: str = ""
 
 
+# what a released join's `when` reads of its last arrival (a's call.done): every field
+RELEASED_WHEN = (
+    '{{{{ event.name == "call.done" and event.step == "a" and output.status == "ok"'
+    " and output.data.v == {v} and error is none }}}}"
+)
+
 CASES = [
     Case(
         "two branches of different lengths join once, after both",
@@ -57,7 +63,7 @@ CASES = [
         + py("b2", to("join"))
         + py("join"),
         runs={"start": 1, "a": 1, "b": 1, "b2": 1, "join": 1},
-        after={"join": ["a", "b2"]},
+        after={"join": ["b2"]},
     ),
     Case(
         "three branches join once, after all three",
@@ -118,7 +124,7 @@ CASES = [
         + py("join"),
         results={"a": err("boom")},
         runs={"a": 1, "b2": 1, "join": 1},
-        after={"join": ["a", "b2"]},
+        after={"join": ["b2"]},
         status="FAILED",
     ),
     Case(
@@ -144,6 +150,79 @@ CASES = [
         ),
         runs={"start": 2, "a": 2, "b": 2},
         workload="workload: {n: 0}\n",
+    ),
+    Case(
+        "a join released by the re-check sees its last arrival's arc (event, output)",
+        py("start", fork("a", "b"))
+        + py("a", to("join"))
+        + py("b", arcs("step: join\n          when: '{{ event.name == \"call.done\" }}'"))
+        + py("join", f"    when: '{RELEASED_WHEN.format(v=7)}'\n"),
+        results={"a": ok({"data": {"v": 7}}), "b": err("boom")},
+        runs={"a": 1, "b": 1, "join": 1},
+        after={"join": ["a", "b"]},
+        status="FAILED",
+    ),
+    Case(
+        "a released join's when is evaluated in that context: false skips it",
+        py("start", fork("a", "b"))
+        + py("a", to("join"))
+        + py("b", arcs("step: join\n          when: '{{ event.name == \"call.done\" }}'"))
+        + py("join", f"    when: '{RELEASED_WHEN.format(v=8)}'\n"),
+        results={"a": ok({"data": {"v": 7}}), "b": err("boom")},
+        runs={"a": 1, "b": 1, "join": 0},
+        skipped=["join"],
+        status="FAILED",
+    ),
+    Case(
+        "a released join after a loop's arrival sees loop.done and the loop's result",
+        py("start", fork("a", "b"))
+        + "  - step: a\n    loop: {in: '{{ [1, 2] }}', iterator: i}\n"
+        + "    tool: {kind: python, code: 'result = 1'}\n"
+        + to("join")
+        + py("b", to("b2"))
+        + py("b2", arcs("step: join\n          when: '{{ event.name == \"call.done\" }}'"))
+        + py(
+            "join",
+            '    when: \'{{ event.name == "loop.done" and event.step == "a"'
+            " and output.data.stats.total == 2 }}'\n",
+        ),
+        results={"b2": err("boom")},
+        runs={"b2": 1, "join": 1},
+        after={"join": ["b2"]},
+        status="FAILED",
+    ),
+    Case(
+        "an inclusive router's unmatched arc target records step.skipped",
+        py("start", arcs("step: a", "step: b\n          when: false", mode="inclusive"))
+        + py("a")
+        + py("b"),
+        runs={"a": 1, "b": 0},
+        skipped=["b"],
+    ),
+    Case(
+        "a single arc that does not match skips its target (NoETL: any unmatched target)",
+        py("start", arcs("step: a\n          when: false")) + py("a"),
+        runs={"start": 1, "a": 0},
+        skipped=["a"],
+    ),
+    Case(
+        "an untaken target another chosen path reaches is not skipped, and runs after it",
+        py("start", arcs("step: pre\n          when: true", "step: main"))
+        + py("pre", to("main"))
+        + py("main"),
+        runs={"pre": 1, "main": 1},
+        after={"main": ["pre"]},
+    ),
+    Case(
+        "an untaken target a running branch reaches is not skipped",
+        py("start", fork("a", "pick"))
+        + py("a", to("a2"))
+        + py("a2", to("y"))
+        + py("pick", arcs("step: x\n          when: true", "step: y"))
+        + py("x")
+        + py("y"),
+        runs={"x": 1, "y": 1, "a2": 1},
+        after={"y": ["a2"]},
     ),
     Case(
         "several arcs of one step to a target are not a fan-in",
@@ -206,8 +285,15 @@ def test_the_barrier_waits_in_the_snapshot() -> None:
     sim.apply = record  # type: ignore[method-assign]
     sim.run(batch=1)
     assert {"join": ["a"]} in seen
-    round_trip = ExecutionState.from_json(sim.decisions[2].state.to_json())
-    assert round_trip.joins == sim.decisions[2].state.joins
+    waiting = next(d.state for d in sim.decisions if d.state.joins)
+    round_trip = ExecutionState.from_json(waiting.to_json())
+    assert round_trip.joins == waiting.joins
+    # the last arrival's arc context, its output.data a pointer to a's result
+    arc = round_trip.join_arcs["join"]
+    assert arc["source"] == "a" and arc["origin"] == ["a", 1]
+    assert "data" not in arc["output"] and arc["output"]["status"] == "ok"
+    assert arc["extra"]["event"] == {"name": "call.done", "step": "a"}
+    assert sim.decisions[-1].state.join_arcs == {}
 
 
 def test_an_exclusive_router_on_a_cycle_records_no_skip() -> None:

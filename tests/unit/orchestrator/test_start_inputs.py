@@ -113,8 +113,8 @@ def test_failures_in_given_items_count_as_usual() -> None:
 def test_bad_inputs_fail_the_execution_with_a_message() -> None:
     for inputs, text in (
         ({"entry": "nope"}, "cannot start at step 'nope'"),
-        ({"loop_items": {"setup": [1]}}, "step 'setup', which is not a `loop.in` loop"),
-        ({"loop_items": {"ghost": [1]}}, "step 'ghost', which is not a `loop.in` loop"),
+        ({"loop_items": {"setup": [1]}}, "step 'setup', which is not a loop"),
+        ({"loop_items": {"ghost": [1]}}, "step 'ghost', which is not a loop"),
     ):
         decision = start(FLOW, "e1", None, Sim(FLOW, runner()), now=0.0, **inputs)
         assert decision.terminal is not None and decision.terminal.status == "FAILED"

@@ -213,3 +213,29 @@ def test_the_same_inputs_give_the_same_skips() -> None:
         sim.run()
         runs.append([(e["type"], e["step"], e["epoch"]) for e in sim.events if "type" in e])
     assert runs[0] == runs[1]
+
+
+LOOP_REENTRY = (
+    "workload: {go: true, n: 0}\nworkflow:\n"
+    + py("hub", arcs("step: work", "step: poke", mode="inclusive"))
+    + py("poke", arcs("{step: hub, when: '{{ n < 1 }}', set: {ctx.go: false, ctx.n: 1}}"))
+    + "  - step: work\n    when: '{{ go }}'\n"
+    "    loop: {in: [1, 2, 3], iterator: x, spec: {mode: sequential}}\n"
+    "    tool: {kind: noop}\n"
+)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_loop_steps_when_reentered_while_it_runs_skips_that_entry_only(batch: int) -> None:
+    """`poke` loops back to `hub`, which reaches `work` again while its loop runs, with
+    `go` now false: the guard skips that entry (step.skipped), the running epoch keeps
+    its status and goes on to its end (tests/integration/test_noetl_forms_distributed.py
+    runs it on workers)."""
+    sim = Sim(playbook(HEAD + LOOP_REENTRY), lambda step, _item, _it: ok({"step": step}))
+    state = sim.run(batch=batch)
+    assert state.status == "COMPLETED", state.failures
+    assert sim.steps_ran() == ["hub", "poke", "hub", "poke"]
+    assert [e["step"] for e in sim.events if e.get("type") == "step.skipped"] == ["work"]
+    assert [e["step"] for e in sim.events if e.get("type") == "loop.done"] == ["work"]
+    assert len([s for s, i in sim.ran if s == "work" and i is not None]) == 3
+    assert state.step("work").status == "completed" and state.step("work").epoch == 1

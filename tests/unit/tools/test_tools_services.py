@@ -31,6 +31,18 @@ def test_one_http_client_shared_by_threads(services: ToolServices) -> None:
     assert services.http_client(verify=False) is services.http_client(verify=False)
 
 
+def test_warm_up_builds_the_http_client_ahead_only_for_http(services: ToolServices) -> None:
+    """An embedded run with an http step builds the shared client on a thread of its
+    own before the first http command needs it; other kinds build nothing."""
+    assert services.warm_up({"python", "postgres"}) is None
+    assert services._http == {}
+    thread = services.warm_up({"python", "http"})
+    assert thread is not None
+    thread.join(10)
+    warmed = services._http.get(True)
+    assert warmed is not None and services.http_client() is warmed
+
+
 def test_close_then_recreate(services: ToolServices) -> None:
     first = services.http_client()
     services.close()

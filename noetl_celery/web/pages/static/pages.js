@@ -3,7 +3,9 @@
 (function () {
   "use strict";
   document.addEventListener("submit", function (event) {
-    var ask = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    // the button pressed may ask its own question (the quarantine's "Redrive all")
+    var by = event.submitter && event.submitter.getAttribute("data-confirm");
+    var ask = by || (event.target.getAttribute && event.target.getAttribute("data-confirm"));
     if (ask && !window.confirm(ask)) { event.preventDefault(); }
   });
 })();
