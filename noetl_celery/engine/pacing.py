@@ -25,9 +25,10 @@ def _database_clock() -> float | None:
 
 
 class FleetPaceLedger:
-    """tools.http_pacing.PaceLedger over `store.pacing` (Postgres). `now` gives the
-    statements their clock (epoch seconds; None: the database's, as workers on several
-    machines must agree on it): tests replay a drain on a fake one."""
+    """tools.http_pacing.PaceLedger (and tools.keyed_pacing.KeyLedger) over
+    `store.pacing` (Postgres). `now` gives the statements their clock (epoch seconds;
+    None: the database's, as workers on several machines must agree on it): tests
+    replay a drain on a fake one."""
 
     def __init__(
         self, pacing: PacingManager, now: Callable[[], float | None] = _database_clock
@@ -35,8 +36,8 @@ class FleetPaceLedger:
         self._pacing = pacing
         self._now = now
 
-    def book(self, host: str, count: int = 1) -> Booking | None:
-        booked = self._pacing.book(host, RULES, now=self._now(), count=count)
+    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None:
+        booked = self._pacing.book(host, RULES, now=self._now(), count=count, tolerance=tolerance)
         if booked is None or booked[0] is None:
             return None
         return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=count)
@@ -46,6 +47,19 @@ class FleetPaceLedger:
             host,
             RULES,
             unbooked=unbooked,
+            sent_age=sent_age,
+            retry_after=retry_after,
+            now=self._now(),
+        )
+
+    def cut_key(
+        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+    ) -> float | None:
+        """A keyed limit's 429 (tools.keyed_pacing): the rate becomes `target`."""
+        return self._pacing.cut_key(
+            key,
+            RULES,
+            target=target,
             sent_age=sent_age,
             retry_after=retry_after,
             now=self._now(),

@@ -45,7 +45,9 @@ _BOOKED = """CASE WHEN t.now - old.bucket_at < :window
 # declared one comes back); it is raised once a second while the schedule binds (no slot
 # went unused for a whole second, this one included: demand, not the rate, is short
 # otherwise) and no 429 came for a second: RAISE_FRACTION, doubling each second after
-# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling.
+# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling. `:tolerance`
+# (seconds; 0 for a host) lets a keyed limit's `burst` go before the schedule's next
+# slot: GCRA's tolerance, (burst - 1) intervals of the rate.
 BOOK = text(
     f"""
 WITH {_NOW},
@@ -71,10 +73,34 @@ UPDATE http_pace AS p SET
   bucket_at = CASE WHEN t.now - old.bucket_at < :window THEN old.bucket_at ELSE t.now END
 FROM t, old
 WHERE p.host = old.host
-RETURNING p.rate, greatest(old.tat, t.now, old.paused_until) - t.now AS wait,
+RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.now AS wait,
           1.0 / old.rate AS spacing
 """
 )
+
+# A 429 of a keyed limit (`key:<key>`, worker.throttle): the rate becomes `:target`, what
+# the reporting process estimates the key's real limit to be (the rate the request was
+# sent at times the share of that key's recent requests the server accepted), when the
+# request was sent a window or more after the last cut (within it: the overshoot already
+# answered, nothing changes). Never above the rate before, never below MIN_RATE.
+CUT_KEY = text(
+    f"""
+WITH {_NOW},
+old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDATE)
+UPDATE http_pace AS p SET
+  rate = greatest(:min_rate, least(old.rate, :target)),
+  last_cut = t.now,
+  epoch_at = t.now,
+  slack_at = t.now,
+  paused_until = CASE WHEN coalesce(:retry_after, 0) > :window
+    THEN greatest(old.paused_until, t.now + :retry_after) ELSE old.paused_until END
+FROM t, old
+WHERE p.host = old.host AND t.now - :age >= old.last_cut + :window
+RETURNING p.rate
+"""
+)
+
+RATE = text("SELECT rate FROM http_pace WHERE host = :host")
 
 ENSURE = text("INSERT INTO http_pace (host) VALUES (:host) ON CONFLICT (host) DO NOTHING")
 
@@ -142,11 +168,17 @@ def _params(rules: PaceRules, **values: Any) -> dict[str, Any]:
 
 
 def book(
-    conn: Connection, host: str, rules: PaceRules, now: float | None, count: int = 1
+    conn: Connection,
+    host: str,
+    rules: PaceRules,
+    now: float | None,
+    count: int = 1,
+    tolerance: float = 0.0,
 ) -> tuple[float | None, float, float] | None:
     """(the host's rate after the booking, seconds to the first slot, seconds between
     two slots); None: not paced."""
-    row = conn.execute(BOOK, _params(rules, host=host, now=now, count=count)).first()
+    params = _params(rules, host=host, now=now, count=count, tolerance=tolerance)
+    row = conn.execute(BOOK, params).first()
     if row is None:
         return None
     return (None if row[0] is None else float(row[0])), max(0.0, float(row[1])), float(row[2])
@@ -171,3 +203,23 @@ def cut(
 
 def declare(conn: Connection, host: str, rate: float) -> None:
     conn.execute(DECLARE, {"host": host, "rate": rate})
+
+
+def cut_key(
+    conn: Connection,
+    host: str,
+    rules: PaceRules,
+    *,
+    target: float,
+    sent_age: float,
+    retry_after: float | None,
+    now: float | None,
+) -> float | None:
+    """A keyed limit's 429 (CUT_KEY): its rate after it; None when it is not paced."""
+    params = _params(
+        rules, host=host, target=target, age=sent_age, retry_after=retry_after, now=now
+    )
+    rate = conn.execute(CUT_KEY, params).scalar()
+    if rate is None:
+        rate = conn.execute(RATE, {"host": host}).scalar()
+    return None if rate is None else float(rate)

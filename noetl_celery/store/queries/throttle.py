@@ -1,0 +1,60 @@
+"""Run slots of keyed `rate_limit.concurrency` (`store.throttle` opens the transactions).
+Postgres only: an SQLite engine is one process, which counts its slots in memory
+(worker.throttle).
+
+A slot is a row `(key, slot_no)` with `slot_no` below the key's cap: the primary key is
+what bounds the holders, so concurrent acquirers can never exceed the cap (the second
+insert of one slot meets the first's row and takes it only if that row is free). A row
+is free when its command is no longer `running` with a live lease: a worker killed
+while holding a slot frees it when the command's lease lapses, a parked or finished
+command holds none, and the holder's own release deletes it at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import Connection, text
+
+from noetl_celery.constants import CMD_RUNNING
+
+_RUNNING = str(CMD_RUNNING)
+
+ACQUIRE = text(
+    f"""
+INSERT INTO throttle_slots (key, slot_no, command_id, acquired_at)
+VALUES (:key, :slot, :command_id, :now)
+ON CONFLICT (key, slot_no) DO UPDATE
+  SET command_id = excluded.command_id, acquired_at = excluded.acquired_at
+  WHERE throttle_slots.command_id = excluded.command_id
+     OR NOT EXISTS (SELECT 1 FROM commands c
+                    WHERE c.command_id = throttle_slots.command_id
+                      AND c.status = '{_RUNNING}' AND c.lease_until > :now)
+RETURNING slot_no
+"""
+)
+
+RELEASE = text("DELETE FROM throttle_slots WHERE key = :key AND command_id = :command_id")
+
+# the slots held now, per key (a row whose command lost its lease holds none)
+HELD = text(
+    f"""
+SELECT s.key, count(*) FROM throttle_slots s JOIN commands c ON c.command_id = s.command_id
+WHERE c.status = '{_RUNNING}' AND c.lease_until > :now
+GROUP BY s.key
+"""
+)
+
+
+def acquire(conn: Connection, key: str, slot: int, command_id: str, now: dt.datetime) -> bool:
+    """Take slot `slot` of `key` for `command_id` if it is free (or already its own)."""
+    params = {"key": key, "slot": slot, "command_id": command_id, "now": now}
+    return conn.execute(ACQUIRE, params).first() is not None
+
+
+def release(conn: Connection, key: str, command_id: str) -> None:
+    conn.execute(RELEASE, {"key": key, "command_id": command_id})
+
+
+def held(conn: Connection, now: dt.datetime) -> dict[str, int]:
+    return {str(row[0]): int(row[1]) for row in conn.execute(HELD, {"now": now})}

@@ -1,0 +1,37 @@
+"""`store.throttle`: the run slots of keyed `rate_limit.concurrency`, shared by the worker
+processes of a fleet (worker.throttle); the SQL is `store.queries.throttle`."""
+
+from __future__ import annotations
+
+from noetl_celery.store.database import Database
+from noetl_celery.store.queries import throttle as sql
+from noetl_celery.store.schema import utcnow
+
+
+class ThrottleManager:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def available(self) -> bool:
+        """Only Postgres serves several processes (an SQLite engine is one process)."""
+        return not self.db.is_sqlite
+
+    def acquire(self, key: str, cap: int, command_id: str) -> int | None:
+        """A free slot of `key` below `cap` taken for `command_id` (its number), or None
+        when all are held. One autocommitted statement per slot tried: the row of a slot
+        is locked only while its statement runs."""
+        for slot in range(cap):
+            with self.db.single_write() as conn:
+                if sql.acquire(conn, key, slot, command_id, utcnow()):
+                    return slot
+        return None
+
+    def release(self, key: str, command_id: str) -> None:
+        with self.db.single_write() as conn:
+            sql.release(conn, key, command_id)
+
+    def held(self) -> dict[str, int]:
+        """The slots held now, per key."""
+        with self.db.read() as conn:
+            return sql.held(conn, utcnow())

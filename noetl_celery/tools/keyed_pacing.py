@@ -1,0 +1,246 @@
+"""The send schedule of keyed `rate_limit`s (models.rate_limit, worker.throttle): the
+http pacer's rules (tools.http_pacing) applied to a key a playbook names instead of a
+host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
+
+- A key is declared at its `per_second` (the ceiling: probing never passes it) the
+  first time this process books for it; every run of a body under the key books one
+  send slot. `burst` lets that many go at once after a quiet spell (GCRA's tolerance,
+  `(burst - 1)` intervals), then they are spaced at the rate.
+- The wait a booking gives is *not* capped here (the host pacer sends after
+  `max_wait`): the worker parks the command for a long one, its slot kept (`Booked`).
+- Learning below the ceiling: the http tool reports every answer to a request sent
+  under a key (`observe`, with the `KeyedTurn` the worker set for the body). The host
+  pacer waits for `MIN_SIGNAL` accepted requests before it reads a rate from a 429; a
+  declared key has a rate already, so every 429 is a signal, and what it says is how
+  far above the real limit that rate is: of the key's answers in the last
+  `SIGNAL_WINDOW` seconds the server accepted a share `s`, so it accepts about
+  `rate x s` per second. The key's rate is cut to `CUT_FACTOR` of that (never by more
+  than half at once: a share read from few answers is rough), at most once per
+  overshoot (a request sent within a window of the last cut changes nothing), and
+  probed back upward by the ledger's rules while its schedule binds. A limit that
+  changes is found again the same way; `FORGET_SECONDS` without a 429 restores the
+  declared rate.
+
+Without a ledger (an SQLite engine: one process) the same rules run on this process's
+own schedule. A ledger that cannot be reached leaves the key unpaced (pacing only ever
+delays; the playbook's retry policy still handles a 429). Pure, clock injected.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from noetl_celery.tools.http_pacing import (
+    CUT_FACTOR,
+    FORGET_SECONDS,
+    MIN_RATE,
+    WINDOW_SECONDS,
+    Booking,
+    _raise_fraction,
+)
+
+log = logging.getLogger("noetl_celery.http")
+
+# the answers a 429's accepted share is read from (seconds before its request was sent)
+SIGNAL_WINDOW = 2.0 * WINDOW_SECONDS
+# a cut never takes more than this share of the rate away at once
+MAX_CUT_SHARE = 0.5
+
+
+class KeyedTurn(NamedTuple):
+    """One body's pass under a keyed limit: the ledger key and the rate it was booked
+    at (None: only `concurrency` is limited, nothing to learn)."""
+
+    key: str
+    rate: float | None
+
+
+_ACTIVE: contextvars.ContextVar[KeyedTurn | None] = contextvars.ContextVar(
+    "noetl_keyed_turn", default=None
+)
+
+
+def current() -> KeyedTurn | None:
+    """The keyed limit the running body is under (the http tool reports to it)."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def under(turn: KeyedTurn) -> Iterator[None]:
+    token = _ACTIVE.set(turn)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+class KeyLedger(Protocol):
+    """The fleet's schedule of a key (engine.pacing.FleetPaceLedger)."""
+
+    def declare(self, host: str, rate: float) -> None: ...
+
+    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None: ...
+
+    def cut_key(
+        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+    ) -> float | None: ...
+
+
+@dataclass
+class KeyPace:
+    """A key's state in this process (guarded by the pacer's lock)."""
+
+    ceiling: float
+    rate: float
+    declared: bool = False  # the ledger knows the ceiling
+    tat: float = float("-inf")  # local schedule: the next free slot
+    last_cut: float = float("-inf")
+    last_raise: float = float("-inf")
+    answers: collections.deque[tuple[float, bool]] = field(default_factory=collections.deque)
+
+
+def accepted_share(answers: Iterator[tuple[float, bool]] | list[tuple[float, bool]]) -> float:
+    """The share of `answers` ((sent_at, accepted)) the server accepted (1.0: none)."""
+    seen = list(answers)
+    if not seen:
+        return 1.0
+    return sum(ok for _, ok in seen) / len(seen)
+
+
+def cut_target(rate: float, share: float) -> float:
+    """The rate a 429 cuts a key to: CUT_FACTOR of what the server accepts (`rate x
+    share`), by at most MAX_CUT_SHARE at once, never below MIN_RATE."""
+    return max(MIN_RATE, CUT_FACTOR * rate * max(share, 1.0 - MAX_CUT_SHARE))
+
+
+class KeyedPacer:
+    """Per-key schedules of this process (thread-safe); with a ledger, the fleet's."""
+
+    def __init__(
+        self,
+        ledger: KeyLedger | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ledger = ledger
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keys: dict[str, KeyPace] = {}
+        self._failed = float("-inf")
+
+    def _pace(self, key: str, per_second: float) -> KeyPace:
+        pace = self._keys.get(key)
+        if pace is None or pace.ceiling != per_second:
+            pace = self._keys[key] = KeyPace(ceiling=per_second, rate=per_second)
+        return pace
+
+    def rate(self, key: str, per_second: float) -> float:
+        """The key's rate as this process last saw it (`per_second` when unseen)."""
+        with self._lock:
+            return self._pace(key, per_second).rate
+
+    def book(self, key: str, per_second: float, burst: int = 1) -> tuple[float, float]:
+        """Book one send slot of `key` (declared at `per_second`): (seconds until it,
+        the key's rate)."""
+        with self._lock:
+            pace = self._pace(key, per_second)
+            tolerance = (max(1, burst) - 1) / pace.rate
+            if self._ledger is None:
+                return self._book_local(pace, tolerance), pace.rate
+            declare = not pace.declared
+        try:
+            if declare:
+                self._ledger.declare(key, per_second)
+                pace.declared = True
+            booking = self._ledger.book(key, 1, tolerance)
+        except Exception as exc:  # pacing never fails a body: it goes unpaced
+            self._unreachable(key, exc)
+            return 0.0, pace.rate
+        if booking is None:  # not declared any more (a reset ledger): next time
+            pace.declared = False
+            return 0.0, pace.rate
+        with self._lock:
+            pace.rate = booking.rate
+        return booking.wait, booking.rate
+
+    def _book_local(self, pace: KeyPace, tolerance: float) -> float:
+        now = self._clock()
+        if pace.rate != pace.ceiling and now - pace.last_cut > FORGET_SECONDS:
+            pace.rate = pace.ceiling
+        binds = pace.tat >= now
+        if (
+            binds
+            and now - pace.last_raise >= WINDOW_SECONDS
+            and now - pace.last_cut >= WINDOW_SECONDS
+        ):
+            raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
+            pace.rate = min(raised, pace.ceiling)
+            pace.last_raise = now
+        start = max(pace.tat - tolerance, now)
+        pace.tat = max(pace.tat, now) + 1.0 / pace.rate
+        return start - now
+
+    def observe(
+        self, turn: KeyedTurn, status: int, retry_after: float | None, sent_at: float
+    ) -> None:
+        """The answer to a request sent at `sent_at` (this pacer's clock) under `turn`."""
+        if turn.rate is None:
+            return
+        with self._lock:
+            pace = self._keys.get(turn.key)
+            if pace is None:
+                return
+            now = self._clock()
+            answers = pace.answers
+            while answers and answers[0][0] <= now - 2 * SIGNAL_WINDOW:
+                answers.popleft()
+            answers.append((sent_at, status != 429))
+            if status != 429 or sent_at < pace.last_cut + WINDOW_SECONDS:
+                return  # accepted, or the overshoot this process answered already
+            share = accepted_share([a for a in answers if sent_at - SIGNAL_WINDOW < a[0]])
+            target = cut_target(turn.rate, share)
+            pace.last_cut = now
+            if self._ledger is None:
+                was, pace.rate = pace.rate, min(pace.rate, target)
+                pace.tat = max(pace.tat, now)
+                rate: float | None = pace.rate
+        if self._ledger is not None:
+            try:
+                rate = self._ledger.cut_key(
+                    turn.key, target=target, sent_age=now - sent_at, retry_after=retry_after
+                )
+            except Exception as exc:  # the next 429 reports again
+                self._unreachable(turn.key, exc)
+                return
+            was = turn.rate
+        if rate is not None and rate < was:
+            log.info(
+                "%s answered 429 (%.0f%% of its recent requests accepted): its rate is "
+                "cut from %.3g to %.3g/s (declared %g/s)",
+                turn.key,
+                share * 100,
+                was,
+                rate,
+                pace.ceiling,
+            )
+
+    def _unreachable(self, key: str, exc: Exception) -> None:
+        now = self._clock()
+        with self._lock:
+            if now - self._failed < 60.0:
+                return
+            self._failed = now
+        log.warning(
+            "%s: the shared rate-limit schedule could not be reached (%s): its bodies run "
+            "unpaced until it can",
+            key,
+            exc,
+        )
