@@ -17,9 +17,13 @@ validation refused the playbook already).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from noetl_celery.models.durations import is_template
 
 FIELDS = ("key", "per_second", "burst", "concurrency")
 # a rendered key is stored as a pacing row's name (`key:<key>`, 300 characters at most)
@@ -29,10 +33,22 @@ KEY_PREFIX = "key:"
 
 @dataclass(frozen=True)
 class RateLimit:
+    """A block as written: each number may be a template (`"{{ iter.shop.rate }}"`),
+    rendered per command (`resolved`)."""
+
     key: str  # a template, rendered per command
-    per_second: float | None = None
-    burst: int = 1
-    concurrency: int | None = None
+    per_second: float | str | None = None
+    burst: int | str = 1
+    concurrency: int | str | None = None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A block's numbers for one command (rendered, checked)."""
+
+    per_second: float | None
+    burst: int
+    concurrency: int | None
 
 
 def _number(value: Any) -> float | None:
@@ -65,7 +81,7 @@ def rate_limit_problems(raw: Any) -> list[tuple[str | None, str]]:
 def _value_problems(raw: dict[str, Any]) -> list[tuple[str | None, str]]:
     problems: list[tuple[str | None, str]] = []
     per_second = raw.get("per_second")
-    if per_second is not None:
+    if per_second is not None and not is_template(per_second):
         rate = _number(per_second)
         if rate is None or not math.isfinite(rate) or rate <= 0:
             problems.append(
@@ -73,9 +89,9 @@ def _value_problems(raw: dict[str, Any]) -> list[tuple[str | None, str]]:
             )
     for name in ("burst", "concurrency"):
         value = raw.get(name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
+        if value is None or is_template(value):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(
                 (name, f"`rate_limit.{name}` is a whole number of 1 or more, not {value!r}")
             )
@@ -111,12 +127,53 @@ def parse_rate_limit(raw: Any) -> RateLimit | None:
     if raw is None or rate_limit_problems(raw):
         return None
     per_second = raw.get("per_second")
+    burst = raw.get("burst")
     return RateLimit(
         key=str(raw["key"]),
-        per_second=None if per_second is None else float(per_second),
-        burst=int(raw.get("burst") or 1),
+        per_second=per_second
+        if per_second is None or is_template(per_second)
+        else float(per_second),
+        burst=1 if burst is None else burst,
         concurrency=raw.get("concurrency"),
     )
+
+
+def resolve(limit: RateLimit, render: Callable[[str, str], Any]) -> Resolved:
+    """The block's numbers for one command; `render(template, field)` renders a
+    templated one. Raises ValueError (a one-line message naming the field) for a value
+    that renders to no usable number."""
+    per_second = _resolved(limit.per_second, "per_second", render, whole=False)
+    burst = _resolved(limit.burst, "burst", render, whole=True)
+    concurrency = _resolved(limit.concurrency, "concurrency", render, whole=True)
+    return Resolved(
+        per_second=per_second,
+        burst=1 if burst is None else int(burst),
+        concurrency=None if concurrency is None else int(concurrency),
+    )
+
+
+def _resolved(
+    value: Any, name: str, render: Callable[[str, str], Any], *, whole: bool
+) -> float | None:
+    if value is None:
+        return None
+    written = value
+    if is_template(value):
+        value = render(value, name)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value) if not whole else int(value.strip())
+    number = _number(value)
+    good = number is not None and math.isfinite(number) and number > 0
+    if whole:
+        good = good and number is not None and number >= 1 and float(number).is_integer()
+    if not good:
+        kind = "a whole number of 1 or more" if whole else "a number above 0"
+        raise ValueError(
+            f"`rate_limit.{name}` {written!r} rendered {value!r} for this item; it must be {kind}"
+        )
+    assert number is not None
+    return number
 
 
 def rendered_key_problem(rendered: Any, template: str) -> str | None:

@@ -15,9 +15,12 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   far above the real limit that rate is: of the key's answers in the last
   `SIGNAL_WINDOW` seconds the server accepted a share `s`, so it accepts about
   `rate x s` per second. The key's rate is cut to `CUT_FACTOR` of that (never by more
-  than half at once: a share read from few answers is rough), at most once per
-  overshoot (a request sent within a window of the last cut changes nothing), and
-  probed back upward by the ledger's rules while its schedule binds. A limit that
+  than half at once; by CUT_FACTOR alone when fewer than MIN_SHARE_ANSWERS answers
+  say what the share is), at most once per overshoot, and probed back upward by the
+  ledger's rules while its schedule binds. An overshoot is every slot booked before
+  the cut that answered it: a body parked for its slot was booked at the old rate, and
+  its 429 is that cut's, not a new one (so `KeyedTurn.booked_at`, not the send time,
+  is what is checked against the last cut). A limit that
   changes is found again the same way; `FORGET_SECONDS` without a 429 restores the
   declared rate.
 
@@ -53,14 +56,19 @@ log = logging.getLogger("noetl_celery.http")
 SIGNAL_WINDOW = 2.0 * WINDOW_SECONDS
 # a cut never takes more than this share of the rate away at once
 MAX_CUT_SHARE = 0.5
+# fewer answers than this in the signal window say too little about the accepted share:
+# the 429 cuts the rate by CUT_FACTOR alone
+MIN_SHARE_ANSWERS = 5
 
 
 class KeyedTurn(NamedTuple):
-    """One body's pass under a keyed limit: the ledger key and the rate it was booked
-    at (None: only `concurrency` is limited, nothing to learn)."""
+    """One body's pass under a keyed limit: the ledger key, the rate its send slot was
+    booked at (None: only `concurrency` is limited, nothing to learn) and when it was
+    booked (epoch seconds: a slot booked before the last cut is that cut's overshoot)."""
 
     key: str
     rate: float | None
+    booked_at: float = 0.0
 
 
 _ACTIVE: contextvars.ContextVar[KeyedTurn | None] = contextvars.ContextVar(
@@ -103,16 +111,17 @@ class KeyPace:
     declared: bool = False  # the ledger knows the ceiling
     tat: float = float("-inf")  # local schedule: the next free slot
     last_cut: float = float("-inf")
+    cut_at: float = float("-inf")  # the last cut this process made (epoch seconds)
     last_raise: float = float("-inf")
     answers: collections.deque[tuple[float, bool]] = field(default_factory=collections.deque)
 
 
-def accepted_share(answers: Iterator[tuple[float, bool]] | list[tuple[float, bool]]) -> float:
-    """The share of `answers` ((sent_at, accepted)) the server accepted (1.0: none)."""
-    seen = list(answers)
-    if not seen:
+def accepted_share(answers: list[tuple[float, bool]]) -> float:
+    """The share of `answers` ((sent_at, accepted)) the server accepted (1.0: too few
+    to tell, MIN_SHARE_ANSWERS)."""
+    if len(answers) < MIN_SHARE_ANSWERS:
         return 1.0
-    return sum(ok for _, ok in seen) / len(seen)
+    return sum(ok for _, ok in answers) / len(answers)
 
 
 def cut_target(rate: float, share: float) -> float:
@@ -129,9 +138,11 @@ class KeyedPacer:
         ledger: KeyLedger | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._ledger = ledger
         self._clock = clock
+        self._wall = wall
         self._lock = threading.Lock()
         self._keys: dict[str, KeyPace] = {}
         self._failed = float("-inf")
@@ -203,19 +214,24 @@ class KeyedPacer:
             while answers and answers[0][0] <= now - 2 * SIGNAL_WINDOW:
                 answers.popleft()
             answers.append((sent_at, status != 429))
-            if status != 429 or sent_at < pace.last_cut + WINDOW_SECONDS:
-                return  # accepted, or the overshoot this process answered already
+            if status != 429 or turn.booked_at < pace.cut_at + WINDOW_SECONDS:
+                # accepted, or booked before (or just after) this process's last cut: the
+                # overshoot that cut answered, still in the schedule
+                return
             share = accepted_share([a for a in answers if sent_at - SIGNAL_WINDOW < a[0]])
             target = cut_target(turn.rate, share)
             pace.last_cut = now
+            pace.cut_at = self._wall()
+            booked_age = max(0.0, pace.cut_at - turn.booked_at)
             if self._ledger is None:
                 was, pace.rate = pace.rate, min(pace.rate, target)
                 pace.tat = max(pace.tat, now)
                 rate: float | None = pace.rate
         if self._ledger is not None:
             try:
+                # the fleet's last cut is checked against when the slot was booked
                 rate = self._ledger.cut_key(
-                    turn.key, target=target, sent_age=now - sent_at, retry_after=retry_after
+                    turn.key, target=target, sent_age=booked_age, retry_after=retry_after
                 )
             except Exception as exc:  # the next 429 reports again
                 self._unreachable(turn.key, exc)

@@ -216,7 +216,7 @@ class StepRunner:
             command.command_id,
             self.renderer,
             self.limits.park_after,
-            booked=list(booked) if isinstance(booked, list) else None,
+            booked=dict(booked) if isinstance(booked, dict) else None,
         )
 
     def _body(

@@ -29,7 +29,13 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from noetl_celery.errors import RateLimitKeyError
-from noetl_celery.models.rate_limit import KEY_PREFIX, RateLimit, rendered_key_problem
+from noetl_celery.models.rate_limit import (
+    KEY_PREFIX,
+    RateLimit,
+    Resolved,
+    rendered_key_problem,
+    resolve,
+)
 from noetl_celery.templating import Renderer
 from noetl_celery.tools.keyed_pacing import KeyedPacer, KeyedTurn, under
 
@@ -41,9 +47,10 @@ CONCURRENCY_RETRY = 0.25
 
 class Throttled(Exception):
     """A body must wait `delay` seconds for its turn: the command parks. `booked`: the
-    keys whose send slot it already booked (the resumed run takes them as they are)."""
+    keys whose send slot it already booked, with when (epoch seconds): the resumed run
+    takes them as they are."""
 
-    def __init__(self, delay: float, booked: list[str], reason: str) -> None:
+    def __init__(self, delay: float, booked: dict[str, float], reason: str) -> None:
         super().__init__(reason)
         self.delay = delay
         self.booked = booked
@@ -92,9 +99,10 @@ class CommandThrottle:
         command_id: str,
         renderer: Renderer,
         park_after: float | None,
-        booked: list[str] | None = None,
+        booked: dict[str, float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._slots = slots
         self._pacer = pacer
@@ -102,9 +110,10 @@ class CommandThrottle:
         self._renderer = renderer
         self._park_after = park_after
         # send slots booked by an earlier run of this command that parked for them
-        self._pending = set(booked or ())
+        self._pending = dict(booked or {})
         self._sleep = sleep
         self._clock = clock
+        self._wall = wall
 
     def key_of(self, limit: RateLimit, context: Mapping[str, Any], where: str) -> str:
         rendered = self._renderer.value(limit.key, context, f"{where} rate_limit.key")
@@ -113,22 +122,36 @@ class CommandThrottle:
             raise RateLimitKeyError(f"{where}: {problem}")
         return KEY_PREFIX + str(rendered).strip()
 
+    def numbers_of(self, limit: RateLimit, context: Mapping[str, Any], where: str) -> Resolved:
+        def render(template: str, name: str) -> Any:
+            return self._renderer.value(template, context, f"{where} rate_limit.{name}")
+
+        try:
+            return resolve(limit, render)
+        except ValueError as exc:
+            raise RateLimitKeyError(f"{where}: {exc}") from None
+
     @contextmanager
     def gate(self, limit: RateLimit, context: Mapping[str, Any], where: str) -> Iterator[str]:
         """Run the body under `limit` (yields its ledger key); raises `Throttled` when
         the command must park first, `RateLimitKeyError` (or a TemplateError) when the
-        key cannot be rendered."""
+        key or a number cannot be rendered."""
         key = self.key_of(limit, context, where)
-        held = limit.concurrency is not None and self._take_slot(key, limit.concurrency)
+        numbers = self.numbers_of(limit, context, where)
+        held = numbers.concurrency is not None and self._take_slot(key, numbers.concurrency)
         try:
-            rate = self._take_turn(key, limit) if limit.per_second is not None else None
-            with under(KeyedTurn(key, rate)):
+            turn = (
+                self._take_turn(key, numbers)
+                if numbers.per_second is not None
+                else KeyedTurn(key, None)
+            )
+            with under(turn):
                 try:
                     yield key
                 except Throttled as inner:  # a gate inside parks: this turn was not used
-                    if limit.per_second is not None:
-                        self._pending.add(key)
-                        inner.booked = sorted(self._pending)
+                    if turn.rate is not None:
+                        self._pending[key] = turn.booked_at
+                        inner.booked = dict(self._pending)
                     raise
         finally:
             if held:
@@ -140,21 +163,22 @@ class CommandThrottle:
             if deadline is not None and self._clock() >= deadline:
                 raise Throttled(
                     CONCURRENCY_RETRY,
-                    sorted(self._pending),
+                    dict(self._pending),
                     f"{key}: all {cap} run slots held",
                 )
             self._sleep(CONCURRENCY_POLL)
         return True
 
-    def _take_turn(self, key: str, limit: RateLimit) -> float:
+    def _take_turn(self, key: str, limit: Resolved) -> KeyedTurn:
         assert limit.per_second is not None
-        if key in self._pending:  # booked before this command parked for it
-            self._pending.discard(key)
-            return self._pacer.rate(key, limit.per_second)
+        booked_at = self._pending.pop(key, None)
+        if booked_at is not None:  # booked before this command parked for it
+            return KeyedTurn(key, self._pacer.rate(key, limit.per_second), booked_at)
+        booked_at = self._wall()
         wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
-            self._pending.add(key)
-            raise Throttled(wait, sorted(self._pending), f"{key}: next send slot in {wait:.3g}s")
+            self._pending[key] = booked_at
+            raise Throttled(wait, dict(self._pending), f"{key}: next send slot in {wait:.3g}s")
         if wait > 0:
             self._sleep(wait)
-        return rate
+        return KeyedTurn(key, rate, booked_at)
