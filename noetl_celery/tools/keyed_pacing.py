@@ -53,12 +53,12 @@ from noetl_celery.tools.http_pacing import (
 log = logging.getLogger("noetl_celery.http")
 
 # the answers a 429's accepted share is read from (seconds before its request was sent)
-SIGNAL_WINDOW = 2.0 * WINDOW_SECONDS
+SIGNAL_WINDOW = 5.0 * WINDOW_SECONDS
 # a cut never takes more than this share of the rate away at once
 MAX_CUT_SHARE = 0.5
 # fewer answers than this in the signal window say too little about the accepted share:
 # the 429 cuts the rate by CUT_FACTOR alone
-MIN_SHARE_ANSWERS = 5
+MIN_SHARE_ANSWERS = 8
 
 
 class KeyedTurn(NamedTuple):

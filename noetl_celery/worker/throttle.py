@@ -4,17 +4,19 @@ A gate (`CommandThrottle.gate`) wraps one body run (a step's body, or one tool):
 
 1. the key is rendered against the command's context (`{{ iter.shop.tenant }}`); a key
    that renders empty is that item's error (`RateLimitKeyError`, naming the key);
-2. `concurrency`: a run slot of the key is taken (store.throttle on Postgres: a row per
-   slot that no two commands can hold; in this process's memory on SQLite, one
-   process), and given back when the body ends, however it ends. None free: the gate
-   polls for `park_after` seconds, then the command parks (`Throttled`) and tries
-   again `CONCURRENCY_RETRY` seconds later, holding no worker slot meanwhile;
-3. `per_second`: one send slot of the key is booked on the fleet's schedule
+2. `per_second`: one send slot of the key is booked on the fleet's schedule
    (tools.keyed_pacing). A wait up to `park_after` is slept here; a longer one parks
    the command until its slot (the slot stays booked: the resumed run takes it
    without booking again, `Throttled.booked`), as a long retry delay does
-   (docs/design.md §2.7). The body then runs under the key (`keyed_pacing.under`), so
-   the http tool's 429s teach the key its real rate.
+   (docs/design.md §2.7). It comes before the run slot, so no run slot is held while
+   a body waits for its send slot;
+3. `concurrency`: a run slot of the key is taken (store.throttle on Postgres: a row per
+   slot that no two commands can hold; in this process's memory on SQLite, one
+   process), and given back when the body ends, however it ends. None free: the gate
+   polls for `park_after` seconds, then the command parks (`Throttled`, its send slot
+   kept) and tries again `CONCURRENCY_RETRY` seconds later, holding no worker slot
+   meanwhile. The body then runs under the key (`keyed_pacing.under`), so the http
+   tool's 429s teach the key its real rate.
 
 A slot held by a worker that is killed is freed when its command's lease lapses (the
 slot's row is its command's only while that command is `running` with a live lease).
@@ -138,13 +140,15 @@ class CommandThrottle:
         key or a number cannot be rendered."""
         key = self.key_of(limit, context, where)
         numbers = self.numbers_of(limit, context, where)
-        held = numbers.concurrency is not None and self._take_slot(key, numbers.concurrency)
+        # the send slot first: its wait is slept (or parked) holding no run slot
+        turn = (
+            self._take_turn(key, numbers)
+            if numbers.per_second is not None
+            else KeyedTurn(key, None)
+        )
+        if numbers.concurrency is not None:
+            self._take_slot(key, numbers.concurrency, turn)
         try:
-            turn = (
-                self._take_turn(key, numbers)
-                if numbers.per_second is not None
-                else KeyedTurn(key, None)
-            )
             with under(turn):
                 try:
                     yield key
@@ -154,20 +158,19 @@ class CommandThrottle:
                         inner.booked = dict(self._pending)
                     raise
         finally:
-            if held:
+            if numbers.concurrency is not None:
                 self._slots.release(key, self._command_id)
 
-    def _take_slot(self, key: str, cap: int) -> bool:
+    def _take_slot(self, key: str, cap: int, turn: KeyedTurn) -> None:
         deadline = None if self._park_after is None else self._clock() + self._park_after
         while self._slots.acquire(key, cap, self._command_id) is None:
             if deadline is not None and self._clock() >= deadline:
+                if turn.rate is not None:  # its send slot is kept for the resumed run
+                    self._pending[turn.key] = turn.booked_at
                 raise Throttled(
-                    CONCURRENCY_RETRY,
-                    dict(self._pending),
-                    f"{key}: all {cap} run slots held",
+                    CONCURRENCY_RETRY, dict(self._pending), f"{key}: all {cap} run slots held"
                 )
             self._sleep(CONCURRENCY_POLL)
-        return True
 
     def _take_turn(self, key: str, limit: Resolved) -> KeyedTurn:
         assert limit.per_second is not None
