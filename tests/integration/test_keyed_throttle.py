@@ -4,6 +4,7 @@ what reached it (tests/support/tenant_api.py)."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import uuid
 from collections.abc import Iterator
@@ -79,7 +80,7 @@ def test_a_keys_rate_holds_across_two_workers(engine_on_workers: Engine, api: Te
     assert len(accepted) == 25 and set(seen["items"].values()) == {1}
     # the rate the server accepted, from the typical gap between two accepted requests
     # (a retried 429 at the end stretches the whole span, not the gaps)
-    gaps = [b - a for a, b in zip(accepted, accepted[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(accepted)]
     rate = 1.0 / statistics.median(gaps)
     assert 4.0 <= rate <= 5.5, rate
     assert len(seen["refused"]) <= 8, len(seen["refused"])

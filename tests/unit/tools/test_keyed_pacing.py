@@ -1,0 +1,116 @@
+"""tools.keyed_pacing: what a 429 says about a key's real rate, and a process's own
+schedule of a key (no ledger: an SQLite engine), on a clock the test sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from noetl_celery.tools.http_pacing import CUT_FACTOR, MIN_RATE
+from noetl_celery.tools.keyed_pacing import (
+    MIN_SHARE_ANSWERS,
+    KeyedPacer,
+    KeyedTurn,
+    accepted_share,
+    current,
+    cut_target,
+    under,
+)
+
+
+@pytest.mark.parametrize(
+    ("answers", "share"),
+    [
+        ([], 1.0),
+        ([(0.0, False)] * (MIN_SHARE_ANSWERS - 1), 1.0),  # too few to tell
+        ([(0.0, True)] * 6 + [(0.0, False)] * 4, 0.6),
+        ([(0.0, True)] * 10, 1.0),
+        ([(0.0, False)] * 10, 0.0),
+    ],
+)
+def test_the_accepted_share_needs_enough_answers(
+    answers: list[tuple[float, bool]], share: float
+) -> None:
+    assert accepted_share(answers) == pytest.approx(share)
+
+
+@pytest.mark.parametrize(
+    ("rate", "share", "target"),
+    [
+        (6.0, 0.5, CUT_FACTOR * 3.0),  # the server accepts half: 3/s
+        (10.0, 0.8, CUT_FACTOR * 8.0),
+        (6.0, 1.0, CUT_FACTOR * 6.0),  # too few answers: CUT_FACTOR alone
+        (6.0, 0.1, CUT_FACTOR * 3.0),  # never more than half at once
+        (1.0, 0.5, MIN_RATE),  # never below MIN_RATE
+    ],
+)
+def test_a_cut_targets_what_the_server_accepts(rate: float, share: float, target: float) -> None:
+    assert cut_target(rate, share) == pytest.approx(target)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_local_schedule_spaces_runs_at_the_declared_rate_after_a_burst() -> None:
+    clock = Clock()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    waits = [pacer.book("key:t", 4.0, burst=3)[0] for _ in range(6)]
+    # three go at once (the burst), then one every 0.25 s
+    assert waits == pytest.approx([0.0, 0.0, 0.0, 0.25, 0.5, 0.75])
+
+
+def test_a_429_cuts_the_key_to_the_accepted_rate_once_per_overshoot() -> None:
+    clock = Clock()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    _, rate = pacer.book("key:t", 10.0)
+    booked = clock.now
+    # eight answers accepted, then a 429: the server accepted 8 of 9
+    for i in range(12):
+        ok = i < 8
+        pacer.observe(KeyedTurn("key:t", rate, booked), 200 if ok else 429, 1.0, clock.now)
+    first = pacer.rate("key:t", 10.0)
+    assert first == pytest.approx(cut_target(10.0, 8 / 9))  # the first 429's, no later one
+    pacer.observe(KeyedTurn("key:t", rate, booked), 429, 1.0, clock.now)
+    assert pacer.rate("key:t", 10.0) == first  # booked before the cut: the same overshoot
+    clock.now += 2.0
+    _, rate = pacer.book("key:t", 10.0)
+    pacer.observe(KeyedTurn("key:t", rate, clock.now), 429, 1.0, clock.now)
+    assert pacer.rate("key:t", 10.0) < first  # a slot booked after it: a new overshoot
+
+
+def test_an_accepted_answer_or_a_concurrency_only_turn_cuts_nothing() -> None:
+    clock = Clock()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    pacer.book("key:t", 5.0)
+    pacer.observe(KeyedTurn("key:t", 5.0, clock.now), 200, None, clock.now)
+    pacer.observe(KeyedTurn("key:t", None, clock.now), 429, 1.0, clock.now)
+    assert pacer.rate("key:t", 5.0) == 5.0
+
+
+def test_the_turn_of_a_body_is_visible_to_its_tools_only_inside_it() -> None:
+    assert current() is None
+    with under(KeyedTurn("key:t", 2.0, 0.0)):
+        assert current() == KeyedTurn("key:t", 2.0, 0.0)
+    assert current() is None
+
+
+class FailingLedger:
+    def declare(self, host: str, rate: float) -> None:
+        raise OSError("database away")
+
+    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> None:
+        raise OSError("database away")
+
+    def cut_key(
+        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+    ) -> float | None:
+        raise OSError("database away")
+
+
+def test_an_unreachable_ledger_leaves_the_key_unpaced() -> None:
+    pacer = KeyedPacer(FailingLedger())
+    assert pacer.book("key:t", 5.0) == (0.0, 5.0)
