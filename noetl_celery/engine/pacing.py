@@ -53,13 +53,21 @@ class FleetPaceLedger:
         )
 
     def cut_key(
-        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+        self,
+        key: str,
+        *,
+        target: float,
+        learned: float,
+        sent_age: float,
+        retry_after: float | None,
     ) -> float | None:
-        """A keyed limit's 429 (tools.keyed_pacing): the rate becomes `target`."""
+        """A keyed limit's 429 (tools.keyed_pacing): the rate becomes `target`, and is
+        probed no higher than `learned` while the cut is fresh."""
         return self._pacing.cut_key(
             key,
             RULES,
             target=target,
+            learned=learned,
             sent_age=sent_age,
             retry_after=retry_after,
             now=self._now(),

@@ -365,6 +365,8 @@ http_pace = Table(
     Column("bucket_at", Float, nullable=False, server_default="0"),
     Column("bucket_n", Integer, nullable=False, server_default="0"),
     Column("prev_n", Integer, nullable=False, server_default="0"),
+    # a keyed rate_limit's estimate of its real limit from its last 429 (migration 0016)
+    Column("learned", Float, nullable=True),
 )
 
 # The run slots of keyed `rate_limit.concurrency` (store.throttle, worker.throttle): a row

@@ -3,9 +3,34 @@ processes of a fleet (worker.throttle); the SQL is `store.queries.throttle`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import throttle as sql
 from noetl_celery.store.schema import utcnow
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A keyed limit's pacing row (store.queries.pacing): its epoch-second buckets."""
+
+    key: str
+    rate: float | None  # the learned rate; None: not paced
+    declared: float | None
+    bucket_at: float
+    bucket_n: int
+    prev_n: int
+
+
+@dataclass(frozen=True)
+class ThrottleSnapshot:
+    """What the keyed limits are doing now, read in one transaction."""
+
+    states: list[KeyState] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)  # run slots held, per key
+    waiting: dict[str, int] = field(default_factory=dict)  # commands parked, per key
 
 
 class ThrottleManager:
@@ -35,3 +60,26 @@ class ThrottleManager:
         """The slots held now, per key."""
         with self.db.read() as conn:
             return sql.held(conn, utcnow())
+
+    def snapshot(self) -> ThrottleSnapshot:
+        with self.db.read() as conn:
+            return read_snapshot(conn)
+
+
+def read_snapshot(conn: Connection) -> ThrottleSnapshot:
+    """The keyed limits' rows, held slots and parked commands (on the caller's read)."""
+    return ThrottleSnapshot(
+        states=[
+            KeyState(
+                str(key),
+                None if rate is None else float(rate),
+                None if ceiling is None else float(ceiling),
+                float(at),
+                int(n),
+                int(prev),
+            )
+            for key, rate, ceiling, at, n, prev in sql.states(conn)
+        ],
+        held=sql.held(conn, utcnow()),
+        waiting=sql.waiting(conn),
+    )

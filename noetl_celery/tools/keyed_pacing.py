@@ -17,12 +17,15 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   `rate x s` per second. The key's rate is cut to `CUT_FACTOR` of that (never by more
   than half at once; by CUT_FACTOR alone when fewer than MIN_SHARE_ANSWERS answers
   say what the share is), at most once per overshoot, and probed back upward by the
-  ledger's rules while its schedule binds. An overshoot is every slot booked before
+  ledger's rules while its schedule binds, no higher than that estimate (`rate x s`)
+  while the cut is fresh (FORGET_SECONDS): the key sits just under its limit rather
+  than probing into 429s every few seconds. An overshoot is every slot booked before
   the cut that answered it: a body parked for its slot was booked at the old rate, and
   its 429 is that cut's, not a new one (so `KeyedTurn.booked_at`, not the send time,
   is what is checked against the last cut). A limit that
-  changes is found again the same way; `FORGET_SECONDS` without a 429 restores the
-  declared rate.
+  changes is found again the same way: `FORGET_SECONDS` after the last cut the
+  estimate no longer caps the probing (the rate is not reset to the declared one, as
+  a host's is: that jump would be a storm of 429s).
 
 Without a ledger (an SQLite engine: one process) the same rules run on this process's
 own schedule. A ledger that cannot be reached leaves the key unpaced (pacing only ever
@@ -98,7 +101,13 @@ class KeyLedger(Protocol):
     def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None: ...
 
     def cut_key(
-        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+        self,
+        key: str,
+        *,
+        target: float,
+        learned: float,
+        sent_age: float,
+        retry_after: float | None,
     ) -> float | None: ...
 
 
@@ -113,6 +122,7 @@ class KeyPace:
     last_cut: float = float("-inf")
     cut_at: float = float("-inf")  # the last cut this process made (epoch seconds)
     last_raise: float = float("-inf")
+    learned: float = float("inf")  # the estimate of the real limit, while fresh
     answers: collections.deque[tuple[float, bool]] = field(default_factory=collections.deque)
 
 
@@ -124,10 +134,18 @@ def accepted_share(answers: list[tuple[float, bool]]) -> float:
     return sum(ok for _, ok in answers) / len(answers)
 
 
+def accepted_rate(rate: float, share: float) -> float:
+    """What the server accepts of a key sent at `rate` (`rate x share`, the share
+    bounded by MAX_CUT_SHARE: a share read from few answers is rough): the estimate of
+    the key's real limit a 429 gives, above which the rate is not probed while the
+    cut is fresh."""
+    return max(MIN_RATE, rate * max(share, 1.0 - MAX_CUT_SHARE))
+
+
 def cut_target(rate: float, share: float) -> float:
-    """The rate a 429 cuts a key to: CUT_FACTOR of what the server accepts (`rate x
-    share`), by at most MAX_CUT_SHARE at once, never below MIN_RATE."""
-    return max(MIN_RATE, CUT_FACTOR * rate * max(share, 1.0 - MAX_CUT_SHARE))
+    """The rate a 429 cuts a key to: CUT_FACTOR of what the server accepts, never
+    below MIN_RATE."""
+    return max(MIN_RATE, CUT_FACTOR * accepted_rate(rate, share))
 
 
 class KeyedPacer:
@@ -184,8 +202,6 @@ class KeyedPacer:
 
     def _book_local(self, pace: KeyPace, tolerance: float) -> float:
         now = self._clock()
-        if pace.rate != pace.ceiling and now - pace.last_cut > FORGET_SECONDS:
-            pace.rate = pace.ceiling
         binds = pace.tat >= now
         if (
             binds
@@ -193,7 +209,8 @@ class KeyedPacer:
             and now - pace.last_cut >= WINDOW_SECONDS
         ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
-            pace.rate = min(raised, pace.ceiling)
+            learned = pace.learned if now - pace.last_cut <= FORGET_SECONDS else pace.ceiling
+            pace.rate = max(pace.rate, min(raised, pace.ceiling, learned))
             pace.last_raise = now
         start = max(pace.tat - tolerance, now)
         pace.tat = max(pace.tat, now) + 1.0 / pace.rate
@@ -220,7 +237,9 @@ class KeyedPacer:
                 return
             share = accepted_share([a for a in answers if sent_at - SIGNAL_WINDOW < a[0]])
             target = cut_target(turn.rate, share)
+            learned = accepted_rate(turn.rate, share)
             pace.last_cut = now
+            pace.learned = learned
             pace.cut_at = self._wall()
             booked_age = max(0.0, pace.cut_at - turn.booked_at)
             if self._ledger is None:
@@ -231,7 +250,11 @@ class KeyedPacer:
             try:
                 # the fleet's last cut is checked against when the slot was booked
                 rate = self._ledger.cut_key(
-                    turn.key, target=target, sent_age=booked_age, retry_after=retry_after
+                    turn.key,
+                    target=target,
+                    learned=learned,
+                    sent_age=booked_age,
+                    retry_after=retry_after,
                 )
             except Exception as exc:  # the next 429 reports again
                 self._unreachable(turn.key, exc)

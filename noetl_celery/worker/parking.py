@@ -14,6 +14,7 @@ worker killed meanwhile loses nothing (the row in Postgres is the whole state).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import heapq
 import logging
@@ -36,7 +37,7 @@ log = logging.getLogger("noetl_celery.worker")
 
 def masked(parked: Parked) -> Parked:
     """The continuation with the command's keychain values masked (it is stored)."""
-    return Parked(mask_command_value(parked.continuation), parked.delay, parked.task, parked.booked)
+    return dataclasses.replace(parked, continuation=mask_command_value(parked.continuation))
 
 
 # issue_when_due(command id, due) -> issued?; publish(command ids)
@@ -102,8 +103,9 @@ def park(
     """Park `command` until its delay is over; False when it was no longer ours (the
     row had been cancelled or taken over: nothing is written, nothing comes back)."""
     waits: dict[str, Any] = {"task": parked.task, "delay": parked.delay}
-    if parked.booked is not None:
-        waits["booked"] = parked.booked  # a rate_limit turn (worker.throttle)
+    if parked.booked is not None:  # a rate_limit turn (worker.throttle)
+        waits["booked"] = parked.booked
+        waits["throttled"] = parked.throttled
     resume = {"continuation": parked.continuation, "parked": waits}
     store.history.write_logs(LogSink.command_rows(capture, command))
     due = store.parking.park(command.command_id, resume, parked.delay)

@@ -90,6 +90,7 @@ class Parked:
     # a keyed rate_limit's wait (worker.throttle), not a retry's: the keys whose send
     # slot is booked for the resumed run (None: a retry delay)
     booked: dict[str, float] | None = None
+    throttled: str | None = None  # the key it waits for
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,8 @@ def run_pipeline(
                 return Suspended(run.to_json(), suspend.request)
             except Throttled as wait:  # the task's rate_limit turn is later: park until it
                 if limits.storable(run.to_json()):
-                    return Parked(run.to_json(), wait.delay, label, booked=wait.booked)
+                    state = run.to_json()
+                    return Parked(state, wait.delay, label, wait.booked, wait.key)
                 limits.sleep(wait.delay)  # its turn stays booked for the task's next run
                 continue
         outcome = _record(run, label, outcome)

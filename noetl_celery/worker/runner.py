@@ -355,4 +355,4 @@ def _parked_before(
         task = step.tasks()[0][0]
     else:
         continuation, task = {"single": True}, step.step
-    return Parked(continuation, wait.delay, task, booked=wait.booked)
+    return Parked(continuation, wait.delay, task, wait.booked, wait.key)

@@ -52,10 +52,11 @@ class Throttled(Exception):
     keys whose send slot it already booked, with when (epoch seconds): the resumed run
     takes them as they are."""
 
-    def __init__(self, delay: float, booked: dict[str, float], reason: str) -> None:
+    def __init__(self, delay: float, booked: dict[str, float], key: str, reason: str) -> None:
         super().__init__(reason)
         self.delay = delay
         self.booked = booked
+        self.key = key  # the key waited for (the pages count the commands waiting per key)
         self.reason = reason
 
 
@@ -168,7 +169,7 @@ class CommandThrottle:
                 if turn.rate is not None:  # its send slot is kept for the resumed run
                     self._pending[turn.key] = turn.booked_at
                 raise Throttled(
-                    CONCURRENCY_RETRY, dict(self._pending), f"{key}: all {cap} run slots held"
+                    CONCURRENCY_RETRY, dict(self._pending), key, f"{key}: all {cap} run slots held"
                 )
             self._sleep(CONCURRENCY_POLL)
 
@@ -181,7 +182,7 @@ class CommandThrottle:
         wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
             self._pending[key] = booked_at
-            raise Throttled(wait, dict(self._pending), f"{key}: next send slot in {wait:.3g}s")
+            raise Throttled(wait, dict(self._pending), key, f"{key}: next send slot in {wait:.3g}s")
         if wait > 0:
             self._sleep(wait)
         return KeyedTurn(key, rate, booked_at)

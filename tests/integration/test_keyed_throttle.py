@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from noetl_celery.engine.service import Engine
@@ -84,3 +86,32 @@ def test_a_keys_rate_holds_across_two_workers(engine_on_workers: Engine, api: Te
     rate = 1.0 / statistics.median(gaps)
     assert 4.0 <= rate <= 5.5, rate
     assert len(seen["refused"]) <= 8, len(seen["refused"])
+
+
+def test_the_api_metrics_and_page_show_a_keys_state(
+    engine_on_workers: Engine, api: TenantApi, served: Any
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    # 2/s: of the four bodies the two workers run at once, the later ones' turns are
+    # more than a second away, so they park
+    items = [{"t": "b", "n": n, "rate": 2, "slots": 1} for n in range(12)]
+    payload = {"api": api.base, "items": items, "hold": 0.1, "run": run}
+    eid = engine_on_workers.start_text(PLAYBOOK, payload)
+    key = f"{run}-b"
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    status = engine_on_workers.store.execution_status
+    while status(eid) == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        answer = httpx.get(f"{served.url}/api/v1/rate-limits", timeout=10).json()
+        seen += [r for r in answer["rate_limits"] if r["key"] == key]
+    assert engine_on_workers.wait(eid, 60).status == "COMPLETED"
+    assert seen, "the key never showed"
+    assert {r["declared"] for r in seen} == {2.0}
+    assert max(r["in_flight"] for r in seen) == 1  # its one slot, never more
+    assert max(r["waiting"] for r in seen) >= 1  # commands parked for a turn or the slot
+    assert max(r["current_rate"] for r in seen) > 0
+    metrics = httpx.get(f"{served.url}/metrics", timeout=10).text
+    assert f'noetl_rate_limit_declared{{key="{key}"}} 2.0' in metrics
+    page = httpx.get(f"{served.url}/rate-limits", timeout=10).text
+    assert f'data-key="{key}"' in page

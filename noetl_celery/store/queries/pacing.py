@@ -55,13 +55,17 @@ old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDA
 UPDATE http_pace AS p SET
   rate = CASE
     WHEN old.rate IS DISTINCT FROM old.ceiling AND t.now - old.last_cut > :forget
+         AND old.learned IS NULL
       THEN old.ceiling
     WHEN old.tat >= t.now AND t.now - old.slack_at >= :window
          AND t.now - old.last_raise >= :window AND t.now - old.last_cut >= :window
       THEN least(
         old.rate * (1 + least(:max_raise, :raise_fraction
           * power(2, least(16, greatest(0, t.now - old.last_cut - :accelerate))))),
-        coalesce(old.ceiling, 'Infinity'::double precision))
+        coalesce(old.ceiling, 'Infinity'::double precision),
+        CASE WHEN t.now - old.last_cut <= :forget
+             THEN coalesce(old.learned, 'Infinity'::double precision)
+             ELSE 'Infinity'::double precision END)
     ELSE old.rate END,
   last_raise = CASE WHEN t.now - old.last_raise >= :window THEN t.now ELSE old.last_raise END,
   tat = greatest(old.tat, t.now, old.paused_until) + :count / old.rate,
@@ -83,12 +87,19 @@ RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.no
 # sent at times the share of that key's recent requests the server accepted), when the
 # request was sent a window or more after the last cut (within it: the overshoot already
 # answered, nothing changes). Never above the rate before, never below MIN_RATE.
+# `learned` keeps the estimate of the limit itself: BOOK probes the rate no higher while
+# the cut is fresh (FORGET_SECONDS), so a key sits just under its limit instead of
+# probing into 429s every few seconds; once it is stale, probing goes on upward from
+# the key's rate (a key's rate is not reset to the ceiling, as a host's is: a jump to
+# a declared rate far above the real one would be a storm of 429s). A host's row has
+# no `learned` (NULL).
 CUT_KEY = text(
     f"""
 WITH {_NOW},
 old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDATE)
 UPDATE http_pace AS p SET
   rate = greatest(:min_rate, least(old.rate, :target)),
+  learned = greatest(:min_rate, :learned),
   last_cut = t.now,
   epoch_at = t.now,
   slack_at = t.now,
@@ -211,13 +222,20 @@ def cut_key(
     rules: PaceRules,
     *,
     target: float,
+    learned: float,
     sent_age: float,
     retry_after: float | None,
     now: float | None,
 ) -> float | None:
     """A keyed limit's 429 (CUT_KEY): its rate after it; None when it is not paced."""
     params = _params(
-        rules, host=host, target=target, age=sent_age, retry_after=retry_after, now=now
+        rules,
+        host=host,
+        target=target,
+        learned=learned,
+        age=sent_age,
+        retry_after=retry_after,
+        now=now,
     )
     rate = conn.execute(CUT_KEY, params).scalar()
     if rate is None:

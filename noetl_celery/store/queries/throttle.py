@@ -13,10 +13,12 @@ command holds none, and the holder's own release deletes it at once.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import JSON, Connection, func, select, text, type_coerce
 
-from noetl_celery.constants import CMD_RUNNING
+from noetl_celery.constants import CMD_DELAYED, CMD_RUNNING
+from noetl_celery.store.schema import commands, http_pace
 
 _RUNNING = str(CMD_RUNNING)
 
@@ -58,3 +60,33 @@ def release(conn: Connection, key: str, command_id: str) -> None:
 
 def held(conn: Connection, now: dt.datetime) -> dict[str, int]:
     return {str(row[0]): int(row[1]) for row in conn.execute(HELD, {"now": now})}
+
+
+# the pacing rows of keyed limits (`key:<key>`): the learned and declared rate, and the
+# slots booked in the current second and the one before (the key's current rate)
+STATES = select(
+    http_pace.c.host,
+    http_pace.c.rate,
+    http_pace.c.ceiling,
+    http_pace.c.bucket_at,
+    http_pace.c.bucket_n,
+    http_pace.c.prev_n,
+).where(http_pace.c.host.like("key:%"))
+
+# commands parked for a keyed limit's turn or run slot, per key (worker.parking writes
+# `resume.parked.throttled`)
+_WAITED_FOR = type_coerce(commands.c.resume, JSON)[("parked", "throttled")].as_string()
+WAITING = (
+    select(_WAITED_FOR, func.count())
+    .where(commands.c.status == CMD_DELAYED, _WAITED_FOR.is_not(None))
+    .group_by(_WAITED_FOR)
+)
+
+
+def states(conn: Connection) -> list[tuple[Any, ...]]:
+    """(key, rate, ceiling, bucket_at, bucket_n, prev_n) of every keyed limit's row."""
+    return [tuple(row) for row in conn.execute(STATES)]
+
+
+def waiting(conn: Connection) -> dict[str, int]:
+    return {str(key): int(n) for key, n in conn.execute(WAITING)}

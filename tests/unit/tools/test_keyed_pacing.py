@@ -106,7 +106,13 @@ class FailingLedger:
         raise OSError("database away")
 
     def cut_key(
-        self, key: str, *, target: float, sent_age: float, retry_after: float | None
+        self,
+        key: str,
+        *,
+        target: float,
+        learned: float,
+        sent_age: float,
+        retry_after: float | None,
     ) -> float | None:
         raise OSError("database away")
 

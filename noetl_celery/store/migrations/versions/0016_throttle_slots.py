@@ -1,4 +1,5 @@
-"""the run slots of keyed `rate_limit.concurrency`, shared by the worker processes
+"""keyed `rate_limit`: the run slots of its `concurrency`, shared by the worker processes,
+and the learned limit of a key's pacing row
 
 Revision ID: 0016
 Revises: 0015
@@ -27,8 +28,14 @@ def upgrade() -> None:
         sa.Column("acquired_at", sa.DateTime(), nullable=False),
     )
     op.create_index("ix_throttle_slots_command", "throttle_slots", ["command_id"])
+    # a keyed rate_limit's `key:<key>` row keeps the estimate of its real limit from its
+    # last 429: its rate is probed no higher while that cut is fresh
+    with op.batch_alter_table("http_pace") as batch:
+        batch.add_column(sa.Column("learned", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("http_pace") as batch:
+        batch.drop_column("learned")
     op.drop_index("ix_throttle_slots_command", table_name="throttle_slots")
     op.drop_table("throttle_slots")
