@@ -168,9 +168,9 @@ def _resolved(
     if whole:
         good = good and number is not None and number >= 1 and float(number).is_integer()
     if not good:
-        kind = "a whole number of 1 or more" if whole else "a number above 0"
+        wanted = "a whole number of 1 or more" if whole else "a number above 0"
         raise ValueError(
-            f"`rate_limit.{name}` {written!r} rendered {value!r} for this item; it must be {kind}"
+            f"`rate_limit.{name}` {written!r} rendered {value!r} for this item; it must be {wanted}"
         )
     assert number is not None
     return number
