@@ -1,7 +1,7 @@
-"""A worker SIGKILLed while its command holds a keyed `rate_limit.concurrency` slot:
-the slot is its command's only while that command's lease lives, so the other commands
-of the key run once the lease lapses, and the killed command runs again; nothing waits
-for the slot forever."""
+"""A worker SIGKILLed while its command holds a keyed `rate_limit.concurrency` slot of a
+one-slot key: the slot is its command's only while that command's lease lives, so the
+key's other commands (and the killed run's next attempt, a command of another id) run
+once the lease lapses; a slot bound to its holder alone would block the key forever."""
 
 from __future__ import annotations
 
@@ -59,5 +59,9 @@ def test_a_killed_holder_frees_its_slot_with_its_lease(cluster_factory: Any) -> 
     assert cluster.wait(eid, 180) == "COMPLETED"
     stats = cluster.engine.summary(eid)["steps"]["each"]["stats"]
     assert stats["success"] == 6 and stats["failed"] == 0, stats
-    # every slot given back (the killed command's row was taken over and released)
+    # the killed run was replaced by a next attempt, a command of another id: the killed
+    # one's slot row was freed by its lapsed lease, not taken back by the same command
+    again = cluster.query("SELECT count(*) FROM commands WHERE command_id = %s", held[0] + ":a2")
+    assert again[0][0] == 1
+    # and every slot was given back at the end (the dead run's row taken over, released)
     assert cluster.query("SELECT count(*) FROM throttle_slots")[0][0] == 0
