@@ -44,9 +44,13 @@ class ThrottleManager:
 
     def acquire(self, key: str, cap: int, command_id: str) -> int | None:
         """A free slot of `key` below `cap` taken for `command_id` (its number), or None
-        when all are held. One autocommitted statement per slot tried: the row of a slot
-        is locked only while its statement runs."""
-        for slot in range(cap):
+        when all are held. One read for the slots that look free, then one autocommitted
+        statement per slot tried (the row of a slot is locked only while its statement
+        runs; another acquirer may take a slot between the read and the write, and the
+        write, not the read, decides)."""
+        with self.db.read() as conn:
+            candidates = sql.free(conn, key, cap, command_id, utcnow())
+        for slot in candidates:
             with self.db.single_write() as conn:
                 if sql.acquire(conn, key, slot, command_id, utcnow()):
                     return slot

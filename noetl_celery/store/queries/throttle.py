@@ -36,6 +36,21 @@ RETURNING slot_no
 """
 )
 
+# the slots below `:cap` that ACQUIRE could take now (free, held by a command no longer
+# running with a live lease, or the caller's own): one read instead of a write per slot
+# while a key's slots are all held
+FREE = text(
+    f"""
+SELECT s.slot_no FROM generate_series(0, CAST(:cap AS integer) - 1) AS s(slot_no)
+LEFT JOIN throttle_slots t ON t.key = :key AND t.slot_no = s.slot_no
+WHERE t.key IS NULL OR t.command_id = :command_id
+   OR NOT EXISTS (SELECT 1 FROM commands c
+                  WHERE c.command_id = t.command_id
+                    AND c.status = '{_RUNNING}' AND c.lease_until > :now)
+ORDER BY s.slot_no
+"""
+)
+
 RELEASE = text("DELETE FROM throttle_slots WHERE key = :key AND command_id = :command_id")
 
 # the slots held now, per key (a row whose command lost its lease holds none)
@@ -52,6 +67,11 @@ def acquire(conn: Connection, key: str, slot: int, command_id: str, now: dt.date
     """Take slot `slot` of `key` for `command_id` if it is free (or already its own)."""
     params = {"key": key, "slot": slot, "command_id": command_id, "now": now}
     return conn.execute(ACQUIRE, params).first() is not None
+
+
+def free(conn: Connection, key: str, cap: int, command_id: str, now: dt.datetime) -> list[int]:
+    params = {"key": key, "cap": cap, "command_id": command_id, "now": now}
+    return [int(row[0]) for row in conn.execute(FREE, params)]
 
 
 def release(conn: Connection, key: str, command_id: str) -> None:
