@@ -67,7 +67,7 @@ class PacingManager:
         retry_after: float | None,
         now: float | None = None,
     ) -> float | None:
-        """Report a 429 of a keyed limit; its rate after it (None: not paced)."""
+        """Report a 429 of a keyed limit; its rate after the cut (None: nothing cut)."""
         with self.db.write() as conn:
             return sql.cut_key(
                 conn,

@@ -62,6 +62,10 @@ MAX_CUT_SHARE = 0.5
 # fewer answers than this in the signal window say too little about the accepted share:
 # the 429 cuts the rate by CUT_FACTOR alone
 MIN_SHARE_ANSWERS = 8
+# a share at least this high is the jitter of a rate at (or just over) the limit, not a
+# measure of how far above it the rate is: the 429 cuts by CUT_FACTOR alone, and the rate
+# it was sent at is the estimate (a request or two refused among many says nothing more)
+JITTER_SHARE = 0.85
 
 
 class KeyedTurn(NamedTuple):
@@ -128,10 +132,11 @@ class KeyPace:
 
 def accepted_share(answers: list[tuple[float, bool]]) -> float:
     """The share of `answers` ((sent_at, accepted)) the server accepted (1.0: too few
-    to tell, MIN_SHARE_ANSWERS)."""
+    to tell, MIN_SHARE_ANSWERS; or so many that the 429 is jitter, JITTER_SHARE)."""
     if len(answers) < MIN_SHARE_ANSWERS:
         return 1.0
-    return sum(ok for _, ok in answers) / len(answers)
+    share = sum(ok for _, ok in answers) / len(answers)
+    return 1.0 if share >= JITTER_SHARE else share
 
 
 def accepted_rate(rate: float, share: float) -> float:
@@ -260,12 +265,16 @@ class KeyedPacer:
                 self._unreachable(turn.key, exc)
                 return
             was = turn.rate
+            if rate is not None:
+                with self._lock:
+                    pace.rate = rate
         if rate is not None and rate < was:
+            accepted = f"{share:.0%}" if share < 1.0 else "nearly all"
             log.info(
-                "%s answered 429 (%.0f%% of its recent requests accepted): its rate is "
+                "%s answered 429 (%s of its recent requests accepted): its rate is "
                 "cut from %.3g to %.3g/s (declared %g/s)",
                 turn.key,
-                share * 100,
+                accepted,
                 was,
                 rate,
                 pace.ceiling,

@@ -89,7 +89,7 @@ class Parked:
     task: str
     # a keyed rate_limit's wait (worker.throttle), not a retry's: the keys whose send
     # slot is booked for the resumed run (None: a retry delay)
-    booked: dict[str, float] | None = None
+    booked: dict[str, list[float]] | None = None
     throttled: str | None = None  # the key it waits for
 
 

@@ -216,7 +216,7 @@ class StepRunner:
             command.command_id,
             self.renderer,
             self.limits.park_after,
-            booked=dict(booked) if isinstance(booked, dict) else None,
+            booked=_booked(booked),
         )
 
     def _body(
@@ -356,3 +356,15 @@ def _parked_before(
     else:
         continuation, task = {"single": True}, step.step
     return Parked(continuation, wait.delay, task, wait.booked, wait.key)
+
+
+def _booked(stored: Any) -> dict[str, list[float]] | None:
+    """The send slots a parked command booked (`worker.throttle.Booked`), as its resume
+    holds them: key -> [booked at, rate]."""
+    if not isinstance(stored, dict):
+        return None
+    return {
+        str(key): [float(value[0]), float(value[1])]
+        for key, value in stored.items()
+        if isinstance(value, list) and len(value) == 2
+    }

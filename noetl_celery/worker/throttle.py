@@ -47,12 +47,17 @@ CONCURRENCY_POLL = 0.05
 CONCURRENCY_RETRY = 0.25
 
 
+# the send slots a command booked and has not used yet: key -> [when it was booked (epoch
+# seconds), the key's rate then]; plain JSON, kept in a parked command's resume
+Booked = dict[str, list[float]]
+
+
 class Throttled(Exception):
     """A body must wait `delay` seconds for its turn: the command parks. `booked`: the
-    keys whose send slot it already booked, with when (epoch seconds): the resumed run
-    takes them as they are."""
+    keys whose send slot it already booked (`Booked`): the resumed run takes them as
+    they are."""
 
-    def __init__(self, delay: float, booked: dict[str, float], key: str, reason: str) -> None:
+    def __init__(self, delay: float, booked: Booked, key: str, reason: str) -> None:
         super().__init__(reason)
         self.delay = delay
         self.booked = booked
@@ -102,7 +107,7 @@ class CommandThrottle:
         command_id: str,
         renderer: Renderer,
         park_after: float | None,
-        booked: dict[str, float] | None = None,
+        booked: Booked | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -113,7 +118,7 @@ class CommandThrottle:
         self._renderer = renderer
         self._park_after = park_after
         # send slots booked by an earlier run of this command that parked for them
-        self._pending = dict(booked or {})
+        self._pending: Booked = {k: list(v) for k, v in (booked or {}).items()}
         self._sleep = sleep
         self._clock = clock
         self._wall = wall
@@ -155,7 +160,7 @@ class CommandThrottle:
                     yield key
                 except Throttled as inner:  # a gate inside parks: this turn was not used
                     if turn.rate is not None:
-                        self._pending[key] = turn.booked_at
+                        self._pending[key] = [turn.booked_at, turn.rate]
                         inner.booked = dict(self._pending)
                     raise
         finally:
@@ -167,7 +172,7 @@ class CommandThrottle:
         while self._slots.acquire(key, cap, self._command_id) is None:
             if deadline is not None and self._clock() >= deadline:
                 if turn.rate is not None:  # its send slot is kept for the resumed run
-                    self._pending[turn.key] = turn.booked_at
+                    self._pending[turn.key] = [turn.booked_at, turn.rate]
                 raise Throttled(
                     CONCURRENCY_RETRY, dict(self._pending), key, f"{key}: all {cap} run slots held"
                 )
@@ -175,13 +180,13 @@ class CommandThrottle:
 
     def _take_turn(self, key: str, limit: Resolved) -> KeyedTurn:
         assert limit.per_second is not None
-        booked_at = self._pending.pop(key, None)
-        if booked_at is not None:  # booked before this command parked for it
-            return KeyedTurn(key, self._pacer.rate(key, limit.per_second), booked_at)
+        booked = self._pending.pop(key, None)
+        if booked is not None:  # booked before this command parked for it
+            return KeyedTurn(key, float(booked[1]), float(booked[0]))
         booked_at = self._wall()
         wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
-            self._pending[key] = booked_at
+            self._pending[key] = [booked_at, rate]
             raise Throttled(wait, dict(self._pending), key, f"{key}: next send slot in {wait:.3g}s")
         if wait > 0:
             self._sleep(wait)

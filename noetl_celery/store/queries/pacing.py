@@ -111,8 +111,6 @@ RETURNING p.rate
 """
 )
 
-RATE = text("SELECT rate FROM http_pace WHERE host = :host")
-
 ENSURE = text("INSERT INTO http_pace (host) VALUES (:host) ON CONFLICT (host) DO NOTHING")
 
 # A 429. Within a window of the cut that answered an overshoot, another process's report
@@ -227,7 +225,8 @@ def cut_key(
     retry_after: float | None,
     now: float | None,
 ) -> float | None:
-    """A keyed limit's 429 (CUT_KEY): its rate after it; None when it is not paced."""
+    """A keyed limit's 429 (CUT_KEY): its rate after the cut; None when nothing was cut
+    (the key is not paced, or the 429 is the overshoot the last cut answered)."""
     params = _params(
         rules,
         host=host,
@@ -238,6 +237,4 @@ def cut_key(
         now=now,
     )
     rate = conn.execute(CUT_KEY, params).scalar()
-    if rate is None:
-        rate = conn.execute(RATE, {"host": host}).scalar()
     return None if rate is None else float(rate)

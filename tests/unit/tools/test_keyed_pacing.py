@@ -23,6 +23,7 @@ from noetl_celery.tools.keyed_pacing import (
         ([], 1.0),
         ([(0.0, False)] * (MIN_SHARE_ANSWERS - 1), 1.0),  # too few to tell
         ([(0.0, True)] * 6 + [(0.0, False)] * 4, 0.6),
+        ([(0.0, True)] * 9 + [(0.0, False)] * 1, 1.0),  # jitter at the limit: no measure
         ([(0.0, True)] * 10, 1.0),
         ([(0.0, False)] * 10, 0.0),
     ],
@@ -68,18 +69,21 @@ def test_a_429_cuts_the_key_to_the_accepted_rate_once_per_overshoot() -> None:
     pacer = KeyedPacer(clock=clock, wall=clock)
     _, rate = pacer.book("key:t", 10.0)
     booked = clock.now
-    # eight answers accepted, then a 429: the server accepted 8 of 9
-    for i in range(12):
-        ok = i < 8
-        pacer.observe(KeyedTurn("key:t", rate, booked), 200 if ok else 429, 1.0, clock.now)
-    first = pacer.rate("key:t", 10.0)
-    assert first == pytest.approx(cut_target(10.0, 8 / 9))  # the first 429's, no later one
+    for _ in range(8):
+        pacer.observe(KeyedTurn("key:t", rate, booked), 200, None, clock.now)
+    # one 429 among many: jitter at the limit, a cut by CUT_FACTOR alone
     pacer.observe(KeyedTurn("key:t", rate, booked), 429, 1.0, clock.now)
-    assert pacer.rate("key:t", 10.0) == first  # booked before the cut: the same overshoot
+    first = pacer.rate("key:t", 10.0)
+    assert first == pytest.approx(CUT_FACTOR * 10.0)
+    # more 429s of slots booked before that cut: its overshoot, nothing more is cut
+    for _ in range(3):
+        pacer.observe(KeyedTurn("key:t", rate, booked), 429, 1.0, clock.now)
+    assert pacer.rate("key:t", 10.0) == first
+    # a slot booked after the cut refused too: 8 of the 13 answers accepted, the server
+    # takes ~8/13 of the rate the request went at
     clock.now += 2.0
-    _, rate = pacer.book("key:t", 10.0)
-    pacer.observe(KeyedTurn("key:t", rate, clock.now), 429, 1.0, clock.now)
-    assert pacer.rate("key:t", 10.0) < first  # a slot booked after it: a new overshoot
+    pacer.observe(KeyedTurn("key:t", first, clock.now), 429, 1.0, clock.now)
+    assert pacer.rate("key:t", 10.0) == pytest.approx(cut_target(first, 8 / 13))
 
 
 def test_an_accepted_answer_or_a_concurrency_only_turn_cuts_nothing() -> None:

@@ -80,7 +80,7 @@ def test_a_short_wait_is_slept_and_a_long_one_parks_with_its_turn_kept() -> None
     with pytest.raises(Throttled) as parked, gate.gate(limit, {}, "s"):
         pytest.fail("the body ran before its turn")
     assert parked.value.delay == pytest.approx(2.0)
-    assert parked.value.booked == {"key:k": clock.now}
+    assert parked.value.booked == {"key:k": [clock.now, 2.0]}
     assert clock.slept == []
     # resumed (its turn due): it runs at once, booking nothing more
     clock.now += 2.0
