@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from noetl_celery.store.pacing import PaceRules, PacingManager
 from noetl_celery.tools import http_pacing as rules
+from noetl_celery.tools import keyed_pacing as keyed
 from noetl_celery.tools.http_pacing import Booking
 
 RULES = PaceRules(
@@ -17,6 +18,7 @@ RULES = PaceRules(
     accelerate=rules.ACCELERATE_AFTER,
     cut_factor=rules.CUT_FACTOR,
     min_rate=rules.MIN_RATE,
+    learned_for=keyed.LEARNED_SECONDS,
 )
 
 

@@ -18,12 +18,12 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   than half at once; by CUT_FACTOR alone when fewer than MIN_SHARE_ANSWERS answers
   say what the share is), at most once per overshoot, and probed back upward by the
   ledger's rules while its schedule binds, no higher than that estimate (`rate x s`)
-  while the cut is fresh (FORGET_SECONDS): the key sits just under its limit rather
-  than probing into 429s every few seconds. An overshoot is every slot booked before
+  for LEARNED_SECONDS after the cut: the key sits just under its limit rather than
+  probing into 429s every few seconds. An overshoot is every slot booked before
   the cut that answered it: a body parked for its slot was booked at the old rate, and
   its 429 is that cut's, not a new one (so `KeyedTurn.booked_at`, not the send time,
   is what is checked against the last cut). A limit that
-  changes is found again the same way: `FORGET_SECONDS` after the last cut the
+  changes is found again the same way: LEARNED_SECONDS after the last cut the
   estimate no longer caps the probing (the rate is not reset to the declared one, as
   a host's is: that jump would be a storm of 429s).
 
@@ -46,7 +46,6 @@ from typing import NamedTuple, Protocol
 
 from noetl_celery.tools.http_pacing import (
     CUT_FACTOR,
-    FORGET_SECONDS,
     MIN_RATE,
     WINDOW_SECONDS,
     Booking,
@@ -66,6 +65,10 @@ MIN_SHARE_ANSWERS = 8
 # measure of how far above it the rate is: the 429 cuts by CUT_FACTOR alone, and the rate
 # it was sent at is the estimate (a request or two refused among many says nothing more)
 JITTER_SHARE = 0.85
+# for this long after a cut the key's rate is probed no higher than the limit that cut
+# estimated (the key sits just under its limit instead of probing into 429s); then the
+# probing goes on from where the rate is. Short: an estimate read at a 429 is rough
+LEARNED_SECONDS = 10.0
 
 
 class KeyedTurn(NamedTuple):
@@ -214,7 +217,7 @@ class KeyedPacer:
             and now - pace.last_cut >= WINDOW_SECONDS
         ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
-            learned = pace.learned if now - pace.last_cut <= FORGET_SECONDS else pace.ceiling
+            learned = pace.learned if now - pace.last_cut <= LEARNED_SECONDS else pace.ceiling
             pace.rate = max(pace.rate, min(raised, pace.ceiling, learned))
             pace.last_raise = now
         start = max(pace.tat - tolerance, now)

@@ -27,6 +27,7 @@ class PaceRules:
     accelerate: float  # ACCELERATE_AFTER
     cut_factor: float  # CUT_FACTOR
     min_rate: float  # MIN_RATE
+    learned_for: float  # tools.keyed_pacing.LEARNED_SECONDS
 
 
 _NOW = """t AS (SELECT coalesce(CAST(:now AS double precision),
@@ -63,7 +64,7 @@ UPDATE http_pace AS p SET
         old.rate * (1 + least(:max_raise, :raise_fraction
           * power(2, least(16, greatest(0, t.now - old.last_cut - :accelerate))))),
         coalesce(old.ceiling, 'Infinity'::double precision),
-        CASE WHEN t.now - old.last_cut <= :forget
+        CASE WHEN t.now - old.last_cut <= :learned_for
              THEN coalesce(old.learned, 'Infinity'::double precision)
              ELSE 'Infinity'::double precision END)
     ELSE old.rate END,
@@ -88,7 +89,7 @@ RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.no
 # request was sent a window or more after the last cut (within it: the overshoot already
 # answered, nothing changes). Never above the rate before, never below MIN_RATE.
 # `learned` keeps the estimate of the limit itself: BOOK probes the rate no higher while
-# the cut is fresh (FORGET_SECONDS), so a key sits just under its limit instead of
+# the cut is fresh (LEARNED_SECONDS), so a key sits just under its limit instead of
 # probing into 429s every few seconds; once it is stale, probing goes on upward from
 # the key's rate (a key's rate is not reset to the ceiling, as a host's is: a jump to
 # a declared rate far above the real one would be a storm of 429s). A host's row has
