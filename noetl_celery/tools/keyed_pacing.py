@@ -15,8 +15,9 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   far above the real limit that rate is: of the key's answers in the last
   `SIGNAL_WINDOW` seconds the server accepted a share `s`, so it accepts about
   `rate x s` per second. The key's rate is cut to `CUT_FACTOR` of that (never by more
-  than half at once; by CUT_FACTOR alone when fewer than MIN_SHARE_ANSWERS answers
-  say what the share is), at most once per overshoot, and probed back upward by the
+  than MAX_CUT_SHARE at once; by CUT_FACTOR alone when fewer than MIN_SHARE_ANSWERS
+  answers say what the share is, or when nearly all were accepted, JITTER_SHARE), at
+  most once per overshoot, and probed back upward by the
   ledger's rules while its schedule binds, no higher than that estimate (`rate x s`)
   for LEARNED_SECONDS after the cut: the key sits just under its limit rather than
   probing into 429s every few seconds. An overshoot is every slot booked before
@@ -56,8 +57,11 @@ log = logging.getLogger("noetl_celery.http")
 
 # the answers a 429's accepted share is read from (seconds before its request was sent)
 SIGNAL_WINDOW = 5.0 * WINDOW_SECONDS
-# a cut never takes more than this share of the rate away at once
-MAX_CUT_SHARE = 0.5
+# a cut never takes more than this share of the rate away at once: a share read at a
+# 429 reads low (the 429s of an overshoot come in bunches), and the probing that found
+# the limit overshot it by less than this; a declared rate far above the real one takes
+# a few cuts, within its first seconds
+MAX_CUT_SHARE = 0.25
 # fewer answers than this in the signal window say too little about the accepted share:
 # the 429 cuts the rate by CUT_FACTOR alone
 MIN_SHARE_ANSWERS = 8
