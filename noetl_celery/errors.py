@@ -14,7 +14,8 @@
     ├── ToolError                 a tool could not be set up (not a tool *result* error)
     │   ├── UnknownTool           `kind` names no registered tool
     │   ├── CredentialError       an `auth` alias that cannot be resolved
-    │   └── KeychainError         (tools.keychain) a keychain entry could not be resolved
+    │   ├── KeychainError         (tools.keychain) a keychain entry could not be resolved
+    │   └── RateLimitKeyError     a `rate_limit.key` rendered empty (or too long) for an item
     ├── InputInvalid              input refused before anything is written: names the input
     │   │                         (a file, `payload.a[3]`, `--set k`) and the limit it broke
     │   ├── PayloadInvalid        a payload too deep or too large, or holding text or values
@@ -58,6 +59,7 @@ NoetlError there), or must be the type the library it is raised into expects.
     │                             the code's own `except Exception` must not swallow it
     └── Exception
         ├── Suspend               (worker.subplaybook) a task waits for a sub-playbook
+        ├── Throttled             (worker.throttle) a body waits for its rate_limit turn
         ├── PassCrashed           (worker.closing) the in-place pass crashed after the close
         ├── CommandFailed         (tasks.tasks) shows Celery's observers a failed command
         ├── CursorError           (cursors.base) a claim failed: the step's error
@@ -177,6 +179,10 @@ class ToolError(NoetlError):
 
 class UnknownTool(ToolError):
     """No tool is registered for this `kind`."""
+
+
+class RateLimitKeyError(ToolError):
+    """A `rate_limit.key` rendered to nothing usable for one command (worker.throttle)."""
 
 
 class CredentialError(ToolError):

@@ -18,6 +18,14 @@ in, metric samples out; `web.metrics` serves them).
     noetl_reaper_reissued_total                   lost runs replaced by a next attempt
     noetl_lease_expiries_total                    runs whose worker was lost
     noetl_step_timeouts_total                     runs failed past `spec.timeout`
+    noetl_rate_limit_declared{key}                a keyed rate_limit's per_second
+    noetl_rate_limit_limit{key}                   the rate it is paced at now (learned)
+    noetl_rate_limit_current_rate{key}            its runs in the last second
+    noetl_rate_limit_in_flight{key}               its run slots held
+    noetl_rate_limit_waiting{key}                 its commands parked for a turn / slot
+                                                  (the TOP_KEYS most active keys, the
+                                                  rest summed as key="other":
+                                                  engine.ratelimits)
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from noetl_celery.constants import CANCELLED, COMPLETED, FAILED, RUNNING
+from noetl_celery.engine import ratelimits
 from noetl_celery.store.counters import (
     COUNTER_LEASES_EXPIRED,
     COUNTER_REISSUED,
@@ -129,3 +138,24 @@ def families(snapshot: MetricsSnapshot, now: datetime) -> Iterator[Family]:
     )
     for name, counter, text in COUNTERS:
         yield Family(name, "counter", text, (), (((), float(snapshot.counters.get(counter, 0))),))
+    yield from rate_limit_families(snapshot, now)
+
+
+RATE_LIMIT_SERIES = (
+    ("declared", "A keyed rate_limit's declared per_second."),
+    ("limit", "The rate a keyed rate_limit is paced at now (learned below the declared)."),
+    ("current_rate", "Runs under a keyed rate_limit in the last second."),
+    ("in_flight", "Run slots of a keyed rate_limit's concurrency held now."),
+    ("waiting", "Commands parked for a keyed rate_limit's turn or run slot."),
+)
+
+
+def rate_limit_families(snapshot: MetricsSnapshot, now: datetime) -> Iterator[Family]:
+    found = ratelimits.bounded(ratelimits.rows(snapshot.throttles, ratelimits.epoch(now)))
+    for field, text in RATE_LIMIT_SERIES:
+        samples = tuple(
+            ((row["key"],), float(value))
+            for row in found
+            if (value := row[field]) is not None  # type: ignore[literal-required]
+        )
+        yield Family(f"noetl_rate_limit_{field}", "gauge", text, ("key",), samples)

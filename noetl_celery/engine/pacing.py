@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from noetl_celery.store.pacing import PaceRules, PacingManager
 from noetl_celery.tools import http_pacing as rules
+from noetl_celery.tools import keyed_pacing as keyed
 from noetl_celery.tools.http_pacing import Booking
 
 RULES = PaceRules(
@@ -17,6 +18,7 @@ RULES = PaceRules(
     accelerate=rules.ACCELERATE_AFTER,
     cut_factor=rules.CUT_FACTOR,
     min_rate=rules.MIN_RATE,
+    learned_for=keyed.LEARNED_SECONDS,
 )
 
 
@@ -25,9 +27,10 @@ def _database_clock() -> float | None:
 
 
 class FleetPaceLedger:
-    """tools.http_pacing.PaceLedger over `store.pacing` (Postgres). `now` gives the
-    statements their clock (epoch seconds; None: the database's, as workers on several
-    machines must agree on it): tests replay a drain on a fake one."""
+    """tools.http_pacing.PaceLedger (and tools.keyed_pacing.KeyLedger) over
+    `store.pacing` (Postgres). `now` gives the statements their clock (epoch seconds;
+    None: the database's, as workers on several machines must agree on it): tests
+    replay a drain on a fake one."""
 
     def __init__(
         self, pacing: PacingManager, now: Callable[[], float | None] = _database_clock
@@ -35,8 +38,8 @@ class FleetPaceLedger:
         self._pacing = pacing
         self._now = now
 
-    def book(self, host: str, count: int = 1) -> Booking | None:
-        booked = self._pacing.book(host, RULES, now=self._now(), count=count)
+    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None:
+        booked = self._pacing.book(host, RULES, now=self._now(), count=count, tolerance=tolerance)
         if booked is None or booked[0] is None:
             return None
         return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=count)
@@ -46,6 +49,27 @@ class FleetPaceLedger:
             host,
             RULES,
             unbooked=unbooked,
+            sent_age=sent_age,
+            retry_after=retry_after,
+            now=self._now(),
+        )
+
+    def cut_key(
+        self,
+        key: str,
+        *,
+        target: float,
+        learned: float,
+        sent_age: float,
+        retry_after: float | None,
+    ) -> float | None:
+        """A keyed limit's 429 (tools.keyed_pacing): the rate becomes `target`, and is
+        probed no higher than `learned` while the cut is fresh."""
+        return self._pacing.cut_key(
+            key,
+            RULES,
+            target=target,
+            learned=learned,
             sent_age=sent_age,
             retry_after=retry_after,
             now=self._now(),

@@ -19,6 +19,7 @@ from noetl_celery.models.durations import (
 )
 from noetl_celery.models.policy import Policy, Rule
 from noetl_celery.models.previous_result import reads_previous_result
+from noetl_celery.models.rate_limit import RateLimit, parse_rate_limit
 from noetl_celery.models.script_source import StoredScripts
 
 
@@ -44,6 +45,13 @@ class ToolSpec(BaseModel):
     # a pipeline task's `set:` (NoETL tools' task_sequence): names bound from this task's
     # `output` for the tasks after it in the same pipeline (worker.pipeline)
     set: dict[str, Any] = Field(default_factory=dict)
+    # keyed throttling of this tool's runs (models.rate_limit, worker.throttle): kept out
+    # of the tool's fields, which are rendered and handed to the tool
+    rate_limit: Any = None
+
+    @property
+    def limit(self) -> RateLimit | None:
+        return parse_rate_limit(self.rate_limit)
 
     @property
     def rules(self) -> list[Rule]:
@@ -196,6 +204,12 @@ class Step(BaseModel):
     loop: Loop | None = None
     next: Next | None = None
     spec: Any = None
+    # keyed throttling of the step's body, per command (models.rate_limit)
+    rate_limit: Any = None
+
+    @property
+    def limit(self) -> RateLimit | None:
+        return parse_rate_limit(self.rate_limit)
 
     @model_validator(mode="after")
     def _no_tool_is_noop(self) -> Step:

@@ -11,6 +11,8 @@ from typing import Any
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import metrics as sql
 from noetl_celery.store.queries.metrics import IN_FLIGHT
+from noetl_celery.store.throttle import ThrottleSnapshot
+from noetl_celery.store.throttle import read_snapshot as read_throttles
 
 __all__ = ["IN_FLIGHT", "LoopTotals", "MetricsManager", "MetricsSnapshot"]
 
@@ -34,6 +36,8 @@ class MetricsSnapshot:
     commands_by_status: dict[str, int] = field(default_factory=dict)
     oldest_issued_at: datetime | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    # keyed rate_limits: their rows, held run slots and parked commands
+    throttles: ThrottleSnapshot = field(default_factory=ThrottleSnapshot)
 
 
 class MetricsManager:
@@ -50,4 +54,5 @@ class MetricsManager:
                 commands_by_status=sql.commands_by_status(conn),
                 oldest_issued_at=sql.oldest_issued_at(conn),
                 counters=sql.counter_values(conn),
+                throttles=read_throttles(conn),
             )

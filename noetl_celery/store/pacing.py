@@ -20,13 +20,19 @@ class PacingManager:
         return not self.db.is_sqlite
 
     def book(
-        self, host: str, rules: PaceRules, now: float | None = None, count: int = 1
+        self,
+        host: str,
+        rules: PaceRules,
+        now: float | None = None,
+        count: int = 1,
+        tolerance: float = 0.0,
     ) -> tuple[float | None, float, float] | None:
         """Book `host`'s next `count` send slots: (its rate, seconds to the first slot,
         seconds between two); None when the host is not paced. One statement,
-        autocommitted: the row is locked only while it runs."""
+        autocommitted: the row is locked only while it runs. `tolerance`: how far ahead
+        of the schedule a keyed limit's burst may go (seconds)."""
         with self.db.single_write() as conn:
-            return sql.book(conn, host, rules, now, count)
+            return sql.book(conn, host, rules, now, count, tolerance)
 
     def cut(
         self,
@@ -45,6 +51,30 @@ class PacingManager:
                 host,
                 rules,
                 unbooked=unbooked,
+                sent_age=sent_age,
+                retry_after=retry_after,
+                now=now,
+            )
+
+    def cut_key(
+        self,
+        key: str,
+        rules: PaceRules,
+        *,
+        target: float,
+        learned: float,
+        sent_age: float,
+        retry_after: float | None,
+        now: float | None = None,
+    ) -> float | None:
+        """Report a 429 of a keyed limit; its rate after the cut (None: nothing cut)."""
+        with self.db.write() as conn:
+            return sql.cut_key(
+                conn,
+                key,
+                rules,
+                target=target,
+                learned=learned,
                 sent_age=sent_age,
                 retry_after=retry_after,
                 now=now,

@@ -62,6 +62,7 @@ from noetl_celery.store.rows import (
 from noetl_celery.store.schedules import ScheduleManager
 from noetl_celery.store.schema import utcnow
 from noetl_celery.store.termination import TerminationManager
+from noetl_celery.store.throttle import ThrottleManager
 
 # tries of one registration against concurrent ones (each lost race means another
 # registration of the same path committed: progress, so a few are plenty)
@@ -101,6 +102,7 @@ class Store:
         self.parking = ParkingManager(database)
         self.outbox = OutboxManager(database)  # what the broker could not take
         self.pacing = PacingManager(database)  # the http tool's schedule of the fleet
+        self.throttle = ThrottleManager(database)  # keyed rate_limit.concurrency slots
         self.retention = RetentionManager(database)  # deleting executions ended long ago
         # the operators' reads: each opens its own read transaction
         self.overview = OverviewManager(database)

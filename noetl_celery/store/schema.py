@@ -37,7 +37,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 
 metadata = MetaData()
 
@@ -365,6 +365,23 @@ http_pace = Table(
     Column("bucket_at", Float, nullable=False, server_default="0"),
     Column("bucket_n", Integer, nullable=False, server_default="0"),
     Column("prev_n", Integer, nullable=False, server_default="0"),
+    # a keyed rate_limit's estimate of its real limit from its last 429 (migration 0016)
+    Column("learned", Float, nullable=True),
+)
+
+# The run slots of keyed `rate_limit.concurrency` (store.throttle, worker.throttle): a row
+# per slot held, `slot_no` below the key's cap, so the primary key itself bounds how many
+# bodies under one key run at once. A slot is the holding command's while that command is
+# `running` with a live lease: a worker killed while holding one frees it when the
+# command's lease lapses (migration 0016).
+throttle_slots = Table(
+    "throttle_slots",
+    metadata,
+    Column("key", String(300), primary_key=True),
+    Column("slot_no", Integer, primary_key=True),
+    Column("command_id", String(512), nullable=False),
+    Column("acquired_at", DateTime, nullable=False),
+    Index("ix_throttle_slots_command", "command_id"),
 )
 
 # Messages the broker could not take (engine.outbox): a row per command whose publish

@@ -1,4 +1,5 @@
-"""The executions and schedules pages inside Flower, on its port and behind its login.
+"""The executions, schedules and rate limits pages inside Flower, on its port and behind
+its login.
 
 Flower is a Tornado application whose routes are the module-level list
 `flower.urls.handlers` and whose application settings are the dict `flower.urls.settings`;
@@ -13,12 +14,12 @@ Flower starts (cli.flower):
   token (checked when Flower's OAuth login is on);
 - replaces the template loader with `FlowerTemplates`, a Tornado `Loader` over Flower's
   own template directory that patches three templates as they are read: `navbar.html`
-  gains "Executions" and "Schedules" entries, `task.html` an "Execution" row linking a
-  `noetl.execute_command` task to its execution, and `base.html` a script that adds the
-  same link to each such row of the task list (drawn in the browser by DataTables,
-  without the arguments: the script asks `/executions/of-tasks` for the rows' executions,
-  read from Flower's own task state). The
-  patches are insertions at anchors; an anchor that a Flower release no longer has
+  gains "Executions", "Schedules" and "Rate limits" entries, `task.html` an "Execution"
+  row linking a `noetl.execute_command` task to its execution, and `base.html` a script
+  that adds the same link to each such row of the task list (drawn in the browser by
+  DataTables, without the arguments: the script asks `/executions/of-tasks` for the
+  rows' executions, read from Flower's own task state). The patches are insertions at
+  anchors; an anchor that a Flower release no longer has
   leaves that template as it is (a unit test pins them). `noetl_page.html` is the
   pages' body inside Flower's layout and navigation.
 
@@ -62,6 +63,10 @@ NAV_ITEMS = """  <li class="nav-item">
         <li class="nav-item">
           <a class="nav-link{% if active_tab == 'schedules' %} active{% end %}"
             href="{{ reverse_url('noetl_schedules') }}">Schedules</a>
+        </li>
+        <li class="nav-item">
+          <a class="nav-link{% if active_tab == 'rate-limits' %} active{% end %}"
+            href="{{ reverse_url('noetl_rate_limits') }}">Rate limits</a>
         </li>
       """
 TASK_ANCHOR = '<dl class="detail-list">'
@@ -190,6 +195,8 @@ class PagesHandler(BaseHandler):  # type: ignore[misc]  # flower is untyped
             await self._run(lambda: site.events(parts[0], params))
         elif self.view == "schedules":
             await self._run(lambda: site.schedules(params))
+        elif self.view == "rate-limits":
+            await self._run(lambda: site.rate_limits(params))
         else:
             raise tornado.web.HTTPError(405)
 
@@ -269,6 +276,7 @@ def routes(engine: Engine) -> list[Any]:
         page(r"/executions/([^/]+)/rerun", "rerun"),
         page(r"/executions/([^/]+)/redrive", "redrive"),
         page(r"/schedules", "schedules", "noetl_schedules"),
+        page(r"/rate-limits", "rate-limits", "noetl_rate_limits"),
         page(r"/schedules/([^/]+)/([a-z]+)", "schedule"),
         (r"/pages-static/([A-Za-z0-9_.\-]+)", PagesStatic),
     ]

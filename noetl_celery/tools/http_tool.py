@@ -17,7 +17,7 @@ import httpx
 
 from noetl_celery import tracing
 from noetl_celery.models.outcome import ErrorKind
-from noetl_celery.tools import http_direct
+from noetl_celery.tools import http_direct, keyed_pacing
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.http_pacing import Ticket, host_key, route_key
 from noetl_celery.tools.http_request import (
@@ -123,7 +123,14 @@ class HttpTool:
             return ToolOutcome.failure("config_error", redact(f"http request rejected: {exc}"))
         outcome = _outcome(response, elapsed, redact)
         retry_after = outcome.error.retry_after if outcome.error is not None else None
-        pacer.observe(ticket, response.status_code, retry_after)
+        turn = keyed_pacing.current()
+        if turn is not None and turn.rate is not None:
+            # under a keyed rate_limit its key explains a 429, not the host: the key
+            # learns from it (tools.keyed_pacing), the host pacer is left out of it
+            keyed = call.services.keyed_pacer
+            keyed.observe(turn, response.status_code, retry_after, ticket.sent_at)
+        else:
+            pacer.observe(ticket, response.status_code, retry_after)
         return outcome
 
 

@@ -20,6 +20,7 @@ from noetl_celery.settings import Settings
 from noetl_celery.tools.credentials import CredentialStore
 from noetl_celery.tools.http_pacing import HttpPacer, PaceLedger
 from noetl_celery.tools.keychain import Keychain
+from noetl_celery.tools.keyed_pacing import KeyedPacer, KeyLedger
 from noetl_celery.tools.redaction import Redactor, with_command_masks
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class ToolServices:
         *,
         clock: Callable[[], float] = time.monotonic,
         pace_ledger: PaceLedger | None = None,
+        key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
         # the pacing schedule of the worker processes (tools.http_pacing); None: this
@@ -73,6 +75,10 @@ class ToolServices:
         self._direct: dict[bool, httpx.BaseTransport | None] = {}
         self._pools: dict[str, ConnectionPool[Any]] = {}
         self._pacer = self._new_pacer()
+        # the schedules of keyed `rate_limit`s (tools.keyed_pacing); the fleet's with a
+        # ledger
+        self._key_ledger = key_ledger
+        self._keyed = KeyedPacer(key_ledger)
         # resolved keychain entries live here, in this process only (tools.keychain)
         self.keychain = Keychain(lambda: self.http_client(), lambda: self.credentials)
 
@@ -141,6 +147,15 @@ class ToolServices:
             self._direct = {}
             self._pools = {}
             self._pacer = self._new_pacer()
+            self._keyed = KeyedPacer(self._key_ledger)
+
+    @property
+    def keyed_pacer(self) -> KeyedPacer:
+        """The send schedules of keyed `rate_limit`s for this process's threads."""
+        if self._pid != os.getpid():
+            with self._lock:
+                self._check_fork()
+        return self._keyed
 
     def http_client(self, verify: bool = True) -> httpx.Client:
         """The shared client (one per `verify` flag: httpx sets TLS checks per client)."""

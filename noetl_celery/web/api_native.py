@@ -1,6 +1,6 @@
 """The native JSON API under `/api/v1`: executions (list, detail, graph, failed items,
-quarantined items and their redrive, events, logs, start, cancel, rerun) here; catalog
-and schedules in `api_manage`.
+quarantined items and their redrive, events, logs, start, cancel, rerun) and the keyed
+rate limits here; catalog and schedules in `api_manage`.
 
 Response models: each handler's return annotation (FastAPI takes it as the route's
 response model, so the OpenAPI document declares every answer). The read models'
@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import TypedDict
 
 from noetl_celery.constants import TERMINAL_STATUSES, TRIGGERS
+from noetl_celery.engine import ratelimits
+from noetl_celery.engine.ratelimits import RateLimitsPage
 from noetl_celery.engine.readmodels import (
     EventsPage,
     ExecutionDetail,
@@ -31,6 +33,7 @@ from noetl_celery.engine.readmodels import (
     QuarantinePage,
 )
 from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.store.schema import utcnow
 from noetl_celery.web import api_manage
 from noetl_celery.web.deps import EngineDep
 from noetl_celery.web.inputs import BIGINT_MAX, INT_MAX, BigInt, CheckedRoute
@@ -290,3 +293,13 @@ def redrive(execution_id: str, engine: EngineDep, body: RedriveRequest | None = 
 
 
 router.include_router(api_manage.router)
+
+
+# ---- keyed rate limits -----------------------------------------------------------------------
+@router.get("/rate-limits", summary="Keyed rate limits: declared, limit, rate, in flight, waiting")
+def rate_limits(engine: EngineDep) -> RateLimitsPage:
+    """Every `rate_limit` key the fleet has paced or is running (DSL §1.9): its declared
+    `per_second`, the rate it is paced at now (learned below the declared one from
+    429s), its runs in the last second, its run slots held and its commands parked for
+    a turn or a slot."""
+    return ratelimits.read(engine.store, utcnow())

@@ -14,6 +14,7 @@ worker killed meanwhile loses nothing (the row in Postgres is the whole state).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import heapq
 import logging
@@ -21,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from noetl_celery import logcapture
 from noetl_celery.logcontext import of_command
@@ -35,7 +37,7 @@ log = logging.getLogger("noetl_celery.worker")
 
 def masked(parked: Parked) -> Parked:
     """The continuation with the command's keychain values masked (it is stored)."""
-    return Parked(mask_command_value(parked.continuation), parked.delay, parked.task)
+    return dataclasses.replace(parked, continuation=mask_command_value(parked.continuation))
 
 
 # issue_when_due(command id, due) -> issued?; publish(command ids)
@@ -100,10 +102,11 @@ def park(
 ) -> bool:
     """Park `command` until its delay is over; False when it was no longer ours (the
     row had been cancelled or taken over: nothing is written, nothing comes back)."""
-    resume = {
-        "continuation": parked.continuation,
-        "parked": {"task": parked.task, "delay": parked.delay},
-    }
+    waits: dict[str, Any] = {"task": parked.task, "delay": parked.delay}
+    if parked.booked is not None:  # a rate_limit turn (worker.throttle)
+        waits["booked"] = parked.booked
+        waits["throttled"] = parked.throttled
+    resume = {"continuation": parked.continuation, "parked": waits}
     store.history.write_logs(LogSink.command_rows(capture, command))
     due = store.parking.park(command.command_id, resume, parked.delay)
     if due is None:
@@ -117,9 +120,10 @@ def park(
     if wakeups is not None:
         wakeups.at(command.command_id, due, parked.delay)
     log.info(
-        "command %s: task '%s' retries in %.3gs; parked until %s (the slot is free)",
+        "command %s: task '%s' %s in %.3gs; parked until %s (the slot is free)",
         command.command_id,
         parked.task,
+        "retries" if parked.booked is None else "waits for its rate_limit turn, due",
         parked.delay,
         due.isoformat(timespec="milliseconds"),
         extra=of_command(command.command_id),

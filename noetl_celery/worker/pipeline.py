@@ -53,6 +53,7 @@ from noetl_celery.models.scopes import split_set_key
 from noetl_celery.templating import STRICT, Renderer
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.worker.subplaybook import Suspend, Suspended, child_outcome
+from noetl_celery.worker.throttle import Throttled
 
 log = logging.getLogger("noetl_celery.worker")
 
@@ -86,6 +87,10 @@ class Parked:
     continuation: dict[str, Any]
     delay: float
     task: str
+    # a keyed rate_limit's wait (worker.throttle), not a retry's: the keys whose send
+    # slot is booked for the resumed run (None: a retry delay)
+    booked: dict[str, list[float]] | None = None
+    throttled: str | None = None  # the key it waits for
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,12 @@ def run_pipeline(
             except Suspend as suspend:
                 run.spawns += 1
                 return Suspended(run.to_json(), suspend.request)
+            except Throttled as wait:  # the task's rate_limit turn is later: park until it
+                if limits.storable(run.to_json()):
+                    state = run.to_json()
+                    return Parked(state, wait.delay, label, wait.booked, wait.key)
+                limits.sleep(wait.delay)  # its turn stays booked for the task's next run
+                continue
         outcome = _record(run, label, outcome)
         output = _output(outcome, attempt)
         rule_context = {**context, "output": output, "error": output["error"]}

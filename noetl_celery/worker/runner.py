@@ -7,18 +7,27 @@ command's item. Results are immutable per (step, epoch), so every lookup is cach
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM
-from noetl_celery.errors import NoetlError
+from noetl_celery.errors import NoetlError, RateLimitKeyError, TemplateError
 from noetl_celery.models.keychain import KeychainInvalid, check_startable
-from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError, normalise_status
+from noetl_celery.models.outcome import (
+    ErrorKind,
+    Outcome,
+    OutcomeMeta,
+    StepError,
+    normalise_status,
+)
 from noetl_celery.models.playbook import Playbook, Step, ToolSpec, step_on_error
 from noetl_celery.models.previous_result import PREVIOUS_RESULT
+from noetl_celery.models.rate_limit import RateLimit
 from noetl_celery.settings import Settings
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
@@ -34,10 +43,12 @@ from noetl_celery.worker.pipeline import (
     ON_ERROR_RETRY,
     Parked,
     PipelineLimits,
+    RunState,
     StopCheck,
     run_pipeline,
 )
 from noetl_celery.worker.subplaybook import Children, Suspend, Suspended, child_outcome
+from noetl_celery.worker.throttle import CommandThrottle, LocalSlots, Throttled
 from noetl_celery.worker.tool_call import run_tool
 
 
@@ -53,6 +64,8 @@ class StepRunner:
             park_after=settings.park_after_seconds,
             storable=holds_no_keychain_value,
         )
+        # keyed rate_limit.concurrency slots where the engine database is one process's
+        self._local_slots = LocalSlots()
         # (catalog id, step) -> whether the step mentions the keychain
         self._mentions: dict[tuple[int, str], bool] = {}
 
@@ -161,6 +174,63 @@ class StepRunner:
         # a continuation to go on from: after a child's end, or after a parked retry delay
         waited = command.resume and ("child" in command.resume or "parked" in command.resume)
         resume = command.resume if waited else None
+        throttle = self._throttle(command, resume)
+        # the step's rate_limit (and a single tool's) gates the body; a body resumed
+        # after its child ended is under way already
+        gates = [] if resume is not None and "child" in resume else _step_gates(step)
+        stack = ExitStack()
+        try:
+            for limit in gates:
+                stack.enter_context(throttle.gate(limit, context, f"step '{step.step}'"))
+        except Throttled as wait:
+            stack.__exit__(*sys.exc_info())  # the gates passed keep their booked turns
+            return _parked_before(step, scope, resume, wait)
+        except NoetlError as exc:  # the key rendered to nothing usable for this item
+            stack.close()
+            kind: ErrorKind = "template_error" if isinstance(exc, TemplateError) else "config_error"
+            return Outcome.failed(StepError(kind, str(exc)))
+        with stack:
+            outcome = self._body(
+                step, playbook, command, context, scope, resume, throttle, stop, children
+            )
+        if isinstance(outcome, Suspended | Parked):
+            return outcome
+        meta: OutcomeMeta = {
+            **outcome.meta,
+            "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            "attempt": command.attempt,
+        }
+        # only steps with `set` read the iteration scope back
+        keep_iter = scope is None or bool(step.set)
+        return replace(outcome, meta=meta, iter=outcome.iter if keep_iter else None)
+
+    def _throttle(
+        self, command: ClaimedCommand, resume: Mapping[str, Any] | None
+    ) -> CommandThrottle:
+        parked = (resume or {}).get("parked")
+        booked = parked.get("booked") if isinstance(parked, dict) else None
+        slots = self.store.throttle if self.store.throttle.available else self._local_slots
+        return CommandThrottle(
+            slots,
+            self.services.keyed_pacer,
+            command.command_id,
+            self.renderer,
+            self.limits.park_after,
+            booked=_booked(booked),
+        )
+
+    def _body(
+        self,
+        step: Step,
+        playbook: Playbook,
+        command: ClaimedCommand,
+        context: dict[str, Any],
+        scope: dict[str, Any] | None,
+        resume: Mapping[str, Any] | None,
+        throttle: CommandThrottle,
+        stop: StopCheck | None,
+        children: Children | None,
+    ) -> Outcome | Suspended | Parked:
         call = partial(
             run_tool,
             playbook=playbook,
@@ -175,14 +245,29 @@ class StepRunner:
         def run_task(
             label: str, tool: ToolSpec, task_context: Mapping[str, Any], key: str
         ) -> ToolOutcome:
-            return call(
+            where = f"step '{step.step}' task '{label}'"
+            task = partial(
+                call,
                 tool=tool,
                 context=task_context,
                 step_input={},
-                where=f"step '{step.step}' task '{label}'",
+                where=where,
                 in_pipeline=True,
                 spawn_key=f"{command.command_id}#{key}",
             )
+            limit = tool.limit
+            if limit is None:
+                return task()
+            try:
+                gate = throttle.gate(limit, task_context, where)
+                gate.__enter__()
+            except RateLimitKeyError as exc:  # this item's key: the task's error
+                return ToolOutcome.failure("config_error", str(exc))
+            except TemplateError as exc:
+                return ToolOutcome.failure("template_error", str(exc))
+            with ExitStack() as stack:
+                stack.push(gate)
+                return task()
 
         outcome: Outcome | Suspended | Parked
         if step.is_pipeline:
@@ -220,16 +305,7 @@ class StepRunner:
             except Suspend as suspend:
                 return Suspended({"single": True}, suspend.request)
             outcome = single_outcome(single, scope if step.set else None)
-        if isinstance(outcome, Suspended | Parked):
-            return outcome
-        meta: OutcomeMeta = {
-            **outcome.meta,
-            "duration_ms": round((time.monotonic() - started) * 1000, 3),
-            "attempt": command.attempt,
-        }
-        # only steps with `set` read the iteration scope back
-        keep_iter = scope is None or bool(step.set)
-        return replace(outcome, meta=meta, iter=outcome.iter if keep_iter else None)
+        return outcome
 
 
 def single_outcome(outcome: ToolOutcome, iter_scope: Mapping[str, Any] | None) -> Outcome:
@@ -253,3 +329,42 @@ def holds_no_keychain_value(state: dict[str, Any]) -> bool:
     """Whether `state` survives the masking a stored continuation gets (the command's
     keychain values, and secret-looking text: a password in a URL, `token=...`) unchanged."""
     return bool(mask_command_value(state) == state)
+
+
+def _step_gates(step: Step) -> list[RateLimit]:
+    """The rate limits around a step's whole body: its own, and a single tool's (a
+    pipeline's tools are gated task by task)."""
+    gates = [step.limit]
+    if not step.is_pipeline and isinstance(step.tool, ToolSpec):
+        gates.append(step.tool.limit)
+    return [limit for limit in gates if limit is not None]
+
+
+def _parked_before(
+    step: Step,
+    scope: Mapping[str, Any] | None,
+    resume: Mapping[str, Any] | None,
+    wait: Throttled,
+) -> Parked:
+    """The command parked before its body for a rate_limit turn: it resumes where it
+    was (a parked pipeline's continuation), or from the start."""
+    if step.is_pipeline:
+        continuation = (resume or {}).get("continuation") or RunState(
+            iter=dict(scope or {})
+        ).to_json()
+        task = step.tasks()[0][0]
+    else:
+        continuation, task = {"single": True}, step.step
+    return Parked(continuation, wait.delay, task, wait.booked, wait.key)
+
+
+def _booked(stored: Any) -> dict[str, list[float]] | None:
+    """The send slots a parked command booked (`worker.throttle.Booked`), as its resume
+    holds them: key -> [booked at, rate]."""
+    if not isinstance(stored, dict):
+        return None
+    return {
+        str(key): [float(value[0]), float(value[1])]
+        for key, value in stored.items()
+        if isinstance(value, list) and len(value) == 2
+    }

@@ -17,6 +17,7 @@ from noetl_celery.errors import NoetlError
 DELIBERATE = {
     "_TimedOut",
     "Suspend",
+    "Throttled",
     "PassCrashed",
     "CommandFailed",
     "CursorError",

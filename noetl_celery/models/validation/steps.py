@@ -28,6 +28,7 @@ from noetl_celery.models.validation.flow import check_arcs, check_loop, no_such_
 from noetl_celery.models.validation.tools import (
     ToolContext,
     check_pipeline,
+    check_rate_limit,
     check_tool,
     iter_actions,
 )
@@ -38,7 +39,9 @@ from noetl_celery.routing import is_step_queue
 _TOP_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "executor", "workflow"}
 )
-_STEP_KEYS = frozenset({"step", "desc", "when", "tool", "input", "set", "loop", "next", "spec"})
+_STEP_KEYS = frozenset(
+    {"step", "desc", "when", "tool", "input", "set", "loop", "next", "spec", "rate_limit"}
+)
 # Step keys NoETL's runtime model rejects outright: an error here as well.
 _REJECTED_KEYS = {
     "args": "pass tool arguments with `input:`",
@@ -223,7 +226,9 @@ def _check_step(
     _check_step_queue(collector, path, raw.get("spec"))
     _check_step_when(collector, path, raw)
     _check_step_on_error(collector, path, raw.get("spec"))
-    for key in ("when", "tool", "input", "set", "loop", "next", "spec"):
+    if "rate_limit" in raw:
+        check_rate_limit(collector, (*path, "rate_limit"), raw["rate_limit"])
+    for key in ("when", "tool", "input", "set", "loop", "next", "spec", "rate_limit"):
         check_templates(collector, (*path, key), raw.get(key))
 
 

@@ -15,6 +15,7 @@ from noetl_celery.constants import TOOL_KINDS, UNSUPPORTED_NOETL_KINDS
 from noetl_celery.models.durations import is_template, not_a_duration, to_seconds
 from noetl_celery.models.policy import PREVIOUS_ALIASES
 from noetl_celery.models.python_code import compile_step_code
+from noetl_celery.models.rate_limit import rate_limit_problems
 from noetl_celery.models.script_source import (
     UNSUPPORTED_TYPES,
     ScriptConfigError,
@@ -50,6 +51,8 @@ class ToolContext:
 def check_tool(collector: Collector, path: Path, tool: dict[str, Any], ctx: ToolContext) -> None:
     """Kind, kind-specific requirements and policy rules of one tool (or pipeline task)."""
     check_rules(collector, path, tool)
+    if "rate_limit" in tool:
+        check_rate_limit(collector, (*path, "rate_limit"), tool["rate_limit"])
     timeout = tool.get("timeout")
     if timeout is not None and not is_template(timeout) and to_seconds(timeout) is None:
         collector.error((*path, "timeout"), not_a_duration(timeout))
@@ -69,6 +72,12 @@ def check_tool(collector: Collector, path: Path, tool: dict[str, Any], ctx: Tool
     checker = _KIND_CHECKS.get(kind)
     if checker is not None:
         checker(collector, path, tool, ctx)
+
+
+def check_rate_limit(collector: Collector, path: Path, raw: Any) -> None:
+    """A tool's or step's `rate_limit` block (models.rate_limit)."""
+    for field, message in rate_limit_problems(raw):
+        collector.error((*path, field) if field is not None else path, message)
 
 
 def _unknown_kind(kind: str) -> str:

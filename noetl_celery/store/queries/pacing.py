@@ -27,6 +27,7 @@ class PaceRules:
     accelerate: float  # ACCELERATE_AFTER
     cut_factor: float  # CUT_FACTOR
     min_rate: float  # MIN_RATE
+    learned_for: float  # tools.keyed_pacing.LEARNED_SECONDS
 
 
 _NOW = """t AS (SELECT coalesce(CAST(:now AS double precision),
@@ -45,7 +46,9 @@ _BOOKED = """CASE WHEN t.now - old.bucket_at < :window
 # declared one comes back); it is raised once a second while the schedule binds (no slot
 # went unused for a whole second, this one included: demand, not the rate, is short
 # otherwise) and no 429 came for a second: RAISE_FRACTION, doubling each second after
-# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling.
+# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling. `:tolerance`
+# (seconds; 0 for a host) lets a keyed limit's `burst` go before the schedule's next
+# slot: GCRA's tolerance, (burst - 1) intervals of the rate.
 BOOK = text(
     f"""
 WITH {_NOW},
@@ -53,13 +56,17 @@ old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDA
 UPDATE http_pace AS p SET
   rate = CASE
     WHEN old.rate IS DISTINCT FROM old.ceiling AND t.now - old.last_cut > :forget
+         AND old.learned IS NULL
       THEN old.ceiling
     WHEN old.tat >= t.now AND t.now - old.slack_at >= :window
          AND t.now - old.last_raise >= :window AND t.now - old.last_cut >= :window
       THEN least(
         old.rate * (1 + least(:max_raise, :raise_fraction
           * power(2, least(16, greatest(0, t.now - old.last_cut - :accelerate))))),
-        coalesce(old.ceiling, 'Infinity'::double precision))
+        coalesce(old.ceiling, 'Infinity'::double precision),
+        CASE WHEN t.now - old.last_cut <= :learned_for
+             THEN coalesce(old.learned, 'Infinity'::double precision)
+             ELSE 'Infinity'::double precision END)
     ELSE old.rate END,
   last_raise = CASE WHEN t.now - old.last_raise >= :window THEN t.now ELSE old.last_raise END,
   tat = greatest(old.tat, t.now, old.paused_until) + :count / old.rate,
@@ -71,8 +78,37 @@ UPDATE http_pace AS p SET
   bucket_at = CASE WHEN t.now - old.bucket_at < :window THEN old.bucket_at ELSE t.now END
 FROM t, old
 WHERE p.host = old.host
-RETURNING p.rate, greatest(old.tat, t.now, old.paused_until) - t.now AS wait,
+RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.now AS wait,
           1.0 / old.rate AS spacing
+"""
+)
+
+# A 429 of a keyed limit (`key:<key>`, worker.throttle): the rate becomes `:target`, what
+# the reporting process estimates the key's real limit to be (the rate the request was
+# sent at times the share of that key's recent requests the server accepted), when the
+# request was sent a window or more after the last cut (within it: the overshoot already
+# answered, nothing changes). Never above the rate before, never below MIN_RATE.
+# `learned` keeps the estimate of the limit itself: BOOK probes the rate no higher while
+# the cut is fresh (LEARNED_SECONDS), so a key sits just under its limit instead of
+# probing into 429s every few seconds; once it is stale, probing goes on upward from
+# the key's rate (a key's rate is not reset to the ceiling, as a host's is: a jump to
+# a declared rate far above the real one would be a storm of 429s). A host's row has
+# no `learned` (NULL).
+CUT_KEY = text(
+    f"""
+WITH {_NOW},
+old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDATE)
+UPDATE http_pace AS p SET
+  rate = greatest(:min_rate, least(old.rate, :target)),
+  learned = greatest(:min_rate, :learned),
+  last_cut = t.now,
+  epoch_at = t.now,
+  slack_at = t.now,
+  paused_until = CASE WHEN coalesce(:retry_after, 0) > :window
+    THEN greatest(old.paused_until, t.now + :retry_after) ELSE old.paused_until END
+FROM t, old
+WHERE p.host = old.host AND t.now - :age >= old.last_cut + :window
+RETURNING p.rate
 """
 )
 
@@ -142,11 +178,17 @@ def _params(rules: PaceRules, **values: Any) -> dict[str, Any]:
 
 
 def book(
-    conn: Connection, host: str, rules: PaceRules, now: float | None, count: int = 1
+    conn: Connection,
+    host: str,
+    rules: PaceRules,
+    now: float | None,
+    count: int = 1,
+    tolerance: float = 0.0,
 ) -> tuple[float | None, float, float] | None:
     """(the host's rate after the booking, seconds to the first slot, seconds between
     two slots); None: not paced."""
-    row = conn.execute(BOOK, _params(rules, host=host, now=now, count=count)).first()
+    params = _params(rules, host=host, now=now, count=count, tolerance=tolerance)
+    row = conn.execute(BOOK, params).first()
     if row is None:
         return None
     return (None if row[0] is None else float(row[0])), max(0.0, float(row[1])), float(row[2])
@@ -171,3 +213,29 @@ def cut(
 
 def declare(conn: Connection, host: str, rate: float) -> None:
     conn.execute(DECLARE, {"host": host, "rate": rate})
+
+
+def cut_key(
+    conn: Connection,
+    host: str,
+    rules: PaceRules,
+    *,
+    target: float,
+    learned: float,
+    sent_age: float,
+    retry_after: float | None,
+    now: float | None,
+) -> float | None:
+    """A keyed limit's 429 (CUT_KEY): its rate after the cut; None when nothing was cut
+    (the key is not paced, or the 429 is the overshoot the last cut answered)."""
+    params = _params(
+        rules,
+        host=host,
+        target=target,
+        learned=learned,
+        age=sent_age,
+        retry_after=retry_after,
+        now=now,
+    )
+    rate = conn.execute(CUT_KEY, params).scalar()
+    return None if rate is None else float(rate)

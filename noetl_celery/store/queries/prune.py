@@ -48,6 +48,7 @@ from noetl_celery.store.schema import (
     results,
     schedule_firings,
     schedules,
+    throttle_slots,
 )
 
 # Rows of an execution, deleted with it, in this order (the inbox names events; the
@@ -74,7 +75,8 @@ KEPT_TABLES: dict[str, str] = {
     schedules.name: "cron schedules are configuration",
     counters.name: "engine-wide totals for /metrics",
     leases.name: "single-instance duties (the reaper's, the prune's own), not executions",
-    http_pace.name: "the http tool's pacing state per host",
+    http_pace.name: "the http tool's pacing state per host (and per rate_limit key)",
+    throttle_slots.name: "rate_limit run slots: a row is free once its command stops running",
     engine_info.name: "the database's identity",
 }
 

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from noetl_celery import tracing
+from noetl_celery.engine import ratelimits
 from noetl_celery.engine.service import Engine
 from noetl_celery.engine.summaries import preview
 from noetl_celery.models.filters import ExecutionFilter
+from noetl_celery.store.schema import utcnow
 from noetl_celery.web.pages.presenters import (
     TERMINAL,
     Pager,
@@ -167,3 +169,9 @@ def events(engine: Engine, execution_id: str, params: Mapping[str, str]) -> dict
 
 def schedules(engine: Engine) -> dict[str, Any]:
     return {"schedules": [schedule_row(s.to_json()) for s in engine.schedules.all()]}
+
+
+def rate_limits(engine: Engine) -> dict[str, Any]:
+    """The keyed rate limits (engine.ratelimits), most active first."""
+    found = ratelimits.read(engine.store, utcnow())["rate_limits"]
+    return {"rate_limits": ratelimits.bounded(found, top=len(found))}

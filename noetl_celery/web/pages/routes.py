@@ -106,6 +106,11 @@ def schedules(request: Request, engine: EngineDep) -> Response:
     return _answer(Site(engine).schedules(_params(request)))
 
 
+@router.get("/rate-limits")
+def rate_limits(request: Request, engine: EngineDep) -> Response:
+    return _answer(Site(engine).rate_limits(_params(request)))
+
+
 @router.post("/executions/{execution_id}/cancel")
 async def cancel(execution_id: str, request: Request, engine: EngineDep) -> Response:
     form = await _form(request, engine)

@@ -10,6 +10,7 @@ adapters around the same `Site`, so both serve the same paths and templates:
     POST /executions/{id}/redrive       (scope=checked: item ids; scope=all: step, kind)
                                         -> the redrive's new execution
     GET  /schedules                     next / last firing, pause / resume / trigger
+    GET  /rate-limits                   keyed rate limits: rate, limit, in flight, waiting
     POST /schedules/{id}/{action}       pause | resume | trigger
     GET  /pages-static/{name}           pages.css, pages.js, flower_links.js
 
@@ -183,6 +184,15 @@ class Site:
         except NoetlError as exc:
             return self._error(exc, "schedules")
         return self._page("schedules.html", "Schedules", params, "schedules", **ctx)
+
+    def rate_limits(self, params: Mapping[str, str]) -> Answer:
+        if (refused := self._refused(params)) is not None:
+            return refused
+        try:
+            ctx = data.rate_limits(self.engine)
+        except NoetlError as exc:
+            return self._error(exc, "rate-limits")
+        return self._page("rate_limits.html", "Rate limits", params, "rate-limits", **ctx)
 
     # ---- actions (the caller has checked `actions.same_origin`) ---------------------------
     def cancel(self, execution_id: str) -> Answer:

@@ -123,8 +123,9 @@ READS = [
     "/api/executions/1/status",
     "/api/ehdb/executions",
     "/metrics",
+    "/api/v1/rate-limits",
 ]
-PAGES = ["/executions", "/executions/1", "/executions/1/events", "/schedules"]
+PAGES = ["/executions", "/executions/1", "/executions/1/events", "/schedules", "/rate-limits"]
 POSTS = [
     ("/api/v1/executions", {"path": "tests/bad/requests"}),
     ("/api/v1/catalog", {"content": PLAYBOOK}),

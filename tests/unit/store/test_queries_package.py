@@ -27,6 +27,7 @@ READ_MODELS = {
     "prune",
     "tracing",
     "quarantine",
+    "throttle",
 }
 
 
