@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 # embedded: how long closing the engine may spend delivering notifications
 FLUSH_SECONDS = 10.0
+WARM_UP_WAIT_SECONDS = 10.0  # embedded start: the longest wait for the http client
 
 
 class _LateDispatcher:
@@ -401,7 +402,11 @@ class Engine(EngineReads, EngineReruns):
         playbook = self.playbooks.get(entry.catalog_id)
         check_startable(playbook.keychain)
         if self._inprocess is not None:  # this process runs the commands: warm it up
-            self.services.warm_up({tool.kind for _step, _at, tool in playbook.tools()})
+            warming = self.services.warm_up({tool.kind for _step, _at, tool in playbook.tools()})
+            if warming is not None:
+                # the first http command would wait as long, under the lock its siblings
+                # need: a parallel loop's items then left at once, in any order
+                warming.join(WARM_UP_WAIT_SECONDS)
         execution_id = new_execution_id()
         self.store.create_execution(
             execution_id,
