@@ -8,7 +8,12 @@ declared rate is above its real one: the 429s must teach the key its real rate. 
 `noetl-celery worker` processes on Postgres and Redis share the keys' schedules and run
 slots.
 
-    python -m bench.keyed_throttle [--seconds 150]
+    python -m bench.keyed_throttle [--seconds 150] [--one-loop rate|even]
+
+`--one-loop rate|even` runs the tenants' items as ONE loop instead (one execution, the
+items interleaved in proportion to the tenants' real rates, or one of each in turn): what
+a loop mixing keys of different limits gets while its window counts the items parked
+for their key's turn.
 
 Prints per tenant, all measured by the API (server side): its real limit, the declared
 rate, the accepted rate after the first minute (the median over 5-second windows while
@@ -102,6 +107,12 @@ def main() -> None:
     parser.add_argument(
         "--learn", type=float, default=LEARN_SECONDS, help="seconds left out of the measure"
     )
+    parser.add_argument(
+        "--one-loop",
+        choices=["rate", "even"],
+        help="one loop over every tenant's items, interleaved in proportion to the "
+        "tenants' real rates (rate) or one of each in turn (even)",
+    )
     args = parser.parse_args()
     url = harness.fresh_database("bench_keyed_throttle")
     broker = harness.REDIS_URL
@@ -133,10 +144,19 @@ def main() -> None:
         # a drain per tenant (one execution each, all at once): a loop's in-flight window
         # counts its parked items, so one loop mixing tenants would run at the pace of
         # its slowest one (docs/reference/dsl.md, rate_limit)
-        eids = {
-            tenant: engine.start_text(PLAYBOOK, {"api": api.base, "items": its, "hold": HOLD})
-            for tenant, its in items.items()
-        }
+        if args.one_loop:  # interleaved: by the tenants' rates, or one of each in turn
+
+            def place(i: dict[str, Any]) -> tuple[float, str]:
+                return (i["n"] / TENANTS[i["t"]][0] if args.one_loop == "rate" else i["n"], i["t"])
+
+            mixed = sorted((i for its in items.values() for i in its), key=place)
+            one = engine.start_text(PLAYBOOK, {"api": api.base, "items": mixed, "hold": HOLD})
+            eids = {"all": one}
+        else:
+            eids = {
+                tenant: engine.start_text(PLAYBOOK, {"api": api.base, "items": its, "hold": HOLD})
+                for tenant, its in items.items()
+            }
         ok = True
         for tenant, eid in eids.items():
             row = engine.wait(eid, timeout=args.seconds * 4 + 300)
