@@ -20,13 +20,15 @@ ROWS = 1000
 
 def in_a_body(cluster: Cluster, eid: str) -> tuple[str, WorkerProcess]:
     """A claim running its frame's body (its rows recorded, its queue transaction
-    committed) in a live worker: its id and that worker."""
+    committed) in a live worker: its id and that worker. A re-run (`:a<n>`) of a claim
+    killed before is left out: it hands its recorded rows over without a body, and
+    killed in that instant its next run is `:a<n+1>`, not `:a<n>:a2`."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         groups = {w.proc.pid: w for w in cluster.workers}
         rows = cluster.query(
             "SELECT command_id, worker FROM commands WHERE execution_id = %s AND kind = 'claim' "
-            "AND status = 'running' AND resume IS NOT NULL",
+            "AND status = 'running' AND resume IS NOT NULL AND command_id !~ ':a[0-9]+$'",
             eid,
         )
         for command_id, worker in rows:
