@@ -369,11 +369,10 @@ http_pace = Table(
     Column("learned", Float, nullable=True),
 )
 
-# The run slots of keyed `rate_limit.concurrency` (store.throttle, worker.throttle): a row
-# per slot held, `slot_no` below the key's cap, so the primary key itself bounds how many
-# bodies under one key run at once. A slot is the holding command's while that command is
-# `running` with a live lease: a worker killed while holding one frees it when the
-# command's lease lapses (migration 0016).
+# The run slots of keyed `rate_limit.concurrency` (store.throttle, worker.throttle; 0016):
+# a row per slot held, `slot_no` below the key's cap, so the primary key bounds how many
+# bodies of a key run at once. A slot is its command's while that command is `running`
+# with a live lease: a worker killed while holding one frees it when the lease lapses.
 throttle_slots = Table(
     "throttle_slots",
     metadata,
