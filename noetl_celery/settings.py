@@ -210,6 +210,9 @@ class Settings:
     # again, republished as one batch) once it has run this long: a slow item must not
     # hold the rest of its batch while other worker processes idle
     batch_budget_seconds: float = 0.5
+    # commands of a slow batch run side by side in one process close together: a close
+    # waits this long at most for others of its process (worker.close_window; 0: alone)
+    close_window_seconds: float = 0.05
     # default HTTP timeout when a tool gives none
     http_timeout_seconds: float = 60.0
     # requests per second per `host:port` for the http tool's pacer (tools.http_pacing):
@@ -396,6 +399,9 @@ class Settings:
             batch_size=_batch_size(env, base.batch_size),
             batch_budget_seconds=_float(
                 env, "NOETL_BATCH_BUDGET_SECONDS", base.batch_budget_seconds
+            ),
+            close_window_seconds=_float(
+                env, "NOETL_CLOSE_WINDOW_SECONDS", base.close_window_seconds
             ),
             http_timeout_seconds=_float(
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds

@@ -132,7 +132,8 @@ class Engine(EngineReads, EngineReruns):
             chain_seconds=settings.batch_budget_seconds,
         )
         # `execute_commands`: many commands per broker message (worker.batch)
-        self.batches = BatchExecutor(self.executor, settings.batch_budget_seconds)
+        budget = settings.batch_budget_seconds
+        self.batches = BatchExecutor(self.executor, budget, settings.close_window_seconds)
         self.reaper = Reaper(
             self.store,
             self.orchestrator,

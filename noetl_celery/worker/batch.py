@@ -12,9 +12,14 @@ terminal event, so counts and exactly-once are what they were:
 - after `budget_seconds` of running, the commands not started yet are handed back
   (`issued` again while still this worker's claim) and published again, in messages of
   as many as ran within the budget; as soon as one command has run for a tenth of the
-  budget (slow: it waits on I/O), while it still runs, the watchdog (worker.handback)
-  hands the rest back one per message, so a slow item never holds the others while
-  other worker processes or threads idle;
+  budget, while it still runs, the watchdog (worker.handback) takes the rest: a slow
+  command that waits (on an API, a pacer: little CPU for its time) has the rest run
+  beside it, in threads of this process, their closes grouped by the process's close
+  window (worker.close_window: one transaction and one pass per execution for the
+  closes of a few milliseconds); one that computes hands the rest back one per message,
+  so a slow item never holds the others while other worker processes or threads idle.
+  A broker message, a claim and a close per item was most of an HTTP body's CPU when
+  the rest went back one per message (issue 34);
 - the plain outcomes are closed in one transaction with one orchestration pass per
   execution (a pass folds any number of completions from the inbox). An outcome the
   database refuses is replaced by its `result_not_storable` failure alone: the others
@@ -28,9 +33,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from noetl_celery import logcapture, tracing
 from noetl_celery.errors import ResultNotStorable
@@ -44,15 +52,24 @@ from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks
+from noetl_celery.worker.close_window import CloseWindow
 from noetl_celery.worker.closing import PassCrashed, deferrable, worker_identity
 from noetl_celery.worker.execute import CommandExecutor
-from noetl_celery.worker.handback import Unstarted, Watchdog
+from noetl_celery.worker.handback import WAITING_CPU_SHARE, Unstarted, Watchdog
 from noetl_celery.worker.reports import DUPLICATE, CommandReport, report_of
 
 log = logging.getLogger("noetl_celery.worker")
 
 # command ids a hand-back's trace mark names (its count is always exact)
 HAND_BACK_IDS_SHOWN = 10
+# threads of a process that run the rest of slow batches beside their slow command; more
+# wait for one (claimed, their leases renewed): they wait on I/O, so the process's CPU
+# is not what bounds them
+BESIDE_THREADS = 64
+# closes the close window records in one transaction at most
+MOST_CLOSES = 50
+# how long a close waits for others of its process (NOETL_CLOSE_WINDOW_SECONDS)
+DEFAULT_CLOSE_WINDOW_SECONDS = 0.05
 
 
 @dataclass
@@ -62,6 +79,16 @@ class _Ran:
     command: ClaimedCommand
     given: Outcome  # what it produced
     capture: logcapture.Capture | None
+
+
+@dataclass
+class _Beside:
+    """The commands of one batch that run beside its slow command (their reports: a
+    report, or the future of one from the close window), and whether the watchdog's
+    decision about them is settled (it decides on its own thread)."""
+
+    runs: list[Future[CommandReport | Future[CommandReport]]] = field(default_factory=list)
+    settled: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -74,14 +101,25 @@ class _Fold:
 
 
 class BatchExecutor:
-    def __init__(self, executor: CommandExecutor, budget_seconds: float) -> None:
+    def __init__(
+        self,
+        executor: CommandExecutor,
+        budget_seconds: float,
+        close_window_seconds: float = DEFAULT_CLOSE_WINDOW_SECONDS,
+    ) -> None:
         self.executor = executor
         self.budget_seconds = budget_seconds
         # a command slower than this is not the cheap kind batches are for (a no-op, a
-        # quick SQL statement: a few ms): one that waits on an API makes its batch hand
-        # the rest back at once, so a parallel loop's items run side by side
+        # quick SQL statement: a few ms): one that waits on an API has the rest of its
+        # batch run beside it at once, so a parallel loop's items run side by side
         self.slow_item = budget_seconds / 10
         self.watchdog = Watchdog(self.slow_item)
+        self.window: CloseWindow[_Ran, CommandReport] = CloseWindow(
+            self._record, close_window_seconds, MOST_CLOSES
+        )
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
+        self._pool_lock = threading.Lock()
 
     def execute(self, command_ids: Sequence[str]) -> list[CommandReport]:
         """Run one delivery of a batch; one report per command it claimed or skipped
@@ -101,13 +139,17 @@ class BatchExecutor:
         ex.heartbeats.start_many(taken)
         ran: list[_Ran] = []
         queue = Unstarted(claimed)
+        beside = _Beside()
         if len(claimed) > 1:
-            self.watchdog.watch(queue, functools.partial(self._hand_back_slow, queue))
+            self.watchdog.watch(queue, functools.partial(self._slow, queue, beside))
         try:
-            reports.extend(self._run_all(queue, ran))
+            reports.extend(self._run_all(queue, ran, beside))
         finally:
-            # after unwatch no hand-back takes from the queue any more
+            # after unwatch no hand-back takes from the queue any more; one it took is
+            # settled (handed back, or running beside) before we go on
             self.watchdog.unwatch(queue)
+            if queue.watchdog_took:
+                beside.settled.wait()
             # whatever ended the loop, no lease of this batch is renewed any more: a
             # command left `running` is the reaper's once its lease runs out. Those
             # handed back are not touched: another thread of this process may run them
@@ -115,14 +157,20 @@ class BatchExecutor:
             for command in claimed:
                 if command.command_id not in queue.handed_back:
                     ex.heartbeats.stop(command.command_id)
-        if ran:
+        if beside.runs:
+            # the rest ran beside the slow command: its close and theirs share the window
+            waiting = [self.window.submit(item) for item in ran]
+            reports.extend(future.result() for future in waiting)
+            reports.extend(_resolved(run) for run in beside.runs)
+        elif ran:
             reports.extend(self._record(ran))
         return reports
 
-    def _run_all(self, queue: Unstarted, ran: list[_Ran]) -> list[CommandReport]:
+    def _run_all(self, queue: Unstarted, ran: list[_Ran], beside: _Beside) -> list[CommandReport]:
         reports = []
         started = last = time.monotonic()
         count = 0
+        waited = False  # the process used little CPU while the last ran (worker.handback)
         while True:
             now = time.monotonic()
             over_budget = now - started >= self.budget_seconds
@@ -130,7 +178,9 @@ class BatchExecutor:
                 # past the budget, or the last command was slow and ended between two
                 # of the watchdog's ticks: the rest runs elsewhere, not one by one here
                 rest = queue.take_rest()
-                if rest:
+                if rest and not over_budget and waited:
+                    self._run_beside(rest, beside)
+                elif rest:
                     log.info(
                         "batch %s: %d unstarted commands handed back",
                         f"ran past its {self.budget_seconds:g}s budget"
@@ -149,7 +199,10 @@ class BatchExecutor:
                 break
             last = now
             count += 1
+            cpu = time.process_time()
             report = self._run_one(command, ran)
+            used = time.process_time() - cpu
+            waited = used < WAITING_CPU_SHARE * (time.monotonic() - now)
             if report is not None:
                 reports.append(report)
         return reports
@@ -166,8 +219,61 @@ class BatchExecutor:
             # a suspended parent or a held cursor frame: recorded alone, now
             return ex.conclude(command, result, capture)
 
+    def _slow(self, queue: Unstarted, beside: _Beside, rest: list[ClaimedCommand]) -> None:
+        """The watchdog's call (its own thread) while a slow command still runs: the rest
+        runs beside it when it waits, else is handed back."""
+        try:
+            if queue.running_waits(time.monotonic()):
+                self._run_beside(rest, beside, queue.running)
+            else:
+                self._hand_back_slow(queue, rest)
+        finally:
+            beside.settled.set()
+
+    def _run_beside(
+        self, rest: list[ClaimedCommand], beside: _Beside, slow: ClaimedCommand | None = None
+    ) -> None:
+        """Run the rest of a batch in this process's threads, beside (or after) its slow
+        command that waits; each close goes to the process's close window."""
+        slow_id = slow.command_id if slow is not None else None
+        log.info(
+            "%s: the %d unstarted commands of its batch run beside it",
+            f"command {slow_id} has run for over {self.slow_item:g}s waiting"
+            if slow_id
+            else f"a command waited over {self.slow_item:g}s",
+            len(rest),
+            extra=of_command(slow_id) if slow_id else {},
+        )
+        if slow_id is not None:
+            tracing.command_event(
+                slow_id, "batch.ran_beside", {"commands": len(rest), "slow_seconds": self.slow_item}
+            )
+        pool = self._threads()
+        for command in rest:
+            beside.runs.append(pool.submit(self._beside_one, command))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """This process's threads for commands run beside a slow one (made again in a
+        forked child: a pool's threads do not survive the fork)."""
+        with self._pool_lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool_pid = os.getpid()
+                self._pool = ThreadPoolExecutor(BESIDE_THREADS, thread_name_prefix="noetl-beside")
+            return self._pool
+
+    def _beside_one(self, command: ClaimedCommand) -> CommandReport | Future[CommandReport]:
+        """Run one command beside a slow one: its plain outcome is closed by the window."""
+        ex = self.executor
+        capture = ex.logs.command() if ex.logs is not None else None
+        cid = command.command_id
+        with about(**of_command(cid)), command_masks(), logcapture.capturing(capture):
+            result = ex.run_claimed(command)
+            if isinstance(result, Outcome):
+                return self.window.submit(_Ran(command, result, capture))
+            return ex.conclude(command, result, capture)
+
     def _hand_back_slow(self, queue: Unstarted, rest: list[ClaimedCommand]) -> None:
-        """The watchdog's call (its own thread) while a slow command still runs; the log
+        """Hand the rest back while a slow command that computes still runs; the log
         line names that command (the one an operator looks at)."""
         slow = queue.running
         slow_id = slow.command_id if slow is not None else "?"
@@ -319,6 +425,12 @@ def _trace_hand_back(rest: list[ClaimedCommand], released: set[str], reason: str
             "command_ids": ids[:HAND_BACK_IDS_SHOWN],
         }
         tracing.step_mark(execution_id, step, epoch, "hand back", attributes)
+
+
+def _resolved(run: Future[CommandReport | Future[CommandReport]]) -> CommandReport:
+    """The report of a command run beside: concluded in its thread, or by the window."""
+    report = run.result()
+    return report.result() if isinstance(report, Future) else report
 
 
 def _by_execution(

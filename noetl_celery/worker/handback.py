@@ -6,9 +6,12 @@ commands until it ended, while other worker processes or threads idled. Here the
 unstarted commands sit in an `Unstarted` queue the batch takes them from one at a time;
 a `Watchdog` (one daemon thread per process, ticking only while a batch runs) takes what
 is left of a queue whose running command has run for longer than the slow threshold and
-hands it to a callback (worker.batch: release the claims and publish them again, one
-per message). Whoever takes a command — the batch, to run it, or the watchdog, to hand
-it back — takes it under the queue's lock, so no command is both run and handed back.
+hands it to a callback (worker.batch: run them side by side in this process when the slow
+command waits rather than computes, else release the claims and publish them again, one
+per message). `Unstarted` tells the two apart by the running command's share of CPU
+(the process's CPU time against the wall clock). Whoever takes a command — the batch, to
+run it, or the watchdog, to hand it back — takes it under the queue's lock, so no
+command is both run and handed back.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ log = logging.getLogger("noetl_celery.worker")
 
 HandBack = Callable[[list[ClaimedCommand]], None]
 
+# a command during which its process used less than this share of one CPU waits (on an
+# API, a pacer, a database): the rest of its batch can run beside it here, in threads.
+# The process's CPU, not the thread's: a python tool may compute on a thread of its own,
+# and where other commands run in the process too (threads pool, embedded) their CPU
+# counts, so a doubt means "computes" and the rest is handed back as it always was
+WAITING_CPU_SHARE = 0.5
+
 
 class Unstarted:
     """A batch's commands not started yet, and when the running one started."""
@@ -34,8 +44,10 @@ class Unstarted:
         self._lock = threading.Lock()
         self._rest: deque[ClaimedCommand] = deque(commands)
         self._running_since: float | None = None  # monotonic; None: none running
+        self._running_cpu = 0.0  # the process's CPU time when it started
         self.running: ClaimedCommand | None = None  # the command the batch runs now
         self.handed_back: set[str] = set()  # ids no longer this batch's
+        self.watchdog_took = False  # the watchdog took the rest (its call decides it)
 
     def next(self, now: float) -> ClaimedCommand | None:
         """The next command to run (marked as running from `now`), or None."""
@@ -44,8 +56,18 @@ class Unstarted:
                 self._running_since = self.running = None
                 return None
             self._running_since = now
+            self._running_cpu = time.process_time()
             self.running = self._rest.popleft()
             return self.running
+
+    def running_waits(self, now: float) -> bool:
+        """While the running command ran, its process used less than WAITING_CPU_SHARE
+        of a CPU: it waits on I/O."""
+        with self._lock:
+            since, cpu = self._running_since, self._running_cpu
+        if since is None or now <= since:
+            return False
+        return time.process_time() - cpu < WAITING_CPU_SHARE * (now - since)
 
     def take_rest(self) -> list[ClaimedCommand]:
         """Everything not started yet, now handed back (the batch stops here)."""
@@ -58,7 +80,9 @@ class Unstarted:
             since = self._running_since
             if since is None or now - since < slow:
                 return []
-            return self._take()
+            rest = self._take()
+            self.watchdog_took = bool(rest)
+            return rest
 
     def _take(self) -> list[ClaimedCommand]:
         rest = list(self._rest)

@@ -85,6 +85,16 @@ workflow:
 """
 
 
+def computing(seconds: str) -> str:
+    """Python code (a loop_playbook `code`) that computes for `seconds` of CPU: a slow
+    command that computes has the rest of its batch handed back (one that waits has it
+    run beside it, in threads: test_beside)."""
+    return (
+        "import time\\nt = time.process_time()\\n"
+        f"while time.process_time() - t < {seconds}: pass\\nresult = i"
+    )
+
+
 def terminals(engine: Engine, eid: str) -> dict[int, list[str]]:
     """iteration -> the terminal event types it has."""
     found: dict[int, list[str]] = {}
@@ -145,8 +155,7 @@ def test_a_batch_past_its_budget_hands_the_rest_back_and_each_runs_once(
 ) -> None:
     engine = make_engine(pg_url, tmp_path, recorder, budget=0.3)
     try:
-        code = "import time; time.sleep(0.2); result = i"
-        eid = engine.start_text(loop_playbook(6, code))
+        eid = engine.start_text(loop_playbook(6, computing("0.2")))
         ids = recorder.take()
 
         first = engine.batches.execute(ids)
@@ -181,12 +190,12 @@ def test_a_batch_past_its_budget_hands_the_rest_back_and_each_runs_once(
 def test_a_slow_command_hands_the_rest_back_at_once_one_per_message(
     pg_url: str, tmp_path: Path, recorder: Recorder
 ) -> None:
-    """A command that waited (0.15 s, past a tenth of the 1 s budget) is not the cheap
+    """A command that computed (0.15 s, past a tenth of the 1 s budget) is not the cheap
     kind a batch is for: the rest goes back at once, one per message, so the items of a
     parallel loop run side by side on the pool instead of one after another here."""
     engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
     try:
-        eid = engine.start_text(loop_playbook(4, "import time; time.sleep(0.15); result = i"))
+        eid = engine.start_text(loop_playbook(4, computing("0.15")))
         ids = recorder.take()
 
         first = engine.batches.execute(ids)
@@ -203,13 +212,13 @@ def test_a_slow_command_hands_the_rest_back_at_once_one_per_message(
 def test_a_slow_command_hands_the_rest_back_while_it_still_runs(
     pg_url: str, tmp_path: Path, recorder: Recorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The first command waits 3 s; the others do not wait for it: they are handed back
-    (one per message, `issued` again) while it still runs, a tenth of the 1 s budget
-    after it started, and each runs exactly once elsewhere."""
+    """The first command computes for 3 s; the others do not wait for it: they are handed
+    back (one per message, `issued` again) while it still runs, a tenth of the 1 s
+    budget after it started, and each runs exactly once elsewhere."""
     caplog.set_level(logging.INFO, logger="noetl_celery.worker")
     engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
     try:
-        code = "import time; time.sleep(3 if i == 0 else 0); result = i"
+        code = computing("(3 if i == 0 else 0)")
         eid = engine.start_text(loop_playbook(4, code))
         ids = recorder.take()
         recorder.at.clear()
@@ -337,8 +346,7 @@ def test_a_hand_back_is_in_the_execution_trace(
         tracing.reset()
         engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
         try:
-            code = "import time; time.sleep(1 if i == 0 else 0); result = i"
-            eid = engine.start_text(loop_playbook(4, code))
+            eid = engine.start_text(loop_playbook(4, computing("(1 if i == 0 else 0)")))
             ids = recorder.take()
             engine.batches.execute(ids)
             run_the_rest(engine, recorder, eid, 4)
@@ -358,3 +366,75 @@ def test_a_hand_back_is_in_the_execution_trace(
     assert moment.attributes["command_ids"] == ids[1:]
     runs = sorted(s.attributes["noetl.command_id"] for s in spans if s.name == "command each")
     assert runs == sorted(ids)  # each ran once, handed back or not
+
+
+def test_a_waiting_command_has_the_rest_run_beside_it_and_their_closes_grouped(
+    pg_url: str, tmp_path: Path, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command that waits (0.4 s asleep, past a tenth of the 1 s budget, little CPU) has
+    the rest of its batch run beside it in this process, not handed back one per message
+    (issue 34): nothing is published, the six run side by side (well under 6 x 0.4 s),
+    each ends once, and their closes are recorded in fewer transactions than closes."""
+    caplog.set_level(logging.INFO, logger="noetl_celery.worker")
+    engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+    try:
+        eid = engine.start_text(loop_playbook(6, "import time; time.sleep(0.4); result = i"))
+        ids = recorder.take()
+        window = engine.batches.window
+        groups, recorded = window.groups, window.recorded
+
+        started = time.monotonic()
+        reports = engine.batches.execute(ids)
+        took = time.monotonic() - started
+
+        assert sorted(r.command_id for r in reports) == sorted(ids)
+        assert {r.status for r in reports} == {ReportStatus.COMPLETED}
+        assert recorder.take() == []  # nothing handed back
+        assert took < 1.6, f"{took:.2f}s: the rest ran after the slow one, not beside it"
+        assert f"command {ids[0]} has run for over 0.1s waiting" in caplog.text
+        assert window.recorded - recorded == 6
+        assert window.groups - groups < 6, "every close was recorded alone"
+        assert engine.wait(eid, 30).status == "COMPLETED"
+        assert terminals(engine, eid) == {i: [EV_COMMAND_COMPLETED] for i in range(6)}
+        assert engine.summary(eid)["steps"]["each"]["stats"] == {
+            "total": 6,
+            "success": 6,
+            "failed": 0,
+        }
+    finally:
+        engine.close()
+
+
+def test_a_failure_beside_a_waiting_command_is_reported_and_recorded_as_a_failure(
+    pg_url: str, tmp_path: Path, recorder: Recorder
+) -> None:
+    """Run beside, a failing item and an unstorable result are what they would be in a
+    batch closed together: the failure reported and recorded as one, the others intact."""
+    engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+    try:
+        code = (
+            "import time; time.sleep(0.3)\\n"
+            "if i == 1: raise ValueError('item one breaks')\\n"
+            "result = 'a' + chr(0) if i == 2 else i"
+        )
+        eid = engine.start_text(loop_playbook(4, code))
+        ids = recorder.take()
+
+        reports = {r.command_id: (r.status, r.kind) for r in engine.batches.execute(ids)}
+
+        assert [reports[c] for c in ids] == [
+            (ReportStatus.COMPLETED, None),
+            (ReportStatus.FAILED, "python_error"),
+            (ReportStatus.FAILED, "result_not_storable"),
+            (ReportStatus.COMPLETED, None),
+        ]
+        assert recorder.take() == []
+        engine.wait(eid, 30)
+        assert terminals(engine, eid) == {
+            0: [EV_COMMAND_COMPLETED],
+            1: [EV_COMMAND_FAILED],
+            2: [EV_COMMAND_FAILED],
+            3: [EV_COMMAND_COMPLETED],
+        }
+    finally:
+        engine.close()
