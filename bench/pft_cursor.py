@@ -5,6 +5,7 @@ requests answered 200 ÷ allowed requests per second), and the exact row counts.
     python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
     python -m bench.pft_cursor --pool threads --concurrency 16     # I/O-bound settings
     python -m bench.pft_cursor --batch-size 50      # NOETL_BATCH_SIZE of the engine (50)
+    python -m bench.pft_cursor --close-window 0     # NOETL_CLOSE_WINDOW_SECONDS (0.05)
 
 Postgres + Redis + `--workers` `noetl-celery worker` processes (default two, prefork,
 concurrency 2; `--pool threads` runs each worker's commands on threads); the test API
@@ -150,6 +151,13 @@ def main() -> int:
         help="NOETL_HTTP_RATE_LIMITS of the workers for the test API (requests/s: the "
         "workers' together with --pacing on, each worker's with --pacing process)",
     )
+    parser.add_argument(
+        "--close-window",
+        type=float,
+        default=None,
+        help="NOETL_CLOSE_WINDOW_SECONDS of the workers (default: the engine's, 0.05): how "
+        "long a close of a command run beside a slow one waits for others of its process",
+    )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-pft-cursor-"))
     creds = logs / "credentials.json"
@@ -167,6 +175,8 @@ def main() -> int:
     cli = [python(), "-m", "noetl_celery.cli.main"]
     api, api_url = start_api(args.rate_limit)
     env["NOETL_HTTP_PACING"] = args.pacing
+    if args.close_window is not None:
+        env["NOETL_CLOSE_WINDOW_SECONDS"] = f"{args.close_window:g}"
     if args.declare:
         env["NOETL_HTTP_RATE_LIMITS"] = f"{api_url.split('//', 1)[1]}={args.declare:g}"
     try:
@@ -229,6 +239,7 @@ def main() -> int:
         f"workers {args.workers} x --pool {args.pool} -c {args.concurrency}, "
         f"NOETL_BATCH_SIZE {args.batch_size}, NOETL_HTTP_PACING {args.pacing}"
         + (f", {args.declare:g}/s declared {_declared_for(args.pacing)}" if args.declare else "")
+        + (f", NOETL_CLOSE_WINDOW_SECONDS {args.close_window:g}" if args.close_window else "")
     )
     print(
         f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f} "
