@@ -147,6 +147,8 @@ class FrameRunner:
         else:
             bodies = [body_command(command, playbook, iteration, frame.rows)]
         ran = self._run(command, bodies)
+        if ran is None:  # cancelled or taken over mid-frame: the close would find it so
+            return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
         if per_row(command):
             given = with_bodies(claimed, [outcome for _, outcome in ran])
         else:
@@ -157,14 +159,20 @@ class FrameRunner:
 
     def _run(
         self, claim: ClaimedCommand, bodies: list[ClaimedCommand]
-    ) -> list[tuple[ClaimedCommand, Outcome]]:
+    ) -> list[tuple[ClaimedCommand, Outcome]] | None:
         """Run the frame's bodies one after another, under the claim's lease (a frame's
         rows run in order: `frame.row_concurrency` bounds the rows in flight, and one
-        at a time is within it; docs/design.md §4)."""
+        at a time is within it; docs/design.md §4). None: the claim was cancelled or
+        taken over before its last row (the rows left are not started; its status is
+        polled with the other watched commands': no statement per row)."""
         ran = []
         self.heartbeats.start(claim.command_id)  # the claim's lease covers its bodies
+        if len(bodies) > 1:
+            self.heartbeats.watch(claim.command_id)
         try:
             for body in bodies:
+                if self.heartbeats.lost(claim.command_id):
+                    return None
                 outcome = self.run_body(body)
                 if not isinstance(outcome, Outcome):  # inline_body rules out waits: a bug
                     kind = type(outcome).__name__

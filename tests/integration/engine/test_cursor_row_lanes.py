@@ -261,3 +261,43 @@ def test_a_frame_of_rows_is_one_command_without_local_continuation_too(
             )
         }
     assert statuses == {"completed"}
+
+
+def test_a_frame_of_rows_cancelled_mid_frame_runs_no_more_rows_and_writes_no_body(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The execution is cancelled while a claim runs its frame's rows: the rows left are
+    not started (the claim's status is polled between rows), the close finds the claim
+    cancelled and writes no body of it, and the cancel listed the frame's rows (recorded
+    on the claim) as interrupted."""
+    db = queue_db(tmp_path)
+    deliveries = Deliveries()
+    engine.use_dispatcher(deliveries)
+    executor = engine.executor
+    real = executor.frames.run_body
+    ended: list[Any] = []
+
+    def cancelled_in_the_first_row(body: ClaimedCommand) -> object:
+        outcome = real(body)
+        if not ended:
+            ended.append(engine.cancel_tree(body.execution_id, "by the test"))
+            deadline = time.monotonic() + 10  # the heartbeat thread's next poll
+            while not executor.heartbeats.lost(base_claim(body)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return outcome
+
+    executor.frames.run_body = cancelled_in_the_first_row
+    eid = engine.start_text(playbook(), {"db": str(db)})
+    deliveries.deliver_all(executor.execute)
+    [cancel] = ended
+    assert engine.status(eid)["status"] == "CANCELLED"
+    assert body_ids(engine, eid) == []
+    assert runs(db) == [1]  # the frame's other rows never ran
+    assert cancel is not None
+    interrupted = cancel.unfinished_rows["drain"]["interrupted"]
+    assert sorted(r["id"] for r in interrupted) == [1, 2, 3, 4]
+
+
+def base_claim(body: ClaimedCommand) -> str:
+    """The claim command that ran `body` (lane 0's first frame: the first row's)."""
+    return f"{body.execution_id}:{body.step}:{body.epoch}:c0.1"
