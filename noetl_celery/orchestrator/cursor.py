@@ -28,6 +28,12 @@ body's outcome (`body`), and one fold counts the frame and claims the next
 (`_count_frame`): one command, one close, one pass per frame. A claim's completion with
 recorded rows but no body (a claim run again after its worker died) plans the body
 command as before.
+
+Without `frame.process: frame`, a claim whose per-row bodies the claiming worker may
+run (`inline_rows`) reserves `max_rows` iterations (`meta.process: rows`); its
+completion then carries one outcome per row (`bodies`) and `_count_rows` counts each
+row as its body command's would, then claims the next frame. Numbers a shorter frame
+leaves are `unused`, never issued (docs/design.md §4).
 """
 
 from __future__ import annotations
