@@ -16,6 +16,12 @@ its own:
    outcome) and the body's command row and terminal event, and the pass folds it:
    the frame is counted and the lane's next claim issued, in one transaction.
 
+The same holds for per-row bodies (`meta.process: rows`: no `frame.process: frame`,
+orchestrator.cursor.inline_rows): the claim reserved `max_rows` iterations, each row's
+body runs as its command would (the reservation's first + the row's position), one
+after another, and the close writes every row's body with the claim's; the claim's
+status is polled between rows, so a cancel stops the frame (docs/design.md §4).
+
 A run of the claim after its worker died (the reaper's re-issue) finds the rows on the
 command and hands them over without claiming again (worker.claims); the pass then
 plans the body command as for any other frame, so the body runs again on those rows
@@ -94,7 +100,8 @@ def body_command(
 
 
 class FrameRunner:
-    """Runs a held per-frame claim's body in the claiming worker (see the module)."""
+    """Runs a held claim's frame body, or its per-row bodies, in the claiming worker
+    (see the module)."""
 
     def __init__(
         self, store: Store, closer: Closer, heartbeats: Heartbeats, run_body: RunBody
