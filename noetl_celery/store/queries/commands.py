@@ -202,7 +202,7 @@ def _close_lock(extra: str, *json_params: str) -> Any:
 
 
 _CLOSE_LOCK_PG = _close_lock("")
-# a frame's bodies (bodies_json) as rows `b`
+# a frame's bodies (_bodies_json) as rows `b`
 BODIES = """jsonb_to_recordset(CAST(:b_bodies AS jsonb)) AS b(
             cid text, kind text, iteration int, attempt int, status text, ctx int,
             item jsonb, meta jsonb, type text, payload jsonb)"""
@@ -338,7 +338,7 @@ def close_lock_and_read(
 FinishedBody = tuple[list[tuple[ClaimedCommand, Outcome]], str]
 
 
-def bodies_json(ran: list[tuple[ClaimedCommand, Outcome]]) -> str:
+def _bodies_json(ran: list[tuple[ClaimedCommand, Outcome]]) -> str:
     """The bodies as one JSON text of records (BODIES reads it): one parameter for a
     frame's bodies however many, as close_many's arrays are for a batch."""
     records = []
@@ -362,7 +362,7 @@ def bodies_json(ran: list[tuple[ClaimedCommand, Outcome]]) -> str:
 
 
 def _body_params(ran: list[tuple[ClaimedCommand, Outcome]], worker: str) -> dict[str, Any]:
-    return {"b_bodies": bodies_json(ran), "b_body_worker": worker}
+    return {"b_bodies": _bodies_json(ran), "b_body_worker": worker}
 
 
 def close_many_and_read(

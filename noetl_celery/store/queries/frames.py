@@ -19,7 +19,7 @@ from noetl_celery.constants import (
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.queries.commands import BODIES, _terminal_insert, bodies_json
+from noetl_celery.store.queries.commands import BODIES, _bodies_json, _terminal_insert
 from noetl_celery.store.queries.inbox import first_claimed_keys
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.store.schema import Json, commands
@@ -159,7 +159,7 @@ def insert_finished_body(
                 "b_epoch": claim.epoch,
                 "b_worker": worker,
                 "b_now": now,
-                "b_bodies": bodies_json(ran),
+                "b_bodies": _bodies_json(ran),
             },
         ).one()
         return bool(found.running)

@@ -212,6 +212,6 @@ def test_which_per_row_bodies_the_claiming_worker_may_run(
     text = ROWS_PB.format(lanes=1, rows=5, tool=tool, extra="")
     pb = playbook(text.replace("row_concurrency: 3", f"row_concurrency: {concurrency}"))
     d = start(pb, "e1", None, Sim(pb, InlineRows(0, 5, "plan")), Limits(), now=0.0)
-    meta = d.commands[0].meta
+    meta = d.commands[0].meta or {}
     assert (meta.get("process") == "rows") is inline
     assert ("iteration" in meta) is inline
