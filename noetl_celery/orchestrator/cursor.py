@@ -28,6 +28,12 @@ body's outcome (`body`), and one fold counts the frame and claims the next
 (`_count_frame`): one command, one close, one pass per frame. A claim's completion with
 recorded rows but no body (a claim run again after its worker died) plans the body
 command as before.
+
+Without `frame.process: frame`, a claim whose per-row bodies the claiming worker may
+run (`inline_rows`) reserves `max_rows` iterations (`meta.process: rows`); its
+completion then carries one outcome per row (`bodies`) and `_count_rows` counts each
+row as its body command's would, then claims the next frame. Numbers a shorter frame
+leaves are `unused`, never issued (docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -90,11 +96,13 @@ def _claim(
     lane = progress.lanes[lane_no]
     if attempt == 1:
         lane.frame += 1
-    if progress.per_frame and lane.body is None:
-        # the frame's body iteration, known before the claim runs (one a claim that
-        # found no row left unused is kept for the next)
+    rows = inline_rows(step, progress)
+    if (progress.per_frame or rows) and lane.body is None:
+        # the frame's body iterations, known before the claim runs (one per frame, or
+        # `max_rows` for per-row bodies the claiming worker may run; a reservation a
+        # claim that found no row left unused is kept for the next)
         lane.body = progress.next_index
-        progress.next_index += 1
+        progress.next_index += reservation(progress)
     lane.claiming = True
     progress.in_flight += 1
     run.state.in_flight += 1
@@ -102,6 +110,8 @@ def _claim(
     meta: dict[str, Any] = {"max_rows": progress.max_rows}
     if progress.per_frame:  # the worker may run the frame's body itself next
         meta.update(process="frame", iteration=lane.body)
+    elif rows:  # the worker may run the frame's per-row bodies itself next
+        meta.update(process="rows", iteration=lane.body)
     run.decision.commands.append(
         NewCommand(
             command_id=with_attempt(base, attempt),
@@ -142,15 +152,20 @@ def on_claim(run: Run, step: Step, completion: Completion) -> None:
     run.state.in_flight -= 1
     rows = _rows(completion.outcome)
     body = _body(completion.outcome)
+    bodies = _bodies(completion.outcome)
+    reserved_here = lane.body is not None and _iteration(completion.outcome) == lane.body
     if not completion.ok:
         _claim_failed(run, step, st, lane_no, frame, completion)
+    elif rows and body is not None and reserved_here and progress.per_frame:
+        _count_frame(run, step, st, lane_no, rows, replace(completion, outcome=body))
     elif (
         rows
-        and body is not None
-        and lane.body is not None
-        and _iteration(completion.outcome) == lane.body
+        and bodies is not None
+        and reserved_here
+        and not progress.per_frame
+        and len(bodies) == len(rows) <= progress.max_rows
     ):
-        _count_frame(run, step, st, lane_no, rows, replace(completion, outcome=body))
+        _count_rows(run, step, st, lane_no, rows, bodies, completion)
     elif rows:
         _plan_frame(run, step, st, lane_no, rows)
     elif _duplicates(completion.outcome):
@@ -204,6 +219,16 @@ def _body(outcome: Outcome) -> Outcome | None:
     return Outcome.from_json(body) if isinstance(body, dict) else None
 
 
+def _bodies(outcome: Outcome) -> list[Outcome] | None:
+    """The outcomes of the frame's per-row bodies the claiming worker ran, in row order
+    (None: it ran none)."""
+    result = outcome.result
+    bodies = result.get("bodies") if isinstance(result, dict) else None
+    if not isinstance(bodies, list) or not all(isinstance(b, dict) for b in bodies):
+        return None
+    return [Outcome.from_json(b) for b in bodies]
+
+
 def _iteration(outcome: Outcome) -> int | None:
     """The iteration the worker ran the frame's body as (the claim's reservation)."""
     result = outcome.result
@@ -234,6 +259,55 @@ def inline_body(step: Step) -> bool:
     return tool.kind not in ("playbook", "workbook")
 
 
+def inline_rows(step: Step, progress: LoopProgress) -> bool:
+    """Whether the worker that claimed a frame may run its per-row bodies itself, one
+    after another (docs/design.md §4): a body `inline_body` admits, unless it is an http
+    call with `frame.row_concurrency` > 1 (its requests are meant to overlap; run one
+    after another in one worker they would not, so each row stays a command of its
+    own)."""
+    if progress.per_frame or not inline_body(step):
+        return False
+    tool = step.tool
+    assert isinstance(tool, ToolSpec)
+    return tool.kind != "http" or progress.row_concurrency <= 1
+
+
+def reservation(progress: LoopProgress) -> int:
+    """Iteration numbers a claim reserves for its frame's bodies: one per frame, or a
+    frame's most rows (`max_rows`) for per-row bodies; the numbers a shorter frame
+    leaves are counted in `unused`, never issued."""
+    return 1 if progress.per_frame else max(progress.max_rows, 1)
+
+
+def _count_rows(
+    run: Run,
+    step: Step,
+    st: StepState,
+    lane_no: int,
+    rows: list[Any],
+    bodies: list[Outcome],
+    claim: Completion,
+) -> None:
+    """The frame's per-row bodies ran with its claim: count each row as its body
+    command's completion would (iteration = the reservation's start + its position),
+    then claim the next frame."""
+    progress = st.loop
+    assert progress is not None and progress.lanes is not None
+    lane = progress.lanes[lane_no]
+    assert lane.body is not None
+    lane.start, lane.body = lane.body, None
+    lane.next = lane.stop = lane.start + len(rows)
+    lane.rows = len(rows)
+    progress.total += len(rows)
+    progress.unused += reservation(progress) - len(rows)
+    eid = run.state.execution_id
+    for number, outcome in enumerate(bodies, start=lane.start):
+        cid = iteration_command_id(eid, step.step, progress.epoch, number)
+        body = replace(claim, command_id=cid, iteration=number, outcome=outcome)
+        apply_iteration(run, step, body, 1)
+    _claim(run, step, st, lane_no)
+
+
 def _count_frame(
     run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any], body: Completion
 ) -> None:
@@ -258,10 +332,14 @@ def _plan_frame(run: Run, step: Step, st: StepState, lane_no: int, rows: list[An
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
     bodies: list[Any] = [rows] if progress.per_frame else rows
-    if progress.per_frame and lane.body is not None:  # reserved by the claim
+    if lane.body is not None and len(bodies) <= reservation(progress):  # reserved by the claim
         lane.start, lane.body = lane.body, None
-        lane.next, lane.stop = lane.start, lane.start + 1
+        lane.next, lane.stop = lane.start, lane.start + len(bodies)
+        progress.unused += reservation(progress) - len(bodies)
     else:
+        if lane.body is not None:  # more rows than the claim reserved numbers for
+            progress.unused += reservation(progress)
+            lane.body = None
         lane.start = lane.next = progress.next_index  # body iterations are numbered per epoch
         lane.stop = progress.next_index = lane.start + len(bodies)
     lane.rows = len(rows)

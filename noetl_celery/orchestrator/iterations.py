@@ -192,7 +192,8 @@ def fail_items(run: Run, step: Step, progress: LoopProgress) -> None:
 def reserved(progress: LoopProgress) -> int:
     """Iteration numbers reserved by cursor claims in flight (or by the last claim of a
     drained lane) and not used by a body: `issued` counts only bodies planned."""
-    return sum(lane.body is not None for lane in progress.lanes or [])
+    size = 1 if progress.per_frame else max(progress.max_rows, 1)
+    return size * sum(lane.body is not None for lane in progress.lanes or [])
 
 
 def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
@@ -202,7 +203,7 @@ def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:
         epoch=progress.epoch,
         mode=progress.mode,
         total=progress.total,
-        issued=progress.next_index - reserved(progress),
+        issued=progress.next_index - reserved(progress) - progress.unused,
         succeeded=progress.succeeded,
         failed=progress.failed,
         quarantined=progress.quarantined,

@@ -46,8 +46,9 @@ class Lane:
     in_flight: int = 0  # bodies of the frame in flight
     drained: bool = False  # a claim returned no rows (or failed)
     rows: int = 0  # rows of the current frame
-    # `frame.process: frame`: the body iteration the lane's claim in flight reserved for
-    # its frame (None: no claim reserved one, or the frame's body is planned)
+    # the first body iteration the lane's claim in flight reserved for its frame (one
+    # with `frame.process: frame`, `max_rows` for per-row bodies the claiming worker may
+    # run; None: no claim reserved any, or the frame's bodies are planned)
     body: int | None = None
 
 
@@ -69,6 +70,9 @@ class LoopProgress:
     row_concurrency: int = 0
     per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
     claim_attempts: int = 0  # runs of a claim that fails retryably (0: the engine default)
+    # iteration numbers cursor claims reserved for per-row bodies that their frames,
+    # shorter than `max_rows`, left unused (never issued: `issued` leaves them out)
+    unused: int = 0
     # the first few unhandled item errors, for the failure the epoch reports (bounded:
     # the snapshot is rewritten every pass)
     errors: list[ItemError] = field(default_factory=list)
@@ -107,6 +111,8 @@ class StepState:
                 lane.pop("body", None)  # snapshots without a reservation read as they did
         if self.loop is not None and not self.loop.errors:
             data["loop"].pop("errors")
+        if self.loop is not None and not self.loop.unused:
+            data["loop"].pop("unused")  # snapshots without any read as they did
         if self.loop is not None and not self.loop.quarantined:
             data["loop"].pop("quarantined")  # snapshots without any read as they always did
         return data

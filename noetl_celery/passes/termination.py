@@ -17,6 +17,7 @@ from typing import Any
 from noetl_celery.constants import CANCELLED, EV_CURSOR_UNFINISHED, ExecutionStatus
 from noetl_celery.models.outcome import ErrorKind
 from noetl_celery.passes.dispatch import Dispatcher
+from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.repository import Store
 
 log = logging.getLogger("noetl_celery.termination")
@@ -47,7 +48,14 @@ def end_tree(
 ) -> Termination | None:
     """End `execution_id` with `status` (its error: `message`, of `kind`) and its
     running descendants with CANCELLED. None when it had already ended."""
-    ended = store.termination.end_execution(execution_id, status, message, kind)
+    # done again when Postgres cuts it short: its lock on the execution, then on the
+    # live commands, meets a worker's close that locked its command, then waits for the
+    # execution (a cursor lane continuing locally, store.queries.close_lock_and_read);
+    # one of the two is the deadlock's victim, and either may be
+    ended = again_if_interrupted(
+        f"ending execution {execution_id}",
+        lambda: store.termination.end_execution(execution_id, status, message, kind),
+    )
     if not ended.ended:
         return None
     extra = {"execution_id": execution_id}

@@ -23,6 +23,7 @@ from noetl_celery.store import queries
 from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
+from noetl_celery.store.queries.commands import FinishedBody
 from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
 from noetl_celery.store.schema import utcnow
@@ -85,13 +86,13 @@ class CompletionTx:
         return [_closed_of(row) for row in rows]
 
     def close_and_lock(
-        self, outcome: Outcome, body: tuple[ClaimedCommand, Outcome, str] | None = None
+        self, outcome: Outcome, body: FinishedBody | None = None
     ) -> tuple[Closed, OrchestrationTx | None]:
         """close, then the execution's lock, waiting for a pass that holds it (lock with
         `wait`): on Postgres in one statement, for a close that is followed by a pass of
         its own for certain (a cursor lane continuing locally). The lock is None when
-        nothing was closed. `body`: a cursor frame's body its claim's worker ran (the
-        body, its outcome, the worker), written with the close, only if it closed."""
+        nothing was closed. `body`: a cursor frame's bodies its claim's worker ran (each
+        with its outcome; the worker), written with the close, only if it closed."""
         if self.conn.dialect.name != "postgresql":
             if body is not None and not self.record_body(*body):
                 return Closed(closed=False), None
@@ -158,15 +159,13 @@ class CompletionTx:
         loop = queries.loop_counters(self.conn, eid, cmd.step, cmd.epoch)
         return Closed(True, queries.execution_status(self.conn, eid), loop, waiting)
 
-    def record_body(self, body: ClaimedCommand, outcome: Outcome, worker: str) -> bool:
-        """A frame's body its claim's worker ran (this transaction's command), written
+    def record_body(self, ran: list[tuple[ClaimedCommand, Outcome]], worker: str) -> bool:
+        """A frame's bodies its claim's worker ran (this transaction's command), written
         before the claim's close, if the claim still runs (then locked: the close finds
-        it); the pass folds both from the claim's completion. False, nothing written:
+        it); the pass folds them from the claim's completion. False, nothing written:
         the claim no longer runs. ResultNotStorable as for close."""
         try:
-            return queries.insert_finished_body(
-                self.conn, self.command, body, outcome, worker, utcnow()
-            )
+            return queries.insert_finished_body(self.conn, self.command, ran, worker, utcnow())
         except DataError as exc:
             raise _not_storable(exc) from exc
 

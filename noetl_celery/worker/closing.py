@@ -62,12 +62,12 @@ class CloseResult:
 
 @dataclass(frozen=True)
 class FrameBody:
-    """A cursor frame's body its claim's worker ran (worker.frames): written with the
-    claim's close; `claimed` is the claim's outcome without it, recorded instead when
-    the database refuses the body's outcome (the pass then plans the body command)."""
+    """A cursor frame's bodies its claim's worker ran (worker.frames: the frame's one
+    body, or one per row) with their outcomes: written with the claim's close;
+    `claimed` is the claim's outcome without them, recorded instead when the database
+    refuses a body's outcome (the pass then plans the body commands)."""
 
-    command: ClaimedCommand
-    outcome: Outcome
+    ran: list[tuple[ClaimedCommand, Outcome]]
     claimed: Outcome
 
 
@@ -250,7 +250,7 @@ class Closer:
         tx: OrchestrationTx | None
         # a frame's body run here is written only with its claim's close (never beside
         # a body command): by the closing statement, or before it
-        ran = None if body is None else (body.command, body.outcome, worker_identity())
+        ran = None if body is None else (body.ran, worker_identity())
         if wait and fold:  # a pass follows: the lock is taken by the closing statement
             closed, tx = completion.close_and_lock(outcome, ran)
         else:

@@ -1,6 +1,7 @@
-"""Local continuation of a cursor lane with `frame.process: frame` (worker.execute): the
-close of one of its commands claims the lane's next command in the same transaction,
-and this process runs it next instead of publishing it."""
+"""Local continuation of a cursor lane with `frame.process: frame`, or whose claims run
+their frames' per-row bodies themselves (worker.frames; worker.execute): the close of
+one of its commands claims the lane's next command in the same transaction, and this
+process runs it next instead of publishing it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from noetl_celery.store.rows import ClaimedCommand
 
 
 def may_follow(command: ClaimedCommand) -> bool:
-    """A command of a cursor lane with `frame.process: frame` (its claim or its body)."""
-    return (command.meta or {}).get("process") == "frame"
+    """A command of a cursor lane with `frame.process: frame` (its claim or its body), or
+    a claim that may run its frame's per-row bodies itself (`process: rows`)."""
+    return (command.meta or {}).get("process") in ("frame", "rows")
 
 
 def next_here(command: ClaimedCommand, publish: list[str]) -> str | None:

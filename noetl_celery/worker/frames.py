@@ -16,6 +16,12 @@ its own:
    outcome) and the body's command row and terminal event, and the pass folds it:
    the frame is counted and the lane's next claim issued, in one transaction.
 
+The same holds for per-row bodies (`meta.process: rows`: no `frame.process: frame`,
+orchestrator.cursor.inline_rows): the claim reserved `max_rows` iterations, each row's
+body runs as its command would (the reservation's first + the row's position), one
+after another, and the close writes every row's body with the claim's; the claim's
+status is polled between rows, so a cancel stops the frame (docs/design.md §4).
+
 A run of the claim after its worker died (the reaper's re-issue) finds the rows on the
 command and hands them over without claiming again (worker.claims); the pass then
 plans the body command as for any other frame, so the body runs again on those rows
@@ -49,21 +55,35 @@ def reserved_iteration(command: ClaimedCommand) -> int | None:
     """The body iteration a per-frame claim reserved (None: not such a claim)."""
     meta = command.meta or {}
     number = meta.get("iteration")
-    if meta.get("process") != "frame" or not isinstance(number, int):
+    if meta.get("process") not in ("frame", "rows") or not isinstance(number, int):
         return None
     return number
 
 
+def per_row(command: ClaimedCommand) -> bool:
+    """The claim reserved iterations for its frame's per-row bodies (not one per frame)."""
+    return (command.meta or {}).get("process") == "rows"
+
+
 def body_command(
-    claim: ClaimedCommand, playbook: Playbook, iteration: int, rows: list[Any]
+    claim: ClaimedCommand,
+    playbook: Playbook,
+    iteration: int,
+    rows: Any,
+    frame_start: int | None = None,
 ) -> ClaimedCommand:
-    """The frame's body as the command the pass would plan for it (same id, item and
-    meta); it runs with the claim's context version."""
+    """A body of the frame as the command the pass would plan for it (same id, item and
+    meta): the whole frame (`rows`: its rows), or with `frame_start` (the frame's first
+    iteration) the body of one row (`rows`: that row). It runs with the claim's context
+    version."""
     step = playbook.step(claim.step)
     assert step.loop is not None
     item = claim.item if isinstance(claim.item, dict) else {}
     lane, frame = int(item.get("lane", 0)), int(item.get("frame", 1))
-    meta = body_meta(step.loop.iterator, lane, frame, iteration, len(rows))
+    if frame_start is None:
+        meta = body_meta(step.loop.iterator, lane, frame, iteration, len(rows))
+    else:
+        meta = body_meta(step.loop.iterator, lane, frame, frame_start, None)
     return ClaimedCommand(
         command_id=iteration_command_id(claim.execution_id, claim.step, claim.epoch, iteration),
         execution_id=claim.execution_id,
@@ -80,7 +100,8 @@ def body_command(
 
 
 class FrameRunner:
-    """Runs a held per-frame claim's body in the claiming worker (see the module)."""
+    """Runs a held claim's frame body, or its per-row bodies, in the claiming worker
+    (see the module)."""
 
     def __init__(
         self, store: Store, closer: Closer, heartbeats: Heartbeats, run_body: RunBody
@@ -106,6 +127,8 @@ class FrameRunner:
             return None
         if not inline_body(playbook.step(command.step)):
             return None
+        if per_row(command) and len(rows) > int((command.meta or {}).get("max_rows", 0)):
+            return None  # more rows than it reserved iterations for: the pass plans them
         try:
             frame = again_if_interrupted(
                 f"recording the frame claimed by command {command.command_id}",
@@ -123,22 +146,60 @@ class FrameRunner:
         claimed = handed_over(command, frame, iteration)
         if not frame.rows:  # every row was another claim's: claim the next frame
             return self.closer.finish(command, claimed, capture=capture, chain=chain)
-        body = body_command(command, playbook, iteration, frame.rows)
-        self.heartbeats.start(command.command_id)  # the claim's lease covers its body
-        try:
-            outcome = self.run_body(body)
-        finally:
-            self.heartbeats.stop(command.command_id)
-        if not isinstance(outcome, Outcome):  # inline_body rules out waits: a bug
-            message = f"the body of a frame cannot wait here ({type(outcome).__name__})"
-            outcome = Outcome.failed(StepError("engine_error", message))
-        ran = with_body(claimed, outcome)
+        if per_row(command):
+            bodies = [
+                body_command(command, playbook, iteration + i, row, frame_start=iteration)
+                for i, row in enumerate(frame.rows)
+            ]
+        else:
+            bodies = [body_command(command, playbook, iteration, frame.rows)]
+        ran = self._run(command, bodies)
+        if ran is None:  # cancelled or taken over mid-frame: the close would find it so
+            return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
+        if per_row(command):
+            given = with_bodies(claimed, [outcome for _, outcome in ran])
+        else:
+            given = with_body(claimed, ran[0][1])
         return self.closer.finish(
-            command, ran, capture=capture, chain=chain, body=FrameBody(body, outcome, claimed)
+            command, given, capture=capture, chain=chain, body=FrameBody(ran, claimed)
         )
+
+    def _run(
+        self, claim: ClaimedCommand, bodies: list[ClaimedCommand]
+    ) -> list[tuple[ClaimedCommand, Outcome]] | None:
+        """Run the frame's bodies one after another, under the claim's lease (a frame's
+        rows run in order: `frame.row_concurrency` bounds the rows in flight, and one
+        at a time is within it; docs/design.md §4). None: the claim was cancelled or
+        taken over before its last row (the rows left are not started; its status is
+        polled with the other watched commands': no statement per row)."""
+        ran = []
+        self.heartbeats.start(claim.command_id)  # the claim's lease covers its bodies
+        if len(bodies) > 1:
+            self.heartbeats.watch(claim.command_id)
+        try:
+            for body in bodies:
+                if self.heartbeats.lost(claim.command_id):
+                    return None
+                outcome = self.run_body(body)
+                if not isinstance(outcome, Outcome):  # inline_body rules out waits: a bug
+                    kind = type(outcome).__name__
+                    message = f"the body of a frame cannot wait here ({kind})"
+                    outcome = Outcome.failed(StepError("engine_error", message))
+                ran.append((body, outcome))
+        finally:
+            self.heartbeats.stop(claim.command_id)
+        return ran
 
 
 def with_body(claimed: Outcome, body: Outcome) -> Outcome:
     """The claim's outcome carrying its frame's body outcome (what the pass counts)."""
     assert isinstance(claimed.result, dict)
     return Outcome("ok", {**claimed.result, "body": body.to_json()}, meta=claimed.meta)
+
+
+def with_bodies(claimed: Outcome, bodies: list[Outcome]) -> Outcome:
+    """The claim's outcome carrying the outcomes of its frame's per-row bodies, in row
+    order (what the pass counts, one row each)."""
+    assert isinstance(claimed.result, dict)
+    result = {**claimed.result, "bodies": [body.to_json() for body in bodies]}
+    return Outcome("ok", result, meta=claimed.meta)

@@ -1,7 +1,9 @@
 """One command per cursor frame (worker.frames) under kill -9: a worker killed in a
 frame's body, after its claim committed with the rows recorded on the claim command,
 loses no row and counts none twice; the claim's next attempt hands the recorded rows
-over and a body command runs them again."""
+over and a body command runs them again. The same for per-row lanes run as one command
+(the claiming worker runs each row's body itself): a kill mid-frame, some rows run,
+leaves every row to a body command of its own, each counted once."""
 
 from __future__ import annotations
 
@@ -73,3 +75,48 @@ def test_worker_sigkill_in_a_frame_body_run_with_its_claim(cluster_factory: Any)
         "SELECT count(*) FROM public.chaos_body_runs WHERE execution_id = %s", eid, data=True
     )
     assert runs >= ROWS  # bodies at least once; counted exactly once (assert_drain_exact)
+
+
+def test_worker_sigkill_mid_frame_of_per_row_bodies_run_with_their_claim(
+    cluster_factory: Any,
+) -> None:
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_cursor_row_lanes.yaml", n=ROWS, lanes=4, max_rows=50)
+    killed: list[str] = []
+    for _ in range(2):
+        command_id, victim = in_a_body(cluster, eid)
+        time.sleep(0.2)  # some of the frame's rows ran: the kill lands mid-frame
+        victim.kill()
+        victim.restart()
+        killed.append(command_id)
+        cluster.wait_finished(eid, 5)
+    assert_drain_exact(cluster, eid, ROWS)
+    handed = 0
+    for command_id in killed:
+        [(status,)] = cluster.query("SELECT status FROM commands WHERE command_id = %s", command_id)
+        if status == "completed":
+            continue  # its close beat the kill
+        # the next attempt handed the recorded rows over, without their bodies: each
+        # row's body was a command of its own, at the iteration the claim reserved
+        [(recorded, bodies, rows)] = cluster.query(
+            "SELECT e.payload->'result'->>'recorded', e.payload->'result' ? 'bodies', "
+            "jsonb_array_length(e.payload->'result'->'rows') "
+            "FROM events e WHERE e.execution_id = %s AND e.command_id LIKE %s "
+            "AND e.type = 'command.completed'",
+            eid,
+            command_id + ":a%",
+        )
+        assert recorded == "true" and bodies is False and rows > 0
+        handed += 1
+    assert handed
+    # one body command row per row (run here or handed over), each finished once
+    [(bodies_total, finished)] = cluster.query(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM commands "
+        "WHERE execution_id = %s AND step = 'drain' AND kind = 'iteration'",
+        eid,
+    )
+    assert bodies_total == finished == ROWS
+    [(runs,)] = cluster.query(
+        "SELECT count(*) FROM public.chaos_body_runs WHERE execution_id = %s", eid, data=True
+    )
+    assert runs >= ROWS  # at least once; counted exactly once (assert_drain_exact)

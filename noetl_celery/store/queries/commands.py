@@ -202,6 +202,10 @@ def _close_lock(extra: str, *json_params: str) -> Any:
 
 
 _CLOSE_LOCK_PG = _close_lock("")
+# a frame's bodies (_bodies_json) as rows `b`
+BODIES = """jsonb_to_recordset(CAST(:b_bodies AS jsonb)) AS b(
+            cid text, kind text, iteration int, attempt int, status text, ctx int,
+            item jsonb, meta jsonb, type text, payload jsonb)"""
 # the same, writing with the close (only if it closed) a cursor frame's body its claim's
 # worker ran (worker.frames): its finished command row and terminal event, no inbox
 # entry (the claim's completion carries it to the pass)
@@ -210,23 +214,23 @@ _CLOSE_LOCK_BODY_PG = _close_lock(
         INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
                               attempt, status, ctx_version, item, meta, worker, issued_at,
                               started_at, finished_at)
-        SELECT :b_body_cid, execution_id, step, :b_body_kind, epoch, :b_body_iteration,
-               :b_body_attempt, :b_body_status, :b_body_ctx, :b_body_item, :b_body_meta,
-               :b_body_worker, :b_now, :b_now, :b_now
-        FROM closed
+        SELECT b.cid, c.execution_id, c.step, b.kind, c.epoch, b.iteration, b.attempt,
+               b.status, b.ctx, b.item, b.meta, :b_body_worker, :b_now, :b_now, :b_now
+        FROM closed c, """
+    + BODIES
+    + """
         ON CONFLICT DO NOTHING
         RETURNING command_id, execution_id, step, epoch, iteration
     ), body_event AS (
         INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
                             payload, created_at)
-        SELECT execution_id, :b_body_type, step, command_id, epoch, iteration,
-               :b_body_payload, :b_now
-        FROM body
+        SELECT d.execution_id, b.type, d.step, d.command_id, d.epoch, d.iteration,
+               b.payload, :b_now
+        FROM body d JOIN """
+    + BODIES
+    + """ ON b.cid = d.command_id
         ON CONFLICT DO NOTHING
     )""",
-    "b_body_item",
-    "b_body_meta",
-    "b_body_payload",
 )
 # completions the locking close reads for its pass at most (a pass that would fold more
 # reads them itself)
@@ -330,25 +334,35 @@ def close_lock_and_read(
     return row, execution, inbox
 
 
-# a cursor frame's body its claim's worker ran: (the body, its outcome, the worker)
-FinishedBody = tuple[ClaimedCommand, Outcome, str]
+# a cursor frame's bodies its claim's worker ran: (each body with its outcome, the worker)
+FinishedBody = tuple[list[tuple[ClaimedCommand, Outcome]], str]
 
 
-def _body_params(body: ClaimedCommand, outcome: Outcome, worker: str) -> dict[str, Any]:
-    ok = outcome.ok
-    return {
-        "b_body_cid": body.command_id,
-        "b_body_kind": body.kind,
-        "b_body_iteration": body.iteration,
-        "b_body_attempt": body.attempt,
-        "b_body_status": CMD_COMPLETED if ok else CMD_FAILED,
-        "b_body_ctx": body.ctx_version,
-        "b_body_item": body.item,
-        "b_body_meta": dict(body.meta or {}),
-        "b_body_worker": worker,
-        "b_body_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-        "b_body_payload": outcome.to_json(),
-    }
+def _bodies_json(ran: list[tuple[ClaimedCommand, Outcome]]) -> str:
+    """The bodies as one JSON text of records (BODIES reads it): one parameter for a
+    frame's bodies however many, as close_many's arrays are for a batch."""
+    records = []
+    for body, outcome in ran:
+        ok = outcome.ok
+        records.append(
+            {
+                "cid": body.command_id,
+                "kind": body.kind,
+                "iteration": body.iteration,
+                "attempt": body.attempt,
+                "status": CMD_COMPLETED if ok else CMD_FAILED,
+                "ctx": body.ctx_version,
+                "item": body.item,
+                "meta": dict(body.meta or {}),
+                "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+                "payload": outcome.to_json(),
+            }
+        )
+    return json_dumps(records)
+
+
+def _body_params(ran: list[tuple[ClaimedCommand, Outcome]], worker: str) -> dict[str, Any]:
+    return {"b_bodies": _bodies_json(ran), "b_body_worker": worker}
 
 
 def close_many_and_read(

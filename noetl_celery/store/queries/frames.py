@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, column, select, text, update
+from sqlalchemy import Connection, column, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -19,7 +19,7 @@ from noetl_celery.constants import (
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.queries.commands import _terminal_insert
+from noetl_celery.store.queries.commands import BODIES, _bodies_json, _terminal_insert
 from noetl_celery.store.queries.inbox import first_claimed_keys
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.store.schema import Json, commands
@@ -103,7 +103,7 @@ def record_frame(
 
 
 # Postgres, one statement: lock the claim if it still runs (until the transaction ends:
-# its close follows, certain to find it), then the body's finished row and its event
+# its close follows, certain to find it), then the bodies' finished rows and their events
 _BODY_PG = text(
     """
     WITH claim AS (
@@ -113,62 +113,53 @@ _BODY_PG = text(
         INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
                               attempt, status, ctx_version, item, meta, worker, issued_at,
                               started_at, finished_at)
-        SELECT :b_cid, :b_eid, :b_step, :b_kind, :b_epoch, :b_iteration, :b_attempt,
-               :b_status, :b_ctx, :b_item, :b_meta, :b_worker, :b_now, :b_now, :b_now
+        SELECT b.cid, :b_eid, :b_step, b.kind, :b_epoch, b.iteration, b.attempt,
+               b.status, b.ctx, b.item, b.meta, :b_worker, :b_now, :b_now, :b_now
+        FROM """
+    + BODIES
+    + """
         WHERE EXISTS (SELECT 1 FROM claim)
         ON CONFLICT DO NOTHING
-        RETURNING command_id
+        RETURNING command_id, iteration
     ), event AS (
         INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
                             payload, created_at)
-        SELECT :b_eid, :b_type, :b_step, command_id, :b_epoch, :b_iteration, :b_payload,
+        SELECT :b_eid, b.type, :b_step, d.command_id, :b_epoch, d.iteration, b.payload,
                :b_now
-        FROM body
+        FROM body d JOIN """
+    + BODIES
+    + """ ON b.cid = d.command_id
         ON CONFLICT DO NOTHING
     )
     SELECT count(*) AS running FROM claim
     """
-).bindparams(
-    bindparam("b_item", type_=Json),
-    bindparam("b_meta", type_=Json),
-    bindparam("b_payload", type_=Json),
 )
 
 
 def insert_finished_body(
     conn: Connection,
     claim: ClaimedCommand,
-    body: ClaimedCommand,
-    outcome: Outcome,
+    ran: list[tuple[ClaimedCommand, Outcome]],
     worker: str,
     now: dt.datetime,
 ) -> bool:
-    """A frame's body that its claim's worker ran (worker.frames), written before the
-    claim's close in its transaction, if the claim still runs (locking it: the close is
-    then certain to find it): the body's command row, finished, and its terminal event,
-    as the body's own close writes them, but no inbox entry (the claim's completion
-    carries the outcome to the pass). False, nothing written: the claim no longer runs."""
-    ok = outcome.ok
+    """A frame's bodies that its claim's worker ran (worker.frames: the frame's one body
+    or one per row), written before the claim's close in its transaction, if the claim
+    still runs (locking it: the close is then certain to find it): each body's command
+    row, finished, and its terminal event, as the body's own close writes them, but no
+    inbox entry (the claim's completion carries the outcomes to the pass). False,
+    nothing written: the claim no longer runs."""
     if conn.dialect.name == "postgresql":
         found = conn.execute(
             _BODY_PG,
             {
                 "b_claim": claim.command_id,
-                "b_cid": body.command_id,
-                "b_eid": body.execution_id,
-                "b_step": body.step,
-                "b_kind": body.kind,
-                "b_epoch": body.epoch,
-                "b_iteration": body.iteration,
-                "b_attempt": body.attempt,
-                "b_status": CMD_COMPLETED if ok else CMD_FAILED,
-                "b_ctx": body.ctx_version,
-                "b_item": body.item,
-                "b_meta": dict(body.meta or {}),
+                "b_eid": claim.execution_id,
+                "b_step": claim.step,
+                "b_epoch": claim.epoch,
                 "b_worker": worker,
                 "b_now": now,
-                "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-                "b_payload": outcome.to_json(),
+                "b_bodies": _bodies_json(ran),
             },
         ).one()
         return bool(found.running)
@@ -179,6 +170,17 @@ def insert_finished_body(
     ).first()
     if running is None:  # (SQLite: the transaction holds the database's write lock)
         return False
+    for body, outcome in ran:
+        _insert_body(conn, body, outcome, worker, now)
+    return True
+
+
+def _insert_body(
+    conn: Connection, body: ClaimedCommand, outcome: Outcome, worker: str, now: dt.datetime
+) -> None:
+    """SQLite: one body's finished row and terminal event (none if its row is there
+    already: never both a body command and a body run here)."""
+    ok = outcome.ok
     inserted = conn.execute(
         insert_ignore(conn, commands).returning(commands.c.command_id),
         {
@@ -200,7 +202,7 @@ def insert_finished_body(
         },
     ).first()
     if inserted is None:
-        return True  # a row there already: never both a body command and a body run here
+        return
     conn.execute(
         _terminal_insert(conn.dialect.name, conn),
         {
@@ -214,4 +216,3 @@ def insert_finished_body(
             "created_at": now,
         },
     )
-    return True

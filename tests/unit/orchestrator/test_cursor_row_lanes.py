@@ -1,0 +1,217 @@
+"""Per-row cursor lanes as one command, in the pure core (orchestrator.cursor): a claim
+whose body the claiming worker may run reserves `max_rows` body iterations; a claim's
+completion carrying one outcome per row (`bodies`) counts every row as its body
+command's completion would and claims the next frame, with the same stats, per-item
+results, failures, quarantine and loop counters whether the worker ran the bodies, none
+(the rows handed over: body commands), or some."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.decide import decide, start
+from noetl_celery.orchestrator.decisions import Completion, Limits
+from tests.unit.orchestrator.sim import Sim, err, ok, playbook
+
+ROWS_PB = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: cursor_rows}}
+workflow:
+  - step: drain
+    loop:
+      cursor: {{kind: postgres, auth: pg, claim: "claim {{{{ __frame_max_rows }}}}"}}
+      iterator: row
+      spec:
+        mode: cursor
+        max_in_flight: {lanes}
+        frame: {{max_rows: {rows}, row_concurrency: 3}}{extra}
+    tool: {tool}
+    next: {{arcs: [{{step: after, when: "{{{{ event.name == 'loop.done' }}}}"}}]}}
+  - step: after
+    tool: {{kind: noop}}
+"""
+
+
+def rows_playbook(lanes: int, rows: int, tool: str = "{kind: noop}", extra: str = "") -> Any:
+    return playbook(ROWS_PB.format(lanes=lanes, rows=rows, tool=tool, extra=extra))
+
+
+class InlineRows:
+    """The work queue and a claiming worker that runs its frame's per-row bodies itself
+    (`mode`: `inline` every frame, `plan` none: the rows handed over as by a claim run
+    after its worker died, `mixed` every other frame), writing each body's terminal
+    event as worker.frames does."""
+
+    def __init__(self, size: int, max_rows: int, mode: str, bad: int | None = 7) -> None:
+        self.pending = list(range(size))
+        self.max_rows = max_rows
+        self.mode = mode
+        self.bad = bad
+        self.claims = 0
+        self.sim: Sim | None = None
+        self.bodies: list[tuple[int, int]] = []  # (iteration, row id)
+
+    def body(self, row: dict[str, int]) -> Outcome:
+        if row["id"] == self.bad:
+            return err(f"row {self.bad} is bad")
+        return ok({"seen": row["id"]})
+
+    def __call__(self, step: str, item: Any, iteration: int | None) -> Outcome:
+        assert self.sim is not None and self.sim.state is not None
+        if step != "drain":
+            return ok({})
+        if iteration is not None:  # a body command
+            self.bodies.append((iteration, item["id"]))
+            return self.body(item)
+        self.claims += 1
+        frame, self.pending = self.pending[: self.max_rows], self.pending[self.max_rows :]
+        rows = [{"id": i} for i in frame]
+        if not rows:
+            return ok({"rows": [], "row_count": 0})
+        progress = self.sim.state.steps["drain"].loop
+        assert progress is not None and progress.lanes is not None
+        reserved = progress.lanes[item["lane"]].body
+        assert reserved is not None  # every such claim reserved its bodies' iterations
+        result: dict[str, Any] = {"rows": rows, "row_count": len(rows), "recorded": True}
+        result["iteration"] = reserved
+        if self.mode == "inline" or (self.mode == "mixed" and self.claims % 2):
+            outcomes = []
+            for number, row in enumerate(rows, start=reserved):
+                body = self.body(row)
+                self.bodies.append((number, row["id"]))
+                outcomes.append(body.to_json())
+                self.sim.events.append(
+                    {
+                        "step": step,
+                        "epoch": 1,
+                        "iteration": number,
+                        "outcome": body.to_json(),
+                        "type": "command.completed" if body.ok else "command.failed",
+                    }
+                )
+            result["bodies"] = outcomes
+        return ok(result)
+
+
+def rows_sim(
+    size: int, lanes: int, mode: str, batch: int, extra: str = ""
+) -> tuple[Sim, InlineRows]:
+    queue = InlineRows(size, 10, mode)
+    sim = Sim(rows_playbook(lanes, 10, extra=extra), queue)
+    queue.sim = sim
+    sim.run(batch=batch)
+    return sim, queue
+
+
+@pytest.mark.parametrize(
+    ("size", "lanes", "batch", "extra"),
+    [
+        (47, 3, 1, ""),
+        (47, 3, 2, ""),
+        (10, 4, 3, ""),
+        (0, 2, 1, ""),
+        (95, 1, 1, ""),
+        (47, 3, 1, "\n        on_item_error: quarantine"),
+    ],
+)
+def test_rows_run_with_their_claim_count_as_their_body_commands_would(
+    size: int, lanes: int, batch: int, extra: str
+) -> None:
+    seen = {}
+    for mode in ("inline", "plan", "mixed"):
+        sim, queue = rows_sim(size, lanes, mode, batch, extra)
+        assert sim.state is not None and sim.state.status in ("COMPLETED", "FAILED")
+        assert sorted(i for _, i in queue.bodies) == list(range(size)), mode  # once each
+        iterations = [i for i, _ in queue.bodies]
+        assert len(set(iterations)) == len(iterations), mode  # one body per iteration
+        if mode == "inline":  # no body command at all: one command per frame
+            assert [i for _, i in sim.ran if i is not None] == []
+        if mode == "plan":  # every row's body a command, at its reserved iteration
+            assert sorted(i for _, i in sim.ran if i is not None) == sorted(iterations)
+        result = sim.results[("drain", 1)]
+        loops = [m for d in sim.decisions for m in d.loops]
+        last = loops[-1]
+        quarantined = [e for e in sim.events if e.get("type") == "item.quarantined"]
+        seen[mode] = (
+            result,
+            (last.total, last.issued, last.succeeded, last.failed, last.quarantined),
+            sorted(e["payload"]["message"] for e in quarantined),
+            [f["message"] for f in sim.state.failures],
+        )
+    assert seen["inline"] == seen["plan"] == seen["mixed"]
+    bad = 1 if size > 7 else 0
+    stats = seen["inline"][0]["stats"]
+    if extra:  # the bad row set aside, not failed
+        assert stats == {"total": size, "success": size - bad, "failed": 0, "quarantined": bad}
+    else:
+        assert stats == {"total": size, "success": size - bad, "failed": bad}
+    assert len(seen["inline"][0]["results"]) == size
+    assert seen["inline"][1][1] == size  # `issued` counts bodies, not reserved numbers
+
+
+def test_a_claim_reserves_max_rows_iterations_and_a_short_frame_leaves_the_rest_unused() -> None:
+    """Lanes reserve 0-9 and 10-19; lane 0's frame of 10 uses its block and reserves
+    20-29, lane 1's frame of 5 leaves 15-19 unused (counted, never issued)."""
+    sim, queue = rows_sim(15, 2, "inline", 1)
+    assert sorted(i for i, _ in queue.bodies) == [*range(10), *range(10, 15)]
+    mirror = [m for d in sim.decisions for m in d.loops][-1]
+    assert mirror.done and mirror.issued == 15 and mirror.total == 15
+    progress = sim.state.steps["drain"].loop if sim.state else None
+    assert progress is not None and progress.unused == 5
+
+
+@pytest.mark.parametrize(
+    ("claimed", "counted_now"),
+    [
+        ({"iteration": 0, "bodies": [{"status": "ok"}, {"status": "ok"}]}, True),
+        ({"iteration": 4, "bodies": [{"status": "ok"}, {"status": "ok"}]}, False),  # not its own
+        ({"iteration": 0, "bodies": [{"status": "ok"}]}, False),  # not one per row
+        ({"iteration": 0}, False),  # rows handed over without bodies: body commands
+        ({"bodies": [{"status": "ok"}, {"status": "ok"}]}, False),  # no reservation named
+        ({"iteration": 0, "body": {"status": "ok"}}, False),  # a frame's body: not per row
+    ],
+)
+def test_only_bodies_run_as_the_reserved_iterations_are_counted_with_their_claim(
+    claimed: dict[str, Any], counted_now: bool
+) -> None:
+    pb = rows_playbook(1, 2)
+    d = start(pb, "e1", None, Sim(pb, InlineRows(0, 2, "plan")), Limits(), now=0.0)
+    assert d.commands[0].meta == {"max_rows": 2, "process": "rows", "iteration": 0}
+    rows = [{"id": 1}, {"id": 2}]
+    outcome = ok({"rows": rows, "row_count": 2, "recorded": True, **claimed})
+    completion = Completion(1, d.commands[0].command_id, "drain", 1, None, outcome)
+    sim = Sim(pb, InlineRows(0, 2, "plan"))
+    d2 = decide(pb, copy.deepcopy(d.state), [completion], sim, Limits(), 0.0)
+    progress = d2.state.steps["drain"].loop
+    assert progress is not None and progress.total == 2
+    if counted_now:
+        assert progress.succeeded == 2 and not d2.plans
+        assert [c.meta for c in d2.commands] == [{"max_rows": 2, "process": "rows", "iteration": 2}]
+    else:
+        assert progress.succeeded == 0 and not d2.commands
+        assert [(p.start, p.items) for p in d2.plans] == [(0, rows)]
+
+
+@pytest.mark.parametrize(
+    ("tool", "concurrency", "inline"),
+    [
+        ("{kind: noop}", 3, True),
+        ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True),
+        ("{kind: http, url: 'http://x'}", 3, False),  # its requests are meant to overlap
+        ("{kind: http, url: 'http://x'}", 1, True),
+        ("{kind: playbook, path: a/b}", 1, False),  # waits for a child
+    ],
+)
+def test_which_per_row_bodies_the_claiming_worker_may_run(
+    tool: str, concurrency: int, inline: bool
+) -> None:
+    text = ROWS_PB.format(lanes=1, rows=5, tool=tool, extra="")
+    pb = playbook(text.replace("row_concurrency: 3", f"row_concurrency: {concurrency}"))
+    d = start(pb, "e1", None, Sim(pb, InlineRows(0, 5, "plan")), Limits(), now=0.0)
+    meta = d.commands[0].meta or {}
+    assert (meta.get("process") == "rows") is inline
+    assert ("iteration" in meta) is inline
