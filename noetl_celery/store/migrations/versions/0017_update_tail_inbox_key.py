@@ -103,7 +103,9 @@ _INBOX = "step, epoch, iteration, execution_id, event_id"
 
 
 def _inbox(*key: str) -> None:
-    """The inbox again, with `key` as its primary key (its rows copied)."""
+    """The inbox again, with `key` as its primary key (its rows copied). On Postgres
+    the key's index gets its usual name once the old table is gone."""
+    postgres = op.get_bind().dialect.name == "postgresql"
     op.create_table(
         "inbox_0017",
         sa.Column("execution_id", sa.String(length=40), nullable=False),
@@ -111,12 +113,12 @@ def _inbox(*key: str) -> None:
         sa.Column("step", sa.String(length=256), nullable=True),
         sa.Column("epoch", sa.Integer(), nullable=True),
         sa.Column("iteration", sa.Integer(), nullable=True),
-        sa.PrimaryKeyConstraint(*key, name="inbox_0017_pkey"),
+        sa.PrimaryKeyConstraint(*key, name="inbox_0017_pkey" if postgres else "inbox_pkey"),
     )
     op.execute(f"INSERT INTO inbox_0017 ({_INBOX}) SELECT {_INBOX} FROM inbox")
     op.drop_table("inbox")  # with its indexes
     op.rename_table("inbox_0017", "inbox")
-    if op.get_bind().dialect.name == "postgresql":
+    if postgres:
         op.execute("ALTER TABLE inbox RENAME CONSTRAINT inbox_0017_pkey TO inbox_pkey")
 
 
