@@ -1,6 +1,6 @@
 """The Postgres ceiling of a fleet: Postgres CPU and WAL per loop item and per drained row.
 
-    python -m bench.pg_ceiling [--items 10000] [--rows 20000] [--runs 3] [--top 8]
+    python -m bench.pg_ceiling [--items 10000] [--rows 20000] [--runs 3] [--top 8] [--tables]
 
 A private Postgres cluster (tests.support.private_services, with `fsync = on` and
 `pg_stat_statements` preloaded), one Redis db (NOETL_BENCH_REDIS_URL, default 11) and
@@ -17,7 +17,9 @@ reaped children's CPU from /proc/<pid>/stat, plus the live backends'), WAL bytes
 (`pg_current_wal_lsn()` before and after) and statement calls, per item or row; from the
 CPU, the items (rows) per second one Postgres core carries when the engine is all it
 runs; then the statements with the most execution time and WAL (pg_stat_statements, the
-last run). Medians of `--runs`.
+last run); with `--tables`, the engine tables' rows inserted, updated (how many of those
+in place: HOT), deleted per item or row (pg_stat_user_tables, the last run). Medians of
+`--runs`.
 """
 
 from __future__ import annotations
@@ -94,6 +96,28 @@ def reset_statements(pg: PrivatePostgres) -> None:
         conn.execute("SELECT pg_stat_statements_reset()")
 
 
+def reset_tables(pg: PrivatePostgres) -> None:
+    with psycopg.connect(pg.dsn(ENGINE_DB), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_reset()")
+
+
+def table_writes(pg: PrivatePostgres, units: int) -> list[str]:
+    """The engine tables' row writes per unit since reset_tables. A backend reports its
+    counts at most once a second: read after the workers have been idle that long."""
+    time.sleep(1.5)
+    with psycopg.connect(pg.dsn(ENGINE_DB), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del "
+            "FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 "
+            "ORDER BY n_tup_ins + n_tup_upd + n_tup_del DESC"
+        ).fetchall()
+    return [
+        f"  {name:16} {ins / units:5.2f} inserted  {upd / units:5.2f} updated "
+        f"({hot / units:5.2f} in place)  {dele / units:5.2f} deleted  per unit"
+        for name, ins, upd, hot, dele in rows
+    ]
+
+
 def top_statements(pg: PrivatePostgres, units: int, top: int) -> list[str]:
     with psycopg.connect(pg.dsn(), autocommit=True) as conn:
         rows = conn.execute(
@@ -111,9 +135,10 @@ def top_statements(pg: PrivatePostgres, units: int, top: int) -> list[str]:
 
 
 def run_once(
-    pg: PrivatePostgres, name: str, n: int, logdir: Path, creds: Path
-) -> tuple[Reading, float]:
-    """(the cluster's use during one run of workload `name`, wall seconds)."""
+    pg: PrivatePostgres, name: str, n: int, logdir: Path, creds: Path, tables: bool = False
+) -> tuple[Reading, float, list[str]]:
+    """(the cluster's use during one run of workload `name`, wall seconds, with `tables`
+    the engine tables' writes per unit)."""
     url = pg.url(ENGINE_DB)
     tag = f"ceiling-{time.monotonic_ns()}"
     if name == "drain":
@@ -123,6 +148,8 @@ def run_once(
         url, logdir / "worker.log", credentials=creds, poll_seconds=0.5
     ) as (engine, _):
         reset_statements(pg)
+        if tables:
+            reset_tables(pg)
         before = read(pg)
         started = time.perf_counter()
         if name == "loop":
@@ -136,13 +163,14 @@ def run_once(
         step = "fan" if name == "loop" else "drain"
         stats = engine.summary(eid)["steps"][step]["stats"]
         assert stats["total"] == n and stats["success"] == n, stats
+        writes = table_writes(pg, n) if tables else []
     used = Reading(
         after.cpu - before.cpu,
         after.engine_cpu - before.engine_cpu,
         after.wal - before.wal,
         after.calls - before.calls,
     )
-    return used, wall
+    return used, wall, writes
 
 
 def main() -> None:
@@ -151,6 +179,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--tables", action="store_true", help="rows written per table")
     args = parser.parse_args()
     pg = PrivatePostgres()
     pg.init(CONF)
@@ -168,8 +197,10 @@ def main() -> None:
         for name, n, unit in (("loop", args.items, "item"), ("drain", args.rows, "row")):
             readings: list[Reading] = []
             walls: list[float] = []
+            writes: list[str] = []
             for run in range(args.runs):
-                used, wall = run_once(pg, name, n, logdir, creds)
+                last = run == args.runs - 1
+                used, wall, writes = run_once(pg, name, n, logdir, creds, args.tables and last)
                 readings.append(used)
                 walls.append(wall)
                 print(
@@ -191,6 +222,9 @@ def main() -> None:
             )
             print(f"top statements by execution time (last run), per {unit}:")
             print("\n".join(top_statements(pg, n, args.top)), flush=True)
+            if writes:
+                print(f"engine tables' rows written (last run), per {unit}:")
+                print("\n".join(writes), flush=True)
     finally:
         pg.destroy()
 

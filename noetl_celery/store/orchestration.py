@@ -137,7 +137,7 @@ class OrchestrationTx:
         return queries.waiting(self.conn, self.execution_id)
 
     def mark_handled(self, event_ids: Sequence[int]) -> None:
-        queries.mark_handled(self.conn, event_ids)
+        queries.mark_handled(self.conn, self.execution_id, event_ids)
 
     # ---- persisting a decision --------------------------------------------------------------
     def apply(self, decision: Decision, handled: Sequence[int]) -> list[str]:

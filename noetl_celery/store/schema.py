@@ -37,7 +37,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Bump together with a new alembic revision; `Database.prepare` compares it.
-SCHEMA_REVISION = "0016"
+SCHEMA_REVISION = "0017"
 
 metadata = MetaData()
 
@@ -160,30 +160,30 @@ commands = Table(
     Column("epoch", Integer, nullable=False),
     Column("iteration", Integer, nullable=True),
     Column("attempt", Integer, nullable=False, default=1),
-    # planned -> issued -> running [-> waiting -> issued -> running] -> completed | failed
-    # | cancelled; a claim retried after a backoff is inserted `delayed` -> issued -> ...;
-    # a pipeline waiting out a long retry delay goes running -> delayed -> issued -> ...
-    Column("status", String(16), nullable=False),
-    Column("ctx_version", Integer, nullable=False),
     Column("item", Json, nullable=True),  # the loop item / claimed row of this command
     Column("meta", Json, nullable=True),
-    # a command waiting for a child execution keeps its continuation here; the child's
-    # terminal adds the child's summary and issues the command again
+    # a waiting command's continuation (the child's terminal adds its summary, issues it)
     Column("resume", Json, nullable=True),
-    Column("worker", String(256), nullable=True),
-    Column("lease_until", DateTime, nullable=True),
     # a step `spec.timeout` turns into a deadline; the reaper fails a command past it
     Column("deadline_at", DateTime, nullable=True),
     # times the reaper published an `issued` command again; each wait doubles (a long
     # broker backlog must not turn into a storm of duplicates)
     Column("republished", Integer, nullable=False, server_default="0"),
+    # what issue, claim and close write comes last (0017): see the index's comment
+    Column("ctx_version", Integer, nullable=False),
+    Column("worker", String(256), nullable=True),
+    Column("lease_until", DateTime, nullable=True),
     # when it was issued; for a `delayed` command, when it is due (the reaper issues it)
     Column("issued_at", DateTime, nullable=True),
     Column("started_at", DateTime, nullable=True),
     Column("finished_at", DateTime, nullable=True),
-    # No index on `status`: claim and close then update the row in place (HOT, with the
-    # fillfactor set in migration 0003) instead of writing a new entry into every index;
-    # the reaper finds commands per execution through this one.
+    # planned -> issued -> running [-> waiting -> issued -> running] -> completed | failed
+    # | cancelled; a claim retried after a backoff is inserted `delayed` -> issued -> ...;
+    # a pipeline waiting out a long retry delay goes running -> delayed -> issued -> ...
+    Column("status", String(16), nullable=False),
+    # No index on `status`: claim and close update the row in place (HOT, fillfactor 70),
+    # logging only the bytes from the first to the last changed (hence the column order,
+    # migration 0017); the reaper finds commands per execution through this index.
     Index("ix_commands_execution_step", "execution_id", "step", "epoch", "iteration"),
 )
 
@@ -272,15 +272,15 @@ events = Table(
 # The inbox: one row per command completion not yet folded into its execution's state.
 # The completion inserts it with the event; the orchestration pass that folds it deletes
 # it in the same transaction (cheaper than updating the event row: no index is rewritten).
+# Its primary key (execution, event) is its one index: passes read and delete by it (0017).
 inbox = Table(
     "inbox",
     metadata,
+    Column("execution_id", String(40), primary_key=True),
     Column("event_id", BigId, primary_key=True, autoincrement=False),
-    Column("execution_id", String(40), nullable=False),
     Column("step", String(256), nullable=True),
     Column("epoch", Integer, nullable=True),
     Column("iteration", Integer, nullable=True),
-    Index("ix_inbox_execution", "execution_id", "event_id"),
 )
 
 # A step's result per epoch. Immutable once written, so workers and the orchestrator

@@ -85,7 +85,9 @@ BACKLOG = (
     )
     .group_by(executions.c.status, loops.c.done, loops.c.window_size, loops.c.in_flight)
 )
-MARK_HANDLED = delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True)))
+# by the primary key (execution, event): the inbox's one index (migration 0017)
+_folded = inbox.c.event_id.in_(bindparam("b_ids", expanding=True))
+MARK_HANDLED = delete(inbox).where(_waiting, _folded)
 
 # what a worker needs to run a command (a claim returns it; the reaper copies it into the
 # next attempt)
@@ -142,9 +144,7 @@ SAVE_STATE = (
 )
 # Postgres: the pass's inbox marks ride on its state write (a data-modifying CTE runs to
 # completion whether or not the outer statement reads it): one round trip, not two
-SAVE_STATE_HANDLED = SAVE_STATE.add_cte(
-    delete(inbox).where(inbox.c.event_id.in_(bindparam("b_ids", expanding=True))).cte("handled")
-)
+SAVE_STATE_HANDLED = SAVE_STATE.add_cte(delete(inbox).where(_waiting, _folded).cte("handled"))
 CATALOG_OF = select(executions.c.catalog_id).where(_by_id)
 STATUS_OF = select(executions.c.status).where(_by_id)
 STATE_OF = select(executions.c.state).where(_by_id)

@@ -196,7 +196,8 @@ def _command_row(execution_id: str, c: NewCommand, now: dt.datetime) -> dict[str
 _ISSUE_AND_SAVE_PG = text(
     """
     WITH handled AS (
-        DELETE FROM inbox WHERE event_id = ANY(CAST(:b_handled AS bigint[]))
+        DELETE FROM inbox
+        WHERE execution_id = :b_eid AND event_id = ANY(CAST(:b_handled AS bigint[]))
     ), saved AS (
         UPDATE executions SET state = :b_state, passes = passes + 1, updated_at = :b_now
         WHERE execution_id = :b_eid
@@ -349,7 +350,7 @@ def save_state(
     if handled and conn.dialect.name == "postgresql":
         conn.execute(SAVE_STATE_HANDLED, {**params, "b_ids": list(handled)})
         return
-    mark_handled(conn, handled)
+    mark_handled(conn, execution_id, handled)
     conn.execute(SAVE_STATE, params)
 
 

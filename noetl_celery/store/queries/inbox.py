@@ -66,9 +66,9 @@ def backlog(conn: Connection, execution_id: str) -> list[EpochBacklog]:
     ]
 
 
-def mark_handled(conn: Connection, event_ids: Sequence[int]) -> None:
+def mark_handled(conn: Connection, execution_id: str, event_ids: Sequence[int]) -> None:
     if event_ids:
-        conn.execute(MARK_HANDLED, {"b_ids": list(event_ids)})
+        conn.execute(MARK_HANDLED, {"b_eid": execution_id, "b_ids": list(event_ids)})
 
 
 def iteration_results(
