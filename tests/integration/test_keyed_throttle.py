@@ -115,3 +115,44 @@ def test_the_api_metrics_and_page_show_a_keys_state(
     assert f'noetl_rate_limit_declared{{key="{key}"}} 2.0' in metrics
     page = httpx.get(f"{served.url}/rate-limits", timeout=10).text
     assert f'data-key="{key}"' in page
+
+
+@pytest.fixture
+def mixed_api() -> Iterator[TenantApi]:
+    # s: slow, 0.5/s, no burst; f: fast, 10/s
+    with serving({"s": (0.5, 1.0), "f": (10.0, 2.0)}) as served:
+        yield served
+
+
+def test_a_loop_mixing_keys_runs_its_fast_key_at_its_own_pace(
+    engine_on_workers: Engine, mixed_api: TenantApi
+) -> None:
+    """One loop, one item of each key in turn: the slow key's items park for their
+    turns (seconds away) and give their window slots back (`item.throttled`), so the
+    window (4) refills with the fast key's items instead of filling with parked slow
+    ones; the fast key's 60 items run at its 10/s while the slow key's 12 take 22 s."""
+    slow = [{"t": "s", "n": n, "rate": 0.5, "slots": 100} for n in range(12)]
+    fast = [{"t": "f", "n": n, "rate": 10, "slots": 100} for n in range(60)]
+    mixed = [i for pair in itertools.zip_longest(slow, fast) for i in pair if i is not None]
+    payload = {"api": mixed_api.base, "items": mixed, "hold": 0.0, "run": uuid.uuid4().hex[:8]}
+    eid = engine_on_workers.start_text(
+        PLAYBOOK.replace("max_in_flight: 12", "max_in_flight: 4"), payload
+    )
+    row = engine_on_workers.wait(eid, 180)
+    assert row.status == "COMPLETED", row.error
+    stats = engine_on_workers.summary(eid)["steps"]["fetch"]["stats"]
+    assert stats == {"total": 72, "success": 72, "failed": 0}, stats
+    seen = mixed_api.stats()
+    for tenant, count in (("s", 12), ("f", 60)):
+        assert sorted(seen[tenant]["items"]) == sorted(str(n) for n in range(count))
+        assert set(seen[tenant]["items"].values()) == {1}  # each item accepted once
+    started = min(seen["s"]["accepted"] + seen["f"]["accepted"])
+    fast_done = max(seen["f"]["accepted"]) - started
+    slow_done = max(seen["s"]["accepted"]) - started
+    # held to the slow key's pace (the window full of parked slow items) the fast key's
+    # first 12 items would go one per slow completion, the last after the 8th (14 s),
+    # then its other 48 (5 s): about 19 s; at its own pace, 60 items take about 6 s
+    assert fast_done < 11.0, (fast_done, slow_done)
+    assert slow_done >= 20.0, slow_done
+    throttled = engine_on_workers.store.history.events_after(eid, types=("item.throttled",))
+    assert throttled.rows, "no item gave its window slot back"
