@@ -13,7 +13,6 @@ from typing import Any
 
 from noetl_celery.store import queries
 from noetl_celery.store.database import Database
-from noetl_celery.store.queries.parking import append_throttled
 from noetl_celery.store.schema import utcnow
 
 
@@ -40,7 +39,7 @@ class ParkingManager:
             if not queries.park_for_retry(conn, command_id, resume, due):
                 return None
             if throttled is not None:
-                append_throttled(conn, command_id, throttled, now)
+                queries.append_throttled(conn, command_id, throttled, now)
             return due
 
     def issue_when_due(self, command_id: str, due: dt.datetime) -> bool:

@@ -4,8 +4,11 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
 
 - A key is declared at its `per_second` (the ceiling: probing never passes it) the
   first time this process books for it; every run of a body under the key books one
-  send slot. `burst` lets that many go at once after a quiet spell (GCRA's tolerance,
-  `(burst - 1)` intervals), then they are spaced at the rate.
+  send slot, and a booking that finds the key's row gone (the prune removes a key idle
+  past the retention age: its learned rate is forgotten) declares it again at the
+  ceiling first, in the booking's transaction. `burst` lets that many go at once
+  after a quiet spell (GCRA's tolerance, `(burst - 1)` intervals), then they are
+  spaced at the rate.
 - The wait a booking gives is *not* capped here (the host pacer sends after
   `max_wait`): the worker parks the command for a long one, its slot kept (`Booked`).
 - Learning below the ceiling: the http tool reports every answer to a request sent
@@ -109,7 +112,7 @@ class KeyLedger(Protocol):
 
     def declare(self, host: str, rate: float) -> None: ...
 
-    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None: ...
+    def book_key(self, key: str, declared: float, tolerance: float = 0.0) -> Booking | None: ...
 
     def cut_key(
         self,
@@ -201,11 +204,13 @@ class KeyedPacer:
             if declare:
                 self._ledger.declare(key, per_second)
                 pace.declared = True
-            booking = self._ledger.book(key, 1, tolerance)
+            # a row gone since (pruned idle, a reset ledger) is declared again by the
+            # booking itself: this process's `declared` stays true
+            booking = self._ledger.book_key(key, per_second, tolerance)
         except Exception as exc:  # pacing never fails a body: it goes unpaced
             self._unreachable(key, exc)
             return 0.0, pace.rate
-        if booking is None:  # not declared any more (a reset ledger): next time
+        if booking is None:  # not paced (cannot be once declared): declare next time
             pace.declared = False
             return 0.0, pace.rate
         with self._lock:

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from noetl_celery.engine.retention import Pruner
 from noetl_celery.engine.service import Engine
 from tests.support.tenant_api import TenantApi, serving
 
@@ -156,3 +158,43 @@ def test_a_loop_mixing_keys_runs_its_fast_key_at_its_own_pace(
     assert slow_done >= 20.0, slow_done
     throttled = engine_on_workers.store.history.events_after(eid, types=("item.throttled",))
     assert throttled.rows, "no item gave its window slot back"
+
+
+def test_a_pruned_idle_key_is_declared_again_by_its_next_booking(
+    engine_on_workers: Engine, api: TenantApi
+) -> None:
+    """The prune removes a rate_limit key's pacing row idle past its age while both
+    worker processes still cache that they declared the key: their next bookings
+    re-create it at the declared ceiling and pace at it (a booking that found no row
+    would send unpaced: two requests at once where the key allows one per 0.5 s)."""
+    run = uuid.uuid4().hex[:8]
+    key = f"key:{run}-b"
+    engine = engine_on_workers
+    engine.store.pacing.declare("idle-host.example:443", 3.0)  # a host's row: never pruned
+
+    def drain(first: int) -> list[float]:
+        items = [{"t": "b", "n": n, "rate": 2, "slots": 100} for n in range(first, first + 6)]
+        payload = {"api": api.base, "items": items, "hold": 0.0, "run": run}
+        eid = engine.start_text(PLAYBOOK, payload)
+        assert engine.wait(eid, 120).status == "COMPLETED"
+        return sorted(api.stats()["b"]["accepted"])[first:]
+
+    def pace_row() -> list[Any]:
+        with engine.store.db.read() as conn:
+            return list(
+                conn.execute(
+                    text("SELECT host, ceiling FROM http_pace WHERE host IN (:k, :h)"),
+                    {"k": key, "h": "idle-host.example:443"},
+                ).all()
+            )
+
+    drain(0)
+    assert sorted(pace_row()) == [("idle-host.example:443", 3.0), (key, 2.0)]
+    time.sleep(2.5)  # the key's last slot is now more than a second old: idle
+    report = Pruner(engine.store).prune(1.0)
+    assert report.idle_keys >= 1
+    assert pace_row() == [("idle-host.example:443", 3.0)]  # the key's row went, the host's stayed
+    accepted = drain(6)  # the worker processes still cache the key's declaration
+    assert pace_row() == [("idle-host.example:443", 3.0), (key, 2.0)]
+    gaps = [b - a for a, b in itertools.pairwise(accepted)]
+    assert len(accepted) == 6 and min(gaps) >= 0.35, gaps  # paced at 2/s from the first
