@@ -22,7 +22,9 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   answers say what the share is, or when nearly all were accepted, JITTER_SHARE), at
   most once per overshoot, and probed back upward by the
   ledger's rules while its schedule binds, no higher than that estimate (`rate x s`)
-  for LEARNED_SECONDS after the cut: the key sits just under its limit rather than
+  for LEARNED_SECONDS after the cut, and while the key's schedule is booked more than
+  LEARNED_SECONDS ahead (loop items parked for far turns: a probe's 429s would come
+  only when those slots are sent): the key sits just under its limit rather than
   probing into 429s every few seconds. An overshoot is every slot booked before
   the cut that answered it: a body parked for its slot was booked at the old rate, and
   its 429 is that cut's, not a new one (so `KeyedTurn.booked_at`, not the send time,
@@ -226,7 +228,10 @@ class KeyedPacer:
             and now - pace.last_cut >= WINDOW_SECONDS
         ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
-            learned = pace.learned if now - pace.last_cut <= LEARNED_SECONDS else pace.ceiling
+            # the estimate caps the probe while fresh, and while the schedule is booked
+            # far ahead (the answers to a higher rate would come that late)
+            capped = now - pace.last_cut <= LEARNED_SECONDS or pace.tat - now > LEARNED_SECONDS
+            learned = pace.learned if capped else pace.ceiling
             pace.rate = max(pace.rate, min(raised, pace.ceiling, learned))
             pace.last_raise = now
         start = max(pace.tat - tolerance, now)
