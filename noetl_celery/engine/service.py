@@ -130,10 +130,9 @@ class Engine(EngineReads, EngineReruns):
             self.orchestrator,
             settings.lease_seconds,
             logs=self.logs,
-            chain_seconds=settings.batch_budget_seconds,
+            chain_seconds=(budget := settings.batch_budget_seconds),
         )
         # `execute_commands`: many commands per broker message (worker.batch)
-        budget = settings.batch_budget_seconds
         self.batches = BatchExecutor(self.executor, budget, settings.close_window_seconds)
         self.reaper = Reaper(
             self.store,
