@@ -247,6 +247,10 @@ def body_meta(iterator: str, lane: int, frame: int, start: int, rows: int | None
     return meta
 
 
+# bodies whose rows are meant to overlap when `frame.row_concurrency` > 1 (inline_rows)
+OVERLAPPING_KINDS = ("http", "python")
+
+
 def inline_body(step: Step) -> bool:
     """Whether the worker that claimed a frame may run the frame's body itself: one tool
     that ends in the worker (no pipeline: its policies may retry, park or jump; no
@@ -262,14 +266,17 @@ def inline_body(step: Step) -> bool:
 def inline_rows(step: Step, progress: LoopProgress) -> bool:
     """Whether the worker that claimed a frame may run its per-row bodies itself, one
     after another (docs/design.md §4): a body `inline_body` admits, unless it is an http
-    call with `frame.row_concurrency` > 1 (its requests are meant to overlap; run one
-    after another in one worker they would not, so each row stays a command of its
-    own)."""
+    call or python code with `frame.row_concurrency` > 1. Those usually wait on a remote
+    service (python code calls APIs and SDKs as often as it computes), and their rows
+    are meant to overlap: run one after another in one worker they would not, a lane
+    would go `row_concurrency` times slower, so each row stays a command of its own. A
+    database statement or a no-op is quick and local: one after another it is cheaper
+    than a command per row."""
     if progress.per_frame or not inline_body(step):
         return False
     tool = step.tool
     assert isinstance(tool, ToolSpec)
-    return tool.kind != "http" or progress.row_concurrency <= 1
+    return tool.kind not in OVERLAPPING_KINDS or progress.row_concurrency <= 1
 
 
 def reservation(progress: LoopProgress) -> int:

@@ -59,7 +59,7 @@ workflow:
         mode: cursor
         max_in_flight: 3
         on_item_error: quarantine
-        frame: {max_rows: 5, row_concurrency: 2}
+        frame: {max_rows: 5, row_concurrency: 1}
     tool:
       kind: python
       input:

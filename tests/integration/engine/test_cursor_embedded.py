@@ -28,7 +28,7 @@ workflow:
                        ORDER BY id LIMIT {{ __frame_max_rows }})
           RETURNING id
       iterator: job
-      spec: {mode: cursor, max_in_flight: 3, frame: {max_rows: 4, row_concurrency: 2}}
+      spec: {mode: cursor, max_in_flight: 3, frame: {max_rows: 4, row_concurrency: 1}}
     tool:
       kind: python
       input: {db: "{{ db }}", id: "{{ iter.job.id }}"}

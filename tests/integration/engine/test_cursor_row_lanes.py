@@ -56,7 +56,7 @@ workflow:
       spec:
         mode: cursor
         max_in_flight: 2
-        frame: {max_rows: 4, row_concurrency: 3}
+        frame: {max_rows: 4, row_concurrency: 1}
 ON_ITEM_ERROR
     tool:
       kind: python

@@ -203,6 +203,9 @@ def test_only_bodies_run_as_the_reserved_iterations_are_counted_with_their_claim
         ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True),
         ("{kind: http, url: 'http://x'}", 3, False),  # its requests are meant to overlap
         ("{kind: http, url: 'http://x'}", 1, True),
+        ("{kind: python, code: 'result = 1'}", 3, False),  # it may call an API: overlap
+        ("{kind: python, code: 'result = 1'}", 1, True),
+        ("{kind: duckdb, command: 'select 1'}", 3, True),
         ("{kind: playbook, path: a/b}", 1, False),  # waits for a child
     ],
 )
