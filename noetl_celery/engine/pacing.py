@@ -50,7 +50,12 @@ class FleetPaceLedger:
         if booked is None or booked[0] is None:
             return None
         return Booking(
-            wait=booked[1], rate=booked[0], interval=booked[2], slots=1, since_cut=booked[3]
+            wait=booked[1],
+            rate=booked[0],
+            interval=booked[2],
+            slots=1,
+            since_cut=booked[3],
+            probing=booked[4],
         )
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
