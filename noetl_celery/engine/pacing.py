@@ -50,12 +50,7 @@ class FleetPaceLedger:
         if booked is None or booked[0] is None:
             return None
         return Booking(
-            wait=booked[1],
-            rate=booked[0],
-            interval=booked[2],
-            slots=1,
-            since_cut=booked[3],
-            probing=booked[4],
+            wait=booked[1], rate=booked[0], interval=booked[2], slots=1, since_cut=booked[3]
         )
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:

@@ -141,7 +141,6 @@ class Booking(NamedTuple):
     # seconds since the row's last cut at the booking (a keyed limit's: is its rate
     # settled? tools.keyed_pacing.KeyedPacer.book); infinite: never cut, or not known
     since_cut: float = float("inf")
-    probing: bool = False  # a keyed limit's rate is above its last cut's estimate
 
 
 class PaceLedger(Protocol):

@@ -85,14 +85,8 @@ LEARNED_SECONDS = 10.0
 # that teach the rate would come only as late as they are sent; an item keeping its
 # window slot keeps the bookings shallow and the feedback fast. LEARNED_SECONDS: after
 # it the probe is no longer capped by the last cut's estimate either, and a key booked
-# shallow (as it is while unsettled) sends at its rate for that long without a 429.
-# A rate probed above that estimate is not settled either (for SETTLED_LONG_SECONDS
-# after the cut): the probe is what LEARNED_SECONDS lets start, and turns booked far
-# ahead at a probing rate are the refusals this avoids (booked far ahead, the rate is
-# capped at the estimate: BOOK). Past SETTLED_LONG_SECONDS without a cut the probe has
-# found no limit near the estimate (it rose): the key is settled again
+# shallow (as it is while unsettled) sends at its rate for that long without a 429
 SETTLED_SECONDS = LEARNED_SECONDS
-SETTLED_LONG_SECONDS = 6 * LEARNED_SECONDS
 
 
 class KeyedSlot(NamedTuple):
@@ -102,12 +96,6 @@ class KeyedSlot(NamedTuple):
     wait: float
     rate: float
     settled: bool = True
-
-
-def settled(since_cut: float, probing: bool) -> bool:
-    """Whether a key's rate has settled: no cut for SETTLED_SECONDS and not probed
-    above the last cut's estimate, or no cut for SETTLED_LONG_SECONDS."""
-    return since_cut >= SETTLED_LONG_SECONDS or (since_cut >= SETTLED_SECONDS and not probing)
 
 
 class KeyedTurn(NamedTuple):
@@ -229,9 +217,8 @@ class KeyedPacer:
             pace = self._pace(key, per_second)
             tolerance = (max(1, burst) - 1) / pace.rate
             if self._ledger is None:
-                wait = self._book_local(pace, tolerance)
-                since_cut = self._clock() - pace.last_cut
-                return KeyedSlot(wait, pace.rate, settled(since_cut, pace.rate > pace.learned))
+                settled = self._clock() - pace.last_cut >= SETTLED_SECONDS
+                return KeyedSlot(self._book_local(pace, tolerance), pace.rate, settled)
             declare = not pace.declared
         try:
             if declare:
@@ -248,7 +235,7 @@ class KeyedPacer:
             return KeyedSlot(0.0, pace.rate)
         with self._lock:
             pace.rate = booking.rate
-        return KeyedSlot(booking.wait, booking.rate, settled(booking.since_cut, booking.probing))
+        return KeyedSlot(booking.wait, booking.rate, booking.since_cut >= SETTLED_SECONDS)
 
     def _book_local(self, pace: KeyPace, tolerance: float) -> float:
         now = self._clock()
