@@ -58,13 +58,7 @@ class Throttled(Exception):
     they are."""
 
     def __init__(
-        self,
-        delay: float,
-        booked: Booked,
-        key: str,
-        reason: str,
-        turn: bool = False,
-        settled: bool = True,
+        self, delay: float, booked: Booked, key: str, reason: str, turn: bool = False
     ) -> None:
         super().__init__(reason)
         self.delay = delay
@@ -74,9 +68,6 @@ class Throttled(Exception):
         # a wait for the key's send slot (per_second), not for a run slot: a loop item
         # parked for it gives its window slot back (worker.parking, loops.on_parked)
         self.turn = turn
-        # the key's rate had settled when the turn was booked (keyed_pacing.SETTLED_SECONDS):
-        # only then is the window slot given back (a key still being cut keeps it)
-        self.settled = settled
 
 
 class SlotStore(Protocol):
@@ -198,11 +189,11 @@ class CommandThrottle:
         if booked is not None:  # booked before this command parked for it
             return KeyedTurn(key, float(booked[1]), float(booked[0]))
         booked_at = self._wall()
-        wait, rate, settled = self._pacer.book(key, limit.per_second, limit.burst)
+        wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
             self._pending[key] = [booked_at, rate]
             reason = f"{key}: next send slot in {wait:.3g}s"
-            raise Throttled(wait, dict(self._pending), key, reason, turn=True, settled=settled)
+            raise Throttled(wait, dict(self._pending), key, reason, turn=True)
         if wait > 0:
             self._sleep(wait)
         return KeyedTurn(key, rate, booked_at)
