@@ -360,11 +360,11 @@ def _parked_before(
 
 def _booked(stored: Any) -> dict[str, list[float]] | None:
     """The send slots a parked command booked (`worker.throttle.Booked`), as its resume
-    holds them: key -> [booked at, rate]."""
+    holds them: key -> [booked at, rate(, when to send)]."""
     if not isinstance(stored, dict):
         return None
     return {
-        str(key): [float(value[0]), float(value[1])]
+        str(key): [float(part) for part in value]
         for key, value in stored.items()
-        if isinstance(value, list) and len(value) == 2
+        if isinstance(value, list) and len(value) in (2, 3)
     }

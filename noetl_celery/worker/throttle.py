@@ -6,10 +6,14 @@ A gate (`CommandThrottle.gate`) wraps one body run (a step's body, or one tool):
    that renders empty is that item's error (`RateLimitKeyError`, naming the key);
 2. `per_second`: one send slot of the key is booked on the fleet's schedule
    (tools.keyed_pacing). A wait up to `park_after` is slept here; a longer one parks
-   the command until its slot (the slot stays booked: the resumed run takes it
-   without booking again, `Throttled.booked`), as a long retry delay does
-   (docs/design.md §2.7). It comes before the run slot, so no run slot is held while
-   a body waits for its send slot;
+   the command until `WAKE_LEAD` before its slot (the slot stays booked with its send
+   time: the resumed run sleeps out the rest and takes it without booking again,
+   `Throttled.booked`), as a long retry delay does (docs/design.md §2.7). Woken at
+   the slot itself, a parked body would send as late as its wake-up, issue and
+   delivery took, close behind the next body's on-time slot: the API sees two
+   requests where its limit allows one, answers 429, and the key's learned rate is
+   cut for nothing. It comes before the run slot, so no run slot is held while a
+   body waits for its send slot;
 3. `concurrency`: a run slot of the key is taken (store.throttle on Postgres: a row per
    slot that no two commands can hold; in this process's memory on SQLite, one
    process), and given back when the body ends, however it ends. None free: the gate
@@ -45,10 +49,16 @@ from noetl_celery.tools.keyed_pacing import KeyedPacer, KeyedTurn, under
 CONCURRENCY_POLL = 0.05
 # a command that found no run slot free parks this long before it tries again
 CONCURRENCY_RETRY = 0.25
+# a command parked for its send slot is woken this long before the slot (at most
+# `park_after`, so the resumed run sleeps the rest instead of parking again): more than
+# a parked command's wake-up, issue, publish and claim take on a loaded worker (tens
+# of milliseconds; a few hundred at worst), little of a worker slot's time
+WAKE_LEAD = 0.5
 
 
 # the send slots a command booked and has not used yet: key -> [when it was booked (epoch
-# seconds), the key's rate then]; plain JSON, kept in a parked command's resume
+# seconds), the key's rate then, when to send (epoch seconds; absent: now)]; plain
+# JSON, kept in a parked command's resume
 Booked = dict[str, list[float]]
 
 
@@ -182,12 +192,19 @@ class CommandThrottle:
         assert limit.per_second is not None
         booked = self._pending.pop(key, None)
         if booked is not None:  # booked before this command parked for it
-            return KeyedTurn(key, float(booked[1]), float(booked[0]))
-        booked_at = self._wall()
-        wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
+            booked_at, rate = float(booked[0]), float(booked[1])
+            # woken WAKE_LEAD early: the rest of the wait is slept (or, woken far too
+            # early, parked again for the same slot)
+            wait = float(booked[2]) - self._wall() if len(booked) > 2 else 0.0
+        else:
+            booked_at = self._wall()
+            wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
-            self._pending[key] = [booked_at, rate]
-            raise Throttled(wait, dict(self._pending), key, f"{key}: next send slot in {wait:.3g}s")
+            self._pending[key] = [booked_at, rate, self._wall() + wait]
+            lead = min(WAKE_LEAD, self._park_after)
+            raise Throttled(
+                wait - lead, dict(self._pending), key, f"{key}: next send slot in {wait:.3g}s"
+            )
         if wait > 0:
             self._sleep(wait)
         return KeyedTurn(key, rate, booked_at)

@@ -357,17 +357,20 @@ def test_a_bad_retention_stops_beat_and_workers_at_start(command: str, tmp_path:
     ]
 
 
-def test_a_worker_with_noetl_retention_prunes_when_beat_asks(
-    pg_url: str, redis_url: str, tmp_path: Path
-) -> None:
+def test_a_worker_with_noetl_retention_prunes_when_beat_asks(pg_url: str, tmp_path: Path) -> None:
     """The task beat sends (`noetl.prune`) on a real worker process started with
     NOETL_RETENTION: the old executions go, the newer stay, the day's lease is taken."""
     from noetl_celery.constants import TASK_PRUNE
     from noetl_celery.engine.retention import DAILY_LEASE
     from noetl_celery.tasks.app import make_app
     from tests.conftest import _env
+    from tests.support import services
     from tests.support.workers import WorkerProcess
 
+    # a broker of its own: on the session's, its workers (another engine database) would
+    # take the prune, refuse it as foreign and put it back, racing this worker for it
+    redis_url = services.SPARE_REDIS_URL
+    services.redis_client(redis_url).flushdb()
     database = open_database(pg_url, SchemaMode.REQUIRE)
     store = Store(database)
     now = utcnow()

@@ -13,6 +13,7 @@ from noetl_celery.templating import STRICT
 from noetl_celery.tools.keyed_pacing import KeyedPacer, current
 from noetl_celery.worker.throttle import (
     CONCURRENCY_RETRY,
+    WAKE_LEAD,
     CommandThrottle,
     LocalSlots,
     Throttled,
@@ -79,16 +80,54 @@ def test_a_short_wait_is_slept_and_a_long_one_parks_with_its_turn_kept() -> None
     gate = throttle("c4", clock, slots, pacer)
     with pytest.raises(Throttled) as parked, gate.gate(limit, {}, "s"):
         pytest.fail("the body ran before its turn")
-    assert parked.value.delay == pytest.approx(2.0)
-    assert parked.value.booked == {"key:k": [clock.now, 2.0]}
+    # parked until WAKE_LEAD before its turn, which stays booked with its send time
+    assert parked.value.delay == pytest.approx(2.0 - WAKE_LEAD)
+    assert parked.value.booked == {"key:k": [clock.now, 2.0, clock.now + 2.0]}
     assert clock.slept == []
-    # resumed (its turn due): it runs at once, booking nothing more
-    clock.now += 2.0
-    resumed = throttle("c4", clock, slots, pacer, booked=parked.value.booked)
+    # woken far too early (a sweep's clock, a retried wake-up): parked again, same turn
+    clock.now += 0.25
+    early = throttle("c4", clock, slots, pacer, booked=parked.value.booked)
+    with pytest.raises(Throttled) as again, early.gate(limit, {}, "s"):
+        pytest.fail("the body ran before its turn")
+    assert again.value.delay == pytest.approx(1.75 - WAKE_LEAD)
+    assert again.value.booked == parked.value.booked
+    # woken on time: it sleeps the lead out and runs on its turn, booking nothing more
+    clock.now += again.value.delay
+    resumed = throttle("c4", clock, slots, pacer, booked=again.value.booked)
     with resumed.gate(limit, {}, "s"):
         pass
-    assert clock.slept == []
+    assert clock.slept == pytest.approx([WAKE_LEAD])
     assert pacer.book("key:k", 2.0)[0] == pytest.approx(0.5)  # c4 took no new slot
+
+
+def test_a_parked_turn_woken_late_runs_at_once_and_an_old_resume_is_taken() -> None:
+    clock, slots = Clock(), LocalSlots()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    limit = RateLimit(key="k", per_second=2.0)
+    late = throttle("c1", clock, slots, pacer, booked={"key:k": [400.0, 2.0, 499.0]})
+    with late.gate(limit, {}, "s"):
+        pass
+    # a resume stored before send times were kept: its turn is taken as due
+    old = throttle("c2", clock, slots, pacer, booked={"key:k": [400.0, 2.0]})
+    with old.gate(limit, {}, "s"):
+        pass
+    assert clock.slept == []
+
+
+def test_with_parking_sooner_than_the_lead_the_resumed_run_still_sleeps_the_rest() -> None:
+    clock, slots = Clock(), LocalSlots()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    limit = RateLimit(key="k", per_second=2.0)
+    pacer.book("key:k", 2.0)
+    gate = throttle("c1", clock, slots, pacer, park_after=0.2)
+    with pytest.raises(Throttled) as parked, gate.gate(limit, {}, "s"):
+        pytest.fail("the body ran before its turn")
+    assert parked.value.delay == pytest.approx(0.5 - 0.2)  # the lead is park_after's at most
+    clock.now += parked.value.delay
+    resumed = throttle("c1", clock, slots, pacer, park_after=0.2, booked=parked.value.booked)
+    with resumed.gate(limit, {}, "s"):
+        pass
+    assert clock.slept == pytest.approx([0.2])
 
 
 def test_all_run_slots_held_parks_after_polling() -> None:
