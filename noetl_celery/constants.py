@@ -113,6 +113,10 @@ EV_ITEM_QUARANTINED: Final = "item.quarantined"
 # a quarantined item a redrive runs again (in the original execution, written with the
 # redrive's execution row): at most one per item, so no item is redriven twice
 EV_ITEM_REDRIVEN: Final = "item.redriven"
+# a loop item that parked for its rate_limit key's turn (worker.throttle), once per item
+# run: in the inbox, it gives the item's slot of its loop's window back (the pass refills
+# the window with other items, orchestrator.loops.on_parked); payload {key, delay}
+EV_ITEM_THROTTLED: Final = "item.throttled"
 COMMAND_TERMINAL_EVENTS: Final = frozenset({EV_COMMAND_COMPLETED, EV_COMMAND_FAILED})
 EXECUTION_TERMINAL_EVENTS: Final = frozenset(
     {EV_EXECUTION_COMPLETED, EV_EXECUTION_FAILED, EV_EXECUTION_CANCELLED}
@@ -127,6 +131,7 @@ EVENT_TYPES: Final = frozenset(
         EV_CURSOR_UNFINISHED,
         EV_ITEM_QUARANTINED,
         EV_ITEM_REDRIVEN,
+        EV_ITEM_THROTTLED,
     }
     | COMMAND_TERMINAL_EVENTS
     | EXECUTION_TERMINAL_EVENTS

@@ -235,6 +235,10 @@ class Settings:
     # worker's slot; the reaper's sweep issues it when due and it resumes at the waiting
     # task. Shorter waits sleep in place (a round trip through the reaper costs more)
     park_after_seconds: float = 1.0
+    # NOETL_THROTTLE_RELEASE_SECONDS: a loop item parked for its rate_limit key's turn
+    # gives its window slot back when that turn is at most this far away (0: never;
+    # orchestrator.loops.on_parked)
+    throttle_release_seconds: float = 120.0
     # how often `run` / `wait` poll the database for the terminal state
     wait_poll_seconds: float = 0.05
     # where duckdb files of executions live (default: home/duckdb)
@@ -416,6 +420,9 @@ class Settings:
                 env, "NOETL_MAX_RETRY_DELAY_SECONDS", base.max_retry_delay_seconds
             ),
             park_after_seconds=_finite(env, "NOETL_PARK_AFTER_SECONDS", base.park_after_seconds),
+            throttle_release_seconds=_finite(
+                env, "NOETL_THROTTLE_RELEASE_SECONDS", base.throttle_release_seconds
+            ),
             wait_poll_seconds=_float(env, "NOETL_WAIT_POLL_SECONDS", base.wait_poll_seconds),
             duckdb_dir=env.get("NOETL_DUCKDB_DIR", "").strip(),
             loop_results_cap=_int(env, "NOETL_LOOP_RESULTS_CAP", base.loop_results_cap, 0),

@@ -228,6 +228,11 @@ def render_prune(report: PruneReport, older_than: str) -> str:
             f"{report.kept} ended executions kept: linked to a running one (its sub-playbook "
             "parent or child, or a running rerun)"
         )
+    if report.idle_keys:
+        lines.append(
+            f"{report.idle_keys} rate_limit keys idle as long: their pacing rows "
+            f"{'would go' if report.dry_run else 'went'} (declared again when next used)"
+        )
     if report.transactions:
         lines.append(
             f"{report.transactions} transactions, longest {report.longest_transaction_ms:.0f} ms"

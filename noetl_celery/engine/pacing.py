@@ -44,6 +44,13 @@ class FleetPaceLedger:
             return None
         return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=count)
 
+    def book_key(self, key: str, declared: float, tolerance: float = 0.0) -> Booking | None:
+        """A keyed limit's send slot; its row re-created at `declared` if it is gone."""
+        booked = self._pacing.book_key(key, declared, RULES, now=self._now(), tolerance=tolerance)
+        if booked is None or booked[0] is None:
+            return None
+        return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=1)
+
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         return self._pacing.cut(
             host,

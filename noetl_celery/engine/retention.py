@@ -62,6 +62,8 @@ class PruneReport:
     longest_transaction_ms: float = 0.0
     longest_table: str = ""  # what the longest transaction deleted from
     seconds: float = 0.0
+    # rate_limit keys whose pacing row was idle as long (their learned rates forgotten)
+    idle_keys: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class PruneReport:
             "longest_transaction_ms": round(self.longest_transaction_ms, 1),
             "longest_table": self.longest_table,
             "seconds": round(self.seconds, 3),
+            "idle_keys": self.idle_keys,
         }
 
 
@@ -154,6 +157,9 @@ class Pruner:
             if batch:
                 kept.update(self._remove(batch, report, dry_run))
         report.kept = len(kept)
+        # a rate_limit key idle as long as an execution is old goes too (store.retention)
+        idle_before = cutoff.replace(tzinfo=dt.UTC).timestamp()
+        report.idle_keys = self.retention.idle_keys(idle_before, dry_run=dry_run)
         report.seconds = time.perf_counter() - started
         return report
 
@@ -206,5 +212,6 @@ def _summary(report: PruneReport) -> str:
         f"{'would prune' if report.dry_run else 'pruned'} {report.executions} executions "
         f"ended before {report.cutoff.isoformat(timespec='seconds')} ({rows} rows), "
         f"{report.kept} kept (linked to a running one), {report.transactions} transactions, "
-        f"longest {report.longest_transaction_ms:.0f} ms, {report.seconds:.1f} s"
+        f"longest {report.longest_transaction_ms:.0f} ms, {report.seconds:.1f} s, "
+        f"{report.idle_keys} idle rate_limit keys"
     )

@@ -110,6 +110,7 @@ class Engine(EngineReads, EngineReruns):
             claim_attempts=settings.claim_max_attempts,
             claim_retry_delay_seconds=settings.claim_retry_delay_seconds,
             max_retry_delay_seconds=settings.max_retry_delay_seconds,
+            release_horizon_seconds=settings.throttle_release_seconds,
         )
         self.orchestrator = PassDriver(
             self.store,

@@ -293,7 +293,9 @@ class Pass:
         if not self.playbook.has_step(completion.step):
             return  # a step removed from the playbook cannot exist: ignore defensively
         step = self.playbook.step(completion.step)
-        if completion.iteration is not None:
+        if completion.parked_for is not None:  # not terminal: the item waits its turn
+            loops.on_parked(self, step, completion)
+        elif completion.iteration is not None:
             loops.on_iteration(self, step, completion)
         elif step.loop is not None and step.loop.is_cursor:
             cursor.on_claim(self, step, completion)

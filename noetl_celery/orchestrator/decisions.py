@@ -13,7 +13,9 @@ from noetl_celery.orchestrator.state import ExecutionState, StepFailure
 
 @dataclass(frozen=True)
 class Completion:
-    """A command's terminal event, read from the inbox."""
+    """A command's terminal event, read from the inbox; or, with `parked_for`, a loop
+    item's `item.throttled` (not terminal: the item parked that many seconds for its
+    rate_limit key's turn, and its slot of the window may be given back)."""
 
     event_id: int
     command_id: str
@@ -21,6 +23,7 @@ class Completion:
     epoch: int
     iteration: int | None
     outcome: Outcome
+    parked_for: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,6 +59,13 @@ class Limits:
     # wait before the second run of such a claim, doubled for every later one, capped
     claim_retry_delay_seconds: float = 1.0
     max_retry_delay_seconds: float = 300.0
+    # a loop item parked for its rate_limit key's turn gives its window slot back
+    # (orchestrator.loops.on_parked) only while its turn is at most this far ahead and
+    # fewer than `max_in_flight` x `released_per_window` items of the epoch are given
+    # back: a loop whose items all wait for one slow key books that key's turns this far
+    # ahead at most, and the snapshot keeps at most that many item numbers
+    release_horizon_seconds: float = 120.0
+    released_per_window: int = 50
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ only then are the step's arcs evaluated with `event.name == "loop.done"`.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -233,13 +234,56 @@ def on_iteration(run: Run, step: Step, completion: Completion) -> None:
     if progress.lanes is not None:
         cursor.on_body(run, step, completion)
         return
-    progress.in_flight -= 1
+    if completion.iteration in progress.released:
+        # its window slot was given back when it parked (on_parked): not again
+        progress.released.remove(completion.iteration)
+    else:
+        progress.in_flight -= 1
     run.state.in_flight -= 1
     apply_iteration(run, step, completion)
     if progress.finished >= progress.total:
         finish_loop(run, step, st)
     else:
         refill(run, step.step, st)
+
+
+def on_parked(run: Run, step: Step, parked: Completion) -> None:
+    """A loop item parked for its rate_limit key's turn (`item.throttled`, written by
+    the worker that parked it, once per item run): its slot of the window is given
+    back and the window refilled, so the items of other keys are not held to the pace
+    of a slow key whose parked items would fill the window. It stays in the
+    execution's in_flight (the execution does not end before it), and its later
+    completion does not give the slot back again (`released`).
+
+    A sequential loop's item keeps its slot (its items run one at a time, in order).
+    Bounded: an item whose turn is further than `release_horizon_seconds` keeps its
+    slot, and so does every item past `max_in_flight` x `released_per_window` given
+    back at once: a loop of one slow key then waits for it as before (its turns are
+    booked at most about that far ahead) instead of booking turns without end. A
+    second event of the same item (a worker killed after parking it, its next
+    attempt parking again) changes nothing."""
+    st = run.state.step(step.step)
+    progress = st.loop
+    index = parked.iteration
+    if (
+        index is None
+        or progress is None
+        or progress.epoch != parked.epoch
+        or progress.done
+        or progress.lanes is not None  # a cursor's bodies: its lanes count them
+        or progress.mode == "sequential"  # one item at a time, in order: it waits
+        or index >= progress.next_index  # never issued (a stale event of another plan)
+        or index in progress.released
+        or progress.in_flight <= 0
+    ):
+        return
+    if parked.parked_for is None or parked.parked_for > run.limits.release_horizon_seconds:
+        return
+    if len(progress.released) >= progress.window * run.limits.released_per_window:
+        return
+    bisect.insort(progress.released, index)
+    progress.in_flight -= 1
+    refill(run, step.step, st)
 
 
 def mirrors_of(state: ExecutionState) -> dict[str, LoopMirror]:

@@ -72,7 +72,7 @@ class ReplayFacts:
 
 # ---- (de)serialisation ---------------------------------------------------------------------
 def completion_to_json(completion: Completion) -> dict[str, Any]:
-    return {
+    out = {
         "event_id": completion.event_id,
         "command_id": completion.command_id,
         "step": completion.step,
@@ -80,6 +80,9 @@ def completion_to_json(completion: Completion) -> dict[str, Any]:
         "iteration": completion.iteration,
         "outcome": completion.outcome.to_json(),
     }
+    if completion.parked_for is not None:  # an `item.throttled` (records before it: none)
+        out["parked_for"] = completion.parked_for
+    return out
 
 
 def completion_from_json(data: Mapping[str, Any]) -> Completion:
@@ -90,6 +93,7 @@ def completion_from_json(data: Mapping[str, Any]) -> Completion:
         epoch=data["epoch"],
         iteration=data["iteration"],
         outcome=Outcome.from_json(data["outcome"]),
+        parked_for=data.get("parked_for"),
     )
 
 

@@ -64,6 +64,10 @@ class LoopProgress:
     failed: int = 0
     quarantined: int = 0  # failed items set aside (a `do: quarantine` policy, the loop's option)
     done: bool = False
+    # items parked for their rate_limit key's turn whose window slot was given back
+    # (loops.on_parked): not in `in_flight`, still in the execution's in_flight; bounded
+    # (Limits.released_per_window), sorted
+    released: list[int] = field(default_factory=list)
     # cursor loops only
     lanes: list[Lane] | None = None
     max_rows: int = 0
@@ -115,6 +119,8 @@ class StepState:
             data["loop"].pop("unused")  # snapshots without any read as they did
         if self.loop is not None and not self.loop.quarantined:
             data["loop"].pop("quarantined")  # snapshots without any read as they always did
+        if self.loop is not None and not self.loop.released:
+            data["loop"].pop("released")
         return data
 
     @classmethod
@@ -228,5 +234,5 @@ def _copy_step(st: StepState) -> StepState:
     loop = st.loop
     if loop is not None:
         lanes = None if loop.lanes is None else [replace(lane) for lane in loop.lanes]
-        loop = replace(loop, lanes=lanes, errors=list(loop.errors))
+        loop = replace(loop, lanes=lanes, errors=list(loop.errors), released=list(loop.released))
     return replace(st, loop=loop)

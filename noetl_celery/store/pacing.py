@@ -34,6 +34,24 @@ class PacingManager:
         with self.db.single_write() as conn:
             return sql.book(conn, host, rules, now, count, tolerance)
 
+    def book_key(
+        self,
+        key: str,
+        declared: float,
+        rules: PaceRules,
+        now: float | None = None,
+        tolerance: float = 0.0,
+    ) -> tuple[float | None, float, float] | None:
+        """book() for a keyed limit declared at `declared`: a key whose row is gone (a
+        prune removed it idle, a reset ledger) is declared again and booked, in one
+        transaction; the process that cached its declaration need not know."""
+        booked = self.book(key, rules, now, 1, tolerance)
+        if booked is not None:
+            return booked
+        with self.db.write() as conn:
+            sql.declare(conn, key, declared)
+            return sql.book(conn, key, rules, now, 1, tolerance)
+
     def cut(
         self,
         host: str,

@@ -22,12 +22,25 @@ class ParkingManager:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def park(self, command_id: str, resume: dict[str, Any], delay: float) -> dt.datetime | None:
+    def park(
+        self,
+        command_id: str,
+        resume: dict[str, Any],
+        delay: float,
+        throttled: dict[str, Any] | None = None,
+    ) -> dt.datetime | None:
         """Park a running command for `delay` seconds with `resume` (its continuation);
-        the due time, or None when the command was no longer running (nothing changed)."""
-        due = utcnow() + dt.timedelta(seconds=delay)
+        the due time, or None when the command was no longer running (nothing changed).
+        `throttled`: a loop item waits for its rate_limit key's turn; its
+        `item.throttled` event (this payload) goes to the inbox with the park."""
+        now = utcnow()
+        due = now + dt.timedelta(seconds=delay)
         with self.db.write() as conn:
-            return due if queries.park_for_retry(conn, command_id, resume, due) else None
+            if not queries.park_for_retry(conn, command_id, resume, due):
+                return None
+            if throttled is not None:
+                queries.append_throttled(conn, command_id, throttled, now)
+            return due
 
     def issue_when_due(self, command_id: str, due: dt.datetime) -> bool:
         """Issue the command parked until `due` (True: the caller publishes it); False

@@ -110,6 +110,15 @@ class RetentionManager:
             done = sum(sql.delete_executions(conn, part) for part in self._parts(ids))
         return done, time.perf_counter() - started
 
+    def idle_keys(self, idle_before: float, *, dry_run: bool) -> int:
+        """Delete (or with `dry_run` count) the pacing rows of rate_limit keys idle since
+        `idle_before` (epoch seconds), one transaction: few rows, one per key."""
+        if dry_run:
+            with self.db.read() as conn:
+                return sql.count_idle_keys(conn, idle_before)
+        with self.db.write() as conn:
+            return sql.delete_idle_keys(conn, idle_before)
+
     def take_lease(self, name: str, owner: str, seconds: float) -> bool:
         """The duty `name` for `seconds` unless another owner holds it unexpired (the
         reaper's lease rows)."""

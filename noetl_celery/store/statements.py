@@ -49,6 +49,7 @@ INBOX = (
         events.c.epoch,
         events.c.iteration,
         events.c.payload,
+        events.c.type,
     )
     .select_from(inbox.join(events, events.c.event_id == inbox.c.event_id))
     .where(_waiting)

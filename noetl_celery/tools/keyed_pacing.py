@@ -4,8 +4,11 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
 
 - A key is declared at its `per_second` (the ceiling: probing never passes it) the
   first time this process books for it; every run of a body under the key books one
-  send slot. `burst` lets that many go at once after a quiet spell (GCRA's tolerance,
-  `(burst - 1)` intervals), then they are spaced at the rate.
+  send slot, and a booking that finds the key's row gone (the prune removes a key idle
+  past the retention age: its learned rate is forgotten) declares it again at the
+  ceiling first, in the booking's transaction. `burst` lets that many go at once
+  after a quiet spell (GCRA's tolerance, `(burst - 1)` intervals), then they are
+  spaced at the rate.
 - The wait a booking gives is *not* capped here (the host pacer sends after
   `max_wait`): the worker parks the command for a long one, its slot kept (`Booked`).
 - Learning below the ceiling: the http tool reports every answer to a request sent
@@ -19,7 +22,9 @@ host, in the same fleet ledger (a `http_pace` row named `key:<key>`).
   answers say what the share is, or when nearly all were accepted, JITTER_SHARE), at
   most once per overshoot, and probed back upward by the
   ledger's rules while its schedule binds, no higher than that estimate (`rate x s`)
-  for LEARNED_SECONDS after the cut: the key sits just under its limit rather than
+  for LEARNED_SECONDS after the cut, and while the key's schedule is booked more than
+  LEARNED_SECONDS ahead (loop items parked for far turns: a probe's 429s would come
+  only when those slots are sent): the key sits just under its limit rather than
   probing into 429s every few seconds. An overshoot is every slot booked before
   the cut that answered it: a body parked for its slot was booked at the old rate, and
   its 429 is that cut's, not a new one (so `KeyedTurn.booked_at`, not the send time,
@@ -109,7 +114,7 @@ class KeyLedger(Protocol):
 
     def declare(self, host: str, rate: float) -> None: ...
 
-    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> Booking | None: ...
+    def book_key(self, key: str, declared: float, tolerance: float = 0.0) -> Booking | None: ...
 
     def cut_key(
         self,
@@ -201,11 +206,13 @@ class KeyedPacer:
             if declare:
                 self._ledger.declare(key, per_second)
                 pace.declared = True
-            booking = self._ledger.book(key, 1, tolerance)
+            # a row gone since (pruned idle, a reset ledger) is declared again by the
+            # booking itself: this process's `declared` stays true
+            booking = self._ledger.book_key(key, per_second, tolerance)
         except Exception as exc:  # pacing never fails a body: it goes unpaced
             self._unreachable(key, exc)
             return 0.0, pace.rate
-        if booking is None:  # not declared any more (a reset ledger): next time
+        if booking is None:  # not paced (cannot be once declared): declare next time
             pace.declared = False
             return 0.0, pace.rate
         with self._lock:
@@ -221,7 +228,10 @@ class KeyedPacer:
             and now - pace.last_cut >= WINDOW_SECONDS
         ):
             raised = pace.rate * (1.0 + _raise_fraction(now - pace.last_cut))
-            learned = pace.learned if now - pace.last_cut <= LEARNED_SECONDS else pace.ceiling
+            # the estimate caps the probe while fresh, and while the schedule is booked
+            # far ahead (the answers to a higher rate would come that late)
+            capped = now - pace.last_cut <= LEARNED_SECONDS or pace.tat - now > LEARNED_SECONDS
+            learned = pace.learned if capped else pace.ceiling
             pace.rate = max(pace.rate, min(raised, pace.ceiling, learned))
             pace.last_raise = now
         start = max(pace.tat - tolerance, now)

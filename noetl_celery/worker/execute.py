@@ -181,7 +181,9 @@ class CommandExecutor:
         `chain_until` is still ahead."""
         command_id = command.command_id
         if isinstance(result, Parked):  # a long retry delay: wait in Postgres, not here
-            parking.park(self.store, command, result, capture, self.wakeups)
+            parked = parking.park(self.store, command, result, capture, self.wakeups)
+            if parked and parking.releases(command, result) is not None:
+                self._refill(command)
             return CommandReport(command_id, WAITING), None
         if isinstance(result, Suspended):
             # what it printed so far is stored now; the resumed run adds a block of its own
@@ -200,6 +202,21 @@ class CommandExecutor:
             recorded = self.closer.finish(command, result, capture=capture, chain=chain)
         report = report_of(command_id, recorded.outcome, recorded=recorded.close.closed)
         return report, recorded.close.follow
+
+    def _refill(self, command: ClaimedCommand) -> None:
+        """A loop item parked for its key's turn gave its window slot back: a pass
+        refills the window now, since no completion may come for a while (every item of
+        the window may be parked for a slow key). The database away: the reaper wakes
+        the execution for the waiting inbox entry."""
+        try:
+            self.orchestrator.drive(command.execution_id, wait=False)
+        except Exception:
+            log.warning(
+                "command %s parked for its rate_limit turn; its loop's pass is left to the reaper",
+                command.command_id,
+                exc_info=True,
+                extra=of_command(command.command_id),
+            )
 
     def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or

@@ -93,6 +93,23 @@ class Wakeups:
                 )
 
 
+def released_before(command: ClaimedCommand) -> bool:
+    """Whether an earlier park of this item run already gave its window slot back (its
+    resume says so: a reaper's next attempt copies it)."""
+    waits = (command.resume or {}).get("parked")
+    return isinstance(waits, dict) and bool(waits.get("released"))
+
+
+def releases(command: ClaimedCommand, parked: Parked) -> dict[str, Any] | None:
+    """The `item.throttled` payload when this park gives a loop item's window slot back
+    (orchestrator.loops.on_parked): a wait for a rate_limit key's send slot (not a run
+    slot: those waits are short and repeat; not a retry's delay) of a loop item whose
+    earlier parks did not; None otherwise."""
+    if not parked.turn or command.iteration is None or released_before(command):
+        return None
+    return {"key": parked.throttled, "delay": round(parked.delay, 3)}
+
+
 def park(
     store: Store,
     command: ClaimedCommand,
@@ -106,9 +123,12 @@ def park(
     if parked.booked is not None:  # a rate_limit turn (worker.throttle)
         waits["booked"] = parked.booked
         waits["throttled"] = parked.throttled
+    throttled = releases(command, parked)
+    if throttled is not None or released_before(command):
+        waits["released"] = True  # its window slot is given back once per item run
     resume = {"continuation": parked.continuation, "parked": waits}
     store.history.write_logs(LogSink.command_rows(capture, command))
-    due = store.parking.park(command.command_id, resume, parked.delay)
+    due = store.parking.park(command.command_id, resume, parked.delay, throttled)
     if due is None:
         log.info(
             "command %s was no longer running when it was to wait %.3gs: dropped",

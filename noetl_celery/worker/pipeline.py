@@ -91,6 +91,8 @@ class Parked:
     # slot is booked for the resumed run (None: a retry delay)
     booked: dict[str, list[float]] | None = None
     throttled: str | None = None  # the key it waits for
+    # it waits for that key's send slot (per_second), not a run slot (worker.throttle)
+    turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ def run_pipeline(
             except Throttled as wait:  # the task's rate_limit turn is later: park until it
                 if limits.storable(run.to_json()):
                     state = run.to_json()
-                    return Parked(state, wait.delay, label, wait.booked, wait.key)
+                    return Parked(state, wait.delay, label, wait.booked, wait.key, wait.turn)
                 limits.sleep(wait.delay)  # its turn stays booked for the task's next run
                 continue
         outcome = _record(run, label, outcome)

@@ -67,12 +67,17 @@ class Throttled(Exception):
     keys whose send slot it already booked (`Booked`): the resumed run takes them as
     they are."""
 
-    def __init__(self, delay: float, booked: Booked, key: str, reason: str) -> None:
+    def __init__(
+        self, delay: float, booked: Booked, key: str, reason: str, turn: bool = False
+    ) -> None:
         super().__init__(reason)
         self.delay = delay
         self.booked = booked
         self.key = key  # the key waited for (the pages count the commands waiting per key)
         self.reason = reason
+        # a wait for the key's send slot (per_second), not for a run slot: a loop item
+        # parked for it gives its window slot back (worker.parking, loops.on_parked)
+        self.turn = turn
 
 
 class SlotStore(Protocol):
@@ -202,9 +207,8 @@ class CommandThrottle:
         if self._park_after is not None and wait > self._park_after:
             self._pending[key] = [booked_at, rate, self._wall() + wait]
             lead = min(WAKE_LEAD, self._park_after)
-            raise Throttled(
-                wait - lead, dict(self._pending), key, f"{key}: next send slot in {wait:.3g}s"
-            )
+            reason = f"{key}: next send slot in {wait:.3g}s"
+            raise Throttled(wait - lead, dict(self._pending), key, reason, turn=True)
         if wait > 0:
             self._sleep(wait)
         return KeyedTurn(key, rate, booked_at)

@@ -99,7 +99,7 @@ from noetl_celery.store.queries.operator import (
     in_flight,
     loops_of,
 )
-from noetl_celery.store.queries.parking import issue_parked, park_for_retry
+from noetl_celery.store.queries.parking import append_throttled, issue_parked, park_for_retry
 from noetl_celery.store.queries.reaper import (
     add_counter,
     due_delayed,
@@ -163,6 +163,7 @@ __all__ = [
     "add_counter",
     "any_claimed",
     "append_terminal",
+    "append_throttled",
     "backlog",
     "cached_result",
     "cancel_unfinished",

@@ -130,7 +130,7 @@ _CLOSE_ONE = """
         SELECT execution_id, :b_type, step, command_id, epoch, iteration, :b_payload, :b_now
         FROM closed
         ON CONFLICT DO NOTHING
-        RETURNING event_id, execution_id, step, command_id, epoch, iteration, payload
+        RETURNING event_id, execution_id, step, command_id, epoch, iteration, payload, type
     ), queued AS (
         INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
         SELECT event_id, execution_id, step, epoch, iteration FROM inserted
@@ -177,12 +177,13 @@ def _close_lock(extra: str, *json_params: str) -> Any:
         (SELECT count(*) FROM inserted) AS own_event,
         CASE WHEN x.passes = (SELECT s.passes FROM executions s WHERE s.execution_id = :b_eid)
         THEN (SELECT coalesce(json_agg(w ORDER BY w.event_id), '[]')
-           FROM ((SELECT e.event_id, e.command_id, e.step, e.epoch, e.iteration, e.payload
+           FROM ((SELECT e.event_id, e.command_id, e.step, e.epoch, e.iteration, e.payload,
+                         e.type
                     FROM inbox i JOIN events e ON e.event_id = i.event_id
                    WHERE i.execution_id = :b_eid
                    ORDER BY i.event_id LIMIT :b_limit)
                  UNION ALL
-                 SELECT event_id, command_id, step, epoch, iteration, payload
+                 SELECT event_id, command_id, step, epoch, iteration, payload, type
                    FROM inserted) w) END AS inbox_rows""",
             )
             + "    FOR UPDATE OF x\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, text
 
-from noetl_celery.constants import COMMAND_TERMINAL_EVENTS, EV_COMMAND_FAILED
+from noetl_celery.constants import COMMAND_TERMINAL_EVENTS, EV_COMMAND_FAILED, EV_ITEM_THROTTLED
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.batching import EpochBacklog
 from noetl_celery.orchestrator.decisions import Completion
@@ -33,14 +33,26 @@ def inbox_completions(conn: Connection, execution_id: str, limit: int) -> list[C
 
 
 def completion_of(row: Mapping[Any, Any]) -> Completion:
-    """An inbox entry (INBOX's columns) as the pass folds it."""
+    """An inbox entry (INBOX's columns) as the pass folds it: a command's terminal
+    event, or a loop item's `item.throttled` (its `parked_for`: how far its turn is)."""
+    payload = row["payload"] or {}
+    if row.get("type") == EV_ITEM_THROTTLED:
+        return Completion(
+            event_id=row["event_id"],
+            command_id=row["command_id"] or "",
+            step=row["step"] or "",
+            epoch=row["epoch"] or 0,
+            iteration=row["iteration"],
+            outcome=Outcome("ok", None),
+            parked_for=float(payload.get("delay") or 0.0),
+        )
     return Completion(
         event_id=row["event_id"],
         command_id=row["command_id"] or "",
         step=row["step"] or "",
         epoch=row["epoch"] or 0,
         iteration=row["iteration"],
-        outcome=Outcome.from_json(row["payload"] or {}),
+        outcome=Outcome.from_json(payload),
     )
 
 

@@ -46,8 +46,11 @@ _BOOKED = """CASE WHEN t.now - old.bucket_at < :window
 # declared one comes back); it is raised once a second while the schedule binds (no slot
 # went unused for a whole second, this one included: demand, not the rate, is short
 # otherwise) and no 429 came for a second: RAISE_FRACTION, doubling each second after
-# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling. `:tolerance`
-# (seconds; 0 for a host) lets a keyed limit's `burst` go before the schedule's next
+# ACCELERATE_AFTER up to MAX_RAISE_FRACTION, never above the ceiling, nor above a
+# keyed limit's learned estimate while its last cut is fresh or while its schedule is
+# booked more than LEARNED_SECONDS ahead (parked loop items: the answers to a higher rate
+# would come only when those far slots are sent, after the probe had gone on unchecked).
+# `:tolerance` (seconds; 0 for a host) lets a keyed limit's `burst` go before the schedule's next
 # slot: GCRA's tolerance, (burst - 1) intervals of the rate.
 BOOK = text(
     f"""
@@ -64,7 +67,7 @@ UPDATE http_pace AS p SET
         old.rate * (1 + least(:max_raise, :raise_fraction
           * power(2, least(16, greatest(0, t.now - old.last_cut - :accelerate))))),
         coalesce(old.ceiling, 'Infinity'::double precision),
-        CASE WHEN t.now - old.last_cut <= :learned_for
+        CASE WHEN t.now - old.last_cut <= :learned_for OR old.tat - t.now > :learned_for
              THEN coalesce(old.learned, 'Infinity'::double precision)
              ELSE 'Infinity'::double precision END)
     ELSE old.rate END,

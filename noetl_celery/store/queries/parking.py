@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, select, update
 
-from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_RUNNING
-from noetl_celery.store.schema import commands
+from noetl_celery.constants import CMD_DELAYED, CMD_ISSUED, CMD_RUNNING, EV_ITEM_THROTTLED
+from noetl_celery.store.schema import commands, events, inbox
 
 
 def park_for_retry(
@@ -44,3 +44,43 @@ def issue_parked(conn: Connection, command_id: str, due: dt.datetime, now: dt.da
         .returning(commands.c.command_id)
     ).first()
     return issued is not None
+
+
+def append_throttled(
+    conn: Connection,
+    command_id: str,
+    payload: dict[str, Any],
+    now: dt.datetime,
+) -> None:
+    """The `item.throttled` event of a loop item just parked for its rate_limit key's
+    turn, and its inbox entry (the pass gives the item's window slot back): written in
+    the transaction that parked it, so the event exists exactly when the park does, and
+    comes before the item's terminal event."""
+    row = conn.execute(
+        select(
+            commands.c.execution_id, commands.c.step, commands.c.epoch, commands.c.iteration
+        ).where(commands.c.command_id == command_id)
+    ).one()
+    event_id = conn.execute(
+        events.insert()
+        .values(
+            execution_id=row.execution_id,
+            type=EV_ITEM_THROTTLED,
+            step=row.step,
+            command_id=command_id,
+            epoch=row.epoch,
+            iteration=row.iteration,
+            payload=payload,
+            created_at=now,
+        )
+        .returning(events.c.event_id)
+    ).scalar_one()
+    conn.execute(
+        inbox.insert().values(
+            event_id=event_id,
+            execution_id=row.execution_id,
+            step=row.step,
+            epoch=row.epoch,
+            iteration=row.iteration,
+        )
+    )

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Connection,
     String,
     Table,
+    and_,
     any_,
     bindparam,
     delete,
@@ -28,6 +29,7 @@ from sqlalchemy import (
 )
 
 from noetl_celery.constants import RUNNING, TERMINAL_STATUSES
+from noetl_celery.models.rate_limit import KEY_PREFIX
 from noetl_celery.models.retention import Lineage
 from noetl_celery.store.schema import (
     catalog,
@@ -75,6 +77,7 @@ KEPT_TABLES: dict[str, str] = {
     schedules.name: "cron schedules are configuration",
     counters.name: "engine-wide totals for /metrics",
     leases.name: "single-instance duties (the reaper's, the prune's own), not executions",
+    # (but a rate_limit key's row idle past the retention age: `delete_idle_keys`)
     http_pace.name: "the http tool's pacing state per host (and per rate_limit key)",
     throttle_slots.name: "rate_limit run slots: a row is free once its command stops running",
     engine_info.name: "the database's identity",
@@ -201,3 +204,32 @@ def delete_executions(conn: Connection, ids: Sequence[str]) -> int:
         executions.c.status.in_(_TERMINAL),
     )
     return int(conn.execute(query).rowcount)
+
+
+def _idle_keys(idle_before: float) -> Any:
+    """A keyed rate_limit's pacing row (`key:<key>`) that booked no send slot, was cut
+    by no 429 and is paused by no Retry-After since `idle_before` (epoch seconds): its
+    next free slot (`tat`, past every slot booked) is that old too. A host's row (the
+    http tool's, NOETL_HTTP_RATE_LIMITS) is never one: few, and declared by settings."""
+    c = http_pace.c
+    return and_(
+        c.host.like(f"{KEY_PREFIX}%"),
+        c.tat < idle_before,
+        c.bucket_at < idle_before,
+        c.last_cut < idle_before,
+        c.paused_until < idle_before,
+    )
+
+
+def count_idle_keys(conn: Connection, idle_before: float) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).select_from(http_pace).where(_idle_keys(idle_before))
+        ).scalar_one()
+    )
+
+
+def delete_idle_keys(conn: Connection, idle_before: float) -> int:
+    """Delete the idle keys' rows (their learned rates are forgotten: the next booking
+    of such a key declares it again at its ceiling, tools.keyed_pacing)."""
+    return int(conn.execute(delete(http_pace).where(_idle_keys(idle_before))).rowcount or 0)

@@ -118,6 +118,32 @@ def test_a_learned_rate_is_forgotten_and_a_declared_one_holds(pacing: PacingMana
     assert booked is not None and booked[:2] == (50.0, 0.0)
 
 
+def test_a_key_booked_far_ahead_is_probed_no_higher_than_its_learned_limit(
+    pacing: PacingManager,
+) -> None:
+    """Loop items parked for far turns keep a key's schedule booked far ahead: a probe
+    above the limit a 429 taught would be answered only when those slots are sent, so
+    while the schedule is more than LEARNED_SECONDS ahead the rate stays at most that
+    limit, however long ago the cut was (a host's row has no learned limit)."""
+    key = "key:deep"
+    pacing.declare(key, 6.0)
+    assert pacing.book(key, RULES, now=T0) is not None
+    cut_to = pacing.cut_key(
+        key, RULES, target=2.85, learned=3.0, sent_age=0.0, retry_after=None, now=T0 + 1
+    )
+    assert cut_to == pytest.approx(2.85)
+    rates: list[float] = []
+    for second in range(60):  # 20 s of schedule booked at once, then 4 a second
+        waits: list[float] = []
+        for _ in range(40 if second == 0 else 4):
+            booked = pacing.book(key, RULES, now=T0 + 1 + second)
+            assert booked is not None and booked[0] is not None
+            rates.append(booked[0])
+            waits.append(booked[1])
+        assert waits[-1] > 10.0  # still booked far ahead
+    assert max(rates) == pytest.approx(3.0)  # probed up to the learned limit, no higher
+
+
 def fleet(pacing: PacingManager) -> Callable[[Clock], list[HttpPacer]]:
     def make(clock: Clock) -> list[HttpPacer]:
         with pacing.db.write() as conn:  # each drain's clock starts afresh

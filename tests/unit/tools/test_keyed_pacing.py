@@ -105,7 +105,7 @@ class FailingLedger:
     def declare(self, host: str, rate: float) -> None:
         raise OSError("database away")
 
-    def book(self, host: str, count: int = 1, tolerance: float = 0.0) -> None:
+    def book_key(self, key: str, declared: float, tolerance: float = 0.0) -> None:
         raise OSError("database away")
 
     def cut_key(

@@ -12,8 +12,10 @@ import pytest
 from noetl_celery.errors import ConfigurationError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.settings import Settings
+from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.base import ToolOutcome
 from noetl_celery.tools.redaction import Redactor, command_masks
+from noetl_celery.worker.parking import releases
 from noetl_celery.worker.pipeline import Parked, PipelineLimits, run_pipeline
 from noetl_celery.worker.runner import holds_no_keychain_value
 from tests.unit.worker.test_pipeline import Script, http_error, step
@@ -191,3 +193,29 @@ def test_a_state_is_storable_unless_it_holds_the_commands_keychain_values() -> N
         assert not holds_no_keychain_value(state)
         assert holds_no_keychain_value({"ctx": {"page": 2}})
         assert not holds_no_keychain_value({"results": {"auth": ["Bearer s3cr3t-token"]}})
+
+
+def _item(iteration: int | None, resume: dict[str, Any] | None = None) -> ClaimedCommand:
+    return ClaimedCommand(
+        "e:each:1:0", "e", 1, "each", "step", 1, iteration, 1, 1, None, None, resume
+    )
+
+
+@pytest.mark.parametrize(
+    ("iteration", "turn", "resume", "released"),
+    [
+        (0, True, None, True),  # a loop item parked for its key's turn: gives its slot back
+        (0, False, None, False),  # parked for a run slot (concurrency): keeps it
+        (None, True, None, False),  # not a loop item: no window
+        (0, True, {"parked": {"released": True}}, False),  # given back already (an earlier park)
+        (0, True, {"parked": {"task": "each"}}, True),  # an earlier park that did not
+    ],
+)
+def test_which_parks_give_a_loop_items_window_slot_back(
+    iteration: int | None, turn: bool, resume: dict[str, Any] | None, released: bool
+) -> None:
+    parked = Parked({"single": True}, 4.5, "each", {"key:a": [1.0, 2.0]}, "key:a", turn)
+    payload = releases(_item(iteration, resume), parked)
+    assert (payload is not None) == released
+    if payload is not None:
+        assert payload == {"key": "key:a", "delay": 4.5}
