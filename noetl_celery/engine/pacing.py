@@ -49,7 +49,9 @@ class FleetPaceLedger:
         booked = self._pacing.book_key(key, declared, RULES, now=self._now(), tolerance=tolerance)
         if booked is None or booked[0] is None:
             return None
-        return Booking(wait=booked[1], rate=booked[0], interval=booked[2], slots=1)
+        return Booking(
+            wait=booked[1], rate=booked[0], interval=booked[2], slots=1, since_cut=booked[3]
+        )
 
     def cut(self, host: str, *, unbooked: int, sent_age: float, retry_after: float | None) -> float:
         return self._pacing.cut(

@@ -26,11 +26,12 @@ class PacingManager:
         now: float | None = None,
         count: int = 1,
         tolerance: float = 0.0,
-    ) -> tuple[float | None, float, float] | None:
+    ) -> tuple[float | None, float, float, float] | None:
         """Book `host`'s next `count` send slots: (its rate, seconds to the first slot,
-        seconds between two); None when the host is not paced. One statement,
-        autocommitted: the row is locked only while it runs. `tolerance`: how far ahead
-        of the schedule a keyed limit's burst may go (seconds)."""
+        seconds between two, seconds since its last cut); None when the host is not
+        paced. One statement, autocommitted: the row is locked only while it runs.
+        `tolerance`: how far ahead of the schedule a keyed limit's burst may go
+        (seconds)."""
         with self.db.single_write() as conn:
             return sql.book(conn, host, rules, now, count, tolerance)
 
@@ -41,7 +42,7 @@ class PacingManager:
         rules: PaceRules,
         now: float | None = None,
         tolerance: float = 0.0,
-    ) -> tuple[float | None, float, float] | None:
+    ) -> tuple[float | None, float, float, float] | None:
         """book() for a keyed limit declared at `declared`: a key whose row is gone (a
         prune removed it idle, a reset ledger) is declared again and booked, in one
         transaction; the process that cached its declaration need not know."""

@@ -138,6 +138,9 @@ class Booking(NamedTuple):
     rate: float  # the host's rate after the booking (requests per second, the fleet's)
     interval: float = 0.0  # seconds between two of the slots
     slots: int = 1  # how many were booked
+    # seconds since the row's last cut at the booking (a keyed limit's: is its rate
+    # settled? tools.keyed_pacing.KeyedPacer.book); infinite: never cut, or not known
+    since_cut: float = float("inf")
 
 
 class PaceLedger(Protocol):

@@ -78,6 +78,24 @@ JITTER_SHARE = 0.85
 # estimated (the key sits just under its limit instead of probing into 429s); then the
 # probing goes on from where the rate is. Short: an estimate read at a 429 is rough
 LEARNED_SECONDS = 10.0
+# a key not cut for this long has a settled rate: a loop item parked for its send slot
+# may then give its window slot back (worker.parking.releases), and the loop books the
+# key's turns far ahead. While the key is still being cut, far turns would keep the
+# spacing of a rate already known too high (they are refused when sent) and the 429s
+# that teach the rate would come only as late as they are sent; an item keeping its
+# window slot keeps the bookings shallow and the feedback fast. LEARNED_SECONDS: after
+# it the probe is no longer capped by the last cut's estimate either, and a key booked
+# shallow (as it is while unsettled) sends at its rate for that long without a 429
+SETTLED_SECONDS = LEARNED_SECONDS
+
+
+class KeyedSlot(NamedTuple):
+    """A booked send slot: seconds until it, the key's rate, and whether that rate has
+    settled (no cut of the key for SETTLED_SECONDS; a key never cut is settled)."""
+
+    wait: float
+    rate: float
+    settled: bool = True
 
 
 class KeyedTurn(NamedTuple):
@@ -193,14 +211,14 @@ class KeyedPacer:
         with self._lock:
             return self._pace(key, per_second).rate
 
-    def book(self, key: str, per_second: float, burst: int = 1) -> tuple[float, float]:
-        """Book one send slot of `key` (declared at `per_second`): (seconds until it,
-        the key's rate)."""
+    def book(self, key: str, per_second: float, burst: int = 1) -> KeyedSlot:
+        """Book one send slot of `key` (declared at `per_second`)."""
         with self._lock:
             pace = self._pace(key, per_second)
             tolerance = (max(1, burst) - 1) / pace.rate
             if self._ledger is None:
-                return self._book_local(pace, tolerance), pace.rate
+                settled = self._clock() - pace.last_cut >= SETTLED_SECONDS
+                return KeyedSlot(self._book_local(pace, tolerance), pace.rate, settled)
             declare = not pace.declared
         try:
             if declare:
@@ -211,13 +229,13 @@ class KeyedPacer:
             booking = self._ledger.book_key(key, per_second, tolerance)
         except Exception as exc:  # pacing never fails a body: it goes unpaced
             self._unreachable(key, exc)
-            return 0.0, pace.rate
+            return KeyedSlot(0.0, pace.rate)
         if booking is None:  # not paced (cannot be once declared): declare next time
             pace.declared = False
-            return 0.0, pace.rate
+            return KeyedSlot(0.0, pace.rate)
         with self._lock:
             pace.rate = booking.rate
-        return booking.wait, booking.rate
+        return KeyedSlot(booking.wait, booking.rate, booking.since_cut >= SETTLED_SECONDS)
 
     def _book_local(self, pace: KeyPace, tolerance: float) -> float:
         now = self._clock()

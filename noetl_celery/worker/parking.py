@@ -104,8 +104,12 @@ def releases(command: ClaimedCommand, parked: Parked) -> dict[str, Any] | None:
     """The `item.throttled` payload when this park gives a loop item's window slot back
     (orchestrator.loops.on_parked): a wait for a rate_limit key's send slot (not a run
     slot: those waits are short and repeat; not a retry's delay) of a loop item whose
-    earlier parks did not; None otherwise."""
-    if not parked.turn or command.iteration is None or released_before(command):
+    earlier parks did not, booked when the key's rate had settled (not cut for
+    keyed_pacing.SETTLED_SECONDS: while it is still being cut the item keeps its slot,
+    so the loop books the key shallow and its 429s come soon); None otherwise."""
+    if not parked.turn or not parked.settled or command.iteration is None:
+        return None
+    if released_before(command):
         return None
     return {"key": parked.throttled, "delay": round(parked.delay, 3)}
 

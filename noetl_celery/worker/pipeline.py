@@ -93,6 +93,8 @@ class Parked:
     throttled: str | None = None  # the key it waits for
     # it waits for that key's send slot (per_second), not a run slot (worker.throttle)
     turn: bool = False
+    # that key's rate had settled when the slot was booked (worker.parking.releases)
+    settled: bool = True
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,9 @@ def run_pipeline(
             except Throttled as wait:  # the task's rate_limit turn is later: park until it
                 if limits.storable(run.to_json()):
                     state = run.to_json()
-                    return Parked(state, wait.delay, label, wait.booked, wait.key, wait.turn)
+                    return Parked(
+                        state, wait.delay, label, wait.booked, wait.key, wait.turn, wait.settled
+                    )
                 limits.sleep(wait.delay)  # its turn stays booked for the task's next run
                 continue
         outcome = _record(run, label, outcome)

@@ -355,7 +355,7 @@ def _parked_before(
         task = step.tasks()[0][0]
     else:
         continuation, task = {"single": True}, step.step
-    return Parked(continuation, wait.delay, task, wait.booked, wait.key, wait.turn)
+    return Parked(continuation, wait.delay, task, wait.booked, wait.key, wait.turn, wait.settled)
 
 
 def _booked(stored: Any) -> dict[str, list[float]] | None:

@@ -68,7 +68,13 @@ class Throttled(Exception):
     they are."""
 
     def __init__(
-        self, delay: float, booked: Booked, key: str, reason: str, turn: bool = False
+        self,
+        delay: float,
+        booked: Booked,
+        key: str,
+        reason: str,
+        turn: bool = False,
+        settled: bool = True,
     ) -> None:
         super().__init__(reason)
         self.delay = delay
@@ -78,6 +84,9 @@ class Throttled(Exception):
         # a wait for the key's send slot (per_second), not for a run slot: a loop item
         # parked for it gives its window slot back (worker.parking, loops.on_parked)
         self.turn = turn
+        # the key's rate had settled when the turn was booked (keyed_pacing.SETTLED_SECONDS):
+        # only then is the window slot given back (a key still being cut keeps it)
+        self.settled = settled
 
 
 class SlotStore(Protocol):
@@ -199,16 +208,20 @@ class CommandThrottle:
         if booked is not None:  # booked before this command parked for it
             booked_at, rate = float(booked[0]), float(booked[1])
             # woken WAKE_LEAD early: the rest of the wait is slept (or, woken far too
-            # early, parked again for the same slot)
+            # early, parked again for the same slot; its window slot was given back or
+            # kept when it first parked, worker.parking.releases)
             wait = float(booked[2]) - self._wall() if len(booked) > 2 else 0.0
+            settled = True
         else:
             booked_at = self._wall()
-            wait, rate = self._pacer.book(key, limit.per_second, limit.burst)
+            wait, rate, settled = self._pacer.book(key, limit.per_second, limit.burst)
         if self._park_after is not None and wait > self._park_after:
             self._pending[key] = [booked_at, rate, self._wall() + wait]
             lead = min(WAKE_LEAD, self._park_after)
             reason = f"{key}: next send slot in {wait:.3g}s"
-            raise Throttled(wait - lead, dict(self._pending), key, reason, turn=True)
+            raise Throttled(
+                wait - lead, dict(self._pending), key, reason, turn=True, settled=settled
+            )
         if wait > 0:
             self._sleep(wait)
         return KeyedTurn(key, rate, booked_at)

@@ -51,7 +51,9 @@ _BOOKED = """CASE WHEN t.now - old.bucket_at < :window
 # booked more than LEARNED_SECONDS ahead (parked loop items: the answers to a higher rate
 # would come only when those far slots are sent, after the probe had gone on unchecked).
 # `:tolerance` (seconds; 0 for a host) lets a keyed limit's `burst` go before the schedule's next
-# slot: GCRA's tolerance, (burst - 1) intervals of the rate.
+# slot: GCRA's tolerance, (burst - 1) intervals of the rate. `since_cut`: seconds since the
+# row's last cut (a row never cut: since the epoch), so a keyed limit's caller can tell a
+# settled rate from one still being learned (worker.parking.releases).
 BOOK = text(
     f"""
 WITH {_NOW},
@@ -82,7 +84,7 @@ UPDATE http_pace AS p SET
 FROM t, old
 WHERE p.host = old.host
 RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.now AS wait,
-          1.0 / old.rate AS spacing
+          1.0 / old.rate AS spacing, t.now - old.last_cut AS since_cut
 """
 )
 
@@ -187,14 +189,15 @@ def book(
     now: float | None,
     count: int = 1,
     tolerance: float = 0.0,
-) -> tuple[float | None, float, float] | None:
+) -> tuple[float | None, float, float, float] | None:
     """(the host's rate after the booking, seconds to the first slot, seconds between
-    two slots); None: not paced."""
+    two slots, seconds since its last cut); None: not paced."""
     params = _params(rules, host=host, now=now, count=count, tolerance=tolerance)
     row = conn.execute(BOOK, params).first()
     if row is None:
         return None
-    return (None if row[0] is None else float(row[0])), max(0.0, float(row[1])), float(row[2])
+    rate = None if row[0] is None else float(row[0])
+    return rate, max(0.0, float(row[1])), float(row[2]), float(row[3])
 
 
 def cut(

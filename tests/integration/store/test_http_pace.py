@@ -106,7 +106,8 @@ def test_the_rate_is_raised_while_the_schedule_binds_and_only_then(
 
 def test_a_learned_rate_is_forgotten_and_a_declared_one_holds(pacing: PacingManager) -> None:
     rate = cut(pacing, T0, 100)
-    assert pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 1) == (None, 0.0, 1 / rate)
+    booked = pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 1)
+    assert booked is not None and booked[:3] == (None, 0.0, 1 / rate)
     assert pacing.book(HOST, RULES, now=T0 + FORGET_SECONDS + 2) is None
     pacing.declare(HOST, 50.0)
     for i in range(5):
@@ -142,6 +143,30 @@ def test_a_key_booked_far_ahead_is_probed_no_higher_than_its_learned_limit(
             waits.append(booked[1])
         assert waits[-1] > 10.0  # still booked far ahead
     assert max(rates) == pytest.approx(3.0)  # probed up to the learned limit, no higher
+
+
+def test_a_booking_returns_the_seconds_since_the_keys_last_cut(pacing: PacingManager) -> None:
+    """BOOK's `since_cut` (a loop item parked for its turn gives its window slot back
+    only when the key's rate has settled, worker.parking.releases): from the epoch for
+    a key never cut, from the last cut after one; a 429 answered within the cut's
+    window (its overshoot) does not move it."""
+    key = "key:settle"
+    pacing.declare(key, 6.0)
+    booked = pacing.book(key, RULES, now=T0)
+    assert booked is not None and booked[3] == pytest.approx(T0)  # never cut
+    assert pacing.cut_key(
+        key, RULES, target=4.0, learned=4.5, sent_age=0.0, retry_after=None, now=T0 + 1
+    ) == pytest.approx(4.0)
+    booked = pacing.book(key, RULES, now=T0 + 3.5)
+    assert booked is not None and booked[3] == pytest.approx(2.5)
+    assert (
+        pacing.cut_key(
+            key, RULES, target=3.0, learned=3.5, sent_age=0.0, retry_after=None, now=T0 + 1.2
+        )
+        is None
+    )
+    booked = pacing.book(key, RULES, now=T0 + 12)
+    assert booked is not None and booked[3] == pytest.approx(11.0)
 
 
 def fleet(pacing: PacingManager) -> Callable[[Clock], list[HttpPacer]]:

@@ -8,7 +8,9 @@ import pytest
 from noetl_celery.tools.http_pacing import CUT_FACTOR, MIN_RATE
 from noetl_celery.tools.keyed_pacing import (
     MIN_SHARE_ANSWERS,
+    SETTLED_SECONDS,
     KeyedPacer,
+    KeyedSlot,
     KeyedTurn,
     accepted_share,
     current,
@@ -66,7 +68,7 @@ def test_a_local_schedule_spaces_runs_at_the_declared_rate_after_a_burst() -> No
 def test_a_429_cuts_the_key_to_the_accepted_rate_once_per_overshoot() -> None:
     clock = Clock()
     pacer = KeyedPacer(clock=clock, wall=clock)
-    _, rate = pacer.book("key:t", 10.0)
+    rate = pacer.book("key:t", 10.0).rate
     booked = clock.now
     for _ in range(8):
         pacer.observe(KeyedTurn("key:t", rate, booked), 200, None, clock.now)
@@ -83,6 +85,20 @@ def test_a_429_cuts_the_key_to_the_accepted_rate_once_per_overshoot() -> None:
     clock.now += 2.0
     pacer.observe(KeyedTurn("key:t", first, clock.now), 429, 1.0, clock.now)
     assert pacer.rate("key:t", 10.0) == pytest.approx(CUT_FACTOR * first * 0.75)
+
+
+def test_a_keys_rate_is_settled_until_a_cut_and_again_settled_seconds_after_it() -> None:
+    """A key never cut is settled; a 429's cut unsettles it (a loop item parked for its
+    turn then keeps its window slot, worker.parking.releases) for SETTLED_SECONDS."""
+    clock = Clock()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    assert pacer.book("key:t", 10.0).settled
+    pacer.observe(KeyedTurn("key:t", 10.0, clock.now), 429, None, clock.now)
+    assert pacer.rate("key:t", 10.0) < 10.0  # cut
+    clock.now += SETTLED_SECONDS - 0.5
+    assert not pacer.book("key:t", 10.0).settled
+    clock.now += 0.5
+    assert pacer.book("key:t", 10.0).settled
 
 
 def test_an_accepted_answer_or_a_concurrency_only_turn_cuts_nothing() -> None:
@@ -122,4 +138,4 @@ class FailingLedger:
 
 def test_an_unreachable_ledger_leaves_the_key_unpaced() -> None:
     pacer = KeyedPacer(FailingLedger())
-    assert pacer.book("key:t", 5.0) == (0.0, 5.0)
+    assert pacer.book("key:t", 5.0) == KeyedSlot(0.0, 5.0, settled=True)

@@ -202,19 +202,27 @@ def _item(iteration: int | None, resume: dict[str, Any] | None = None) -> Claime
 
 
 @pytest.mark.parametrize(
-    ("iteration", "turn", "resume", "released"),
+    ("iteration", "turn", "settled", "resume", "released"),
     [
-        (0, True, None, True),  # a loop item parked for its key's turn: gives its slot back
-        (0, False, None, False),  # parked for a run slot (concurrency): keeps it
-        (None, True, None, False),  # not a loop item: no window
-        (0, True, {"parked": {"released": True}}, False),  # given back already (an earlier park)
-        (0, True, {"parked": {"task": "each"}}, True),  # an earlier park that did not
+        (0, True, True, None, True),  # a loop item parked for its key's turn: gives its slot back
+        (0, False, True, None, False),  # parked for a run slot (concurrency): keeps it
+        (None, True, True, None, False),  # not a loop item: no window
+        # given back already (an earlier park)
+        (0, True, True, {"parked": {"released": True}}, False),
+        (0, True, True, {"parked": {"task": "each"}}, True),  # an earlier park that did not
+        # the key's rate is still being cut: the item keeps its slot (shallow bookings)
+        (0, True, False, None, False),
+        (0, True, False, {"parked": {"task": "each"}}, False),
     ],
 )
 def test_which_parks_give_a_loop_items_window_slot_back(
-    iteration: int | None, turn: bool, resume: dict[str, Any] | None, released: bool
+    iteration: int | None,
+    turn: bool,
+    settled: bool,
+    resume: dict[str, Any] | None,
+    released: bool,
 ) -> None:
-    parked = Parked({"single": True}, 4.5, "each", {"key:a": [1.0, 2.0]}, "key:a", turn)
+    parked = Parked({"single": True}, 4.5, "each", {"key:a": [1.0, 2.0]}, "key:a", turn, settled)
     payload = releases(_item(iteration, resume), parked)
     assert (payload is not None) == released
     if payload is not None:

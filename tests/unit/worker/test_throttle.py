@@ -10,7 +10,7 @@ import pytest
 from noetl_celery.errors import RateLimitKeyError
 from noetl_celery.models.rate_limit import RateLimit
 from noetl_celery.templating import STRICT
-from noetl_celery.tools.keyed_pacing import KeyedPacer, current
+from noetl_celery.tools.keyed_pacing import SETTLED_SECONDS, KeyedPacer, KeyedTurn, current
 from noetl_celery.worker.throttle import (
     CONCURRENCY_RETRY,
     WAKE_LEAD,
@@ -128,6 +128,31 @@ def test_with_parking_sooner_than_the_lead_the_resumed_run_still_sleeps_the_rest
     with resumed.gate(limit, {}, "s"):
         pass
     assert clock.slept == pytest.approx([0.2])
+
+
+@pytest.mark.parametrize(
+    ("since_cut", "settled"), [(None, True), (1.0, False), (SETTLED_SECONDS, True)]
+)
+def test_a_park_for_a_turn_says_whether_the_keys_rate_had_settled(
+    since_cut: float | None, settled: bool
+) -> None:
+    """`Throttled.settled` (worker.parking.releases gives a loop item's window slot
+    back only then): the key not cut for SETTLED_SECONDS at the booking, or never."""
+    clock, slots = Clock(), LocalSlots()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    limit = RateLimit(key="k", per_second=2.0)
+    pacer.book("key:k", 2.0)
+    if since_cut is not None:
+        pacer.observe(KeyedTurn("key:k", 2.0, clock.now), 429, None, clock.now)
+        clock.now += since_cut
+    for _ in range(4):  # the next turn is more than park_after away
+        pacer.book("key:k", 2.0)
+    with (
+        pytest.raises(Throttled) as parked,
+        throttle("c1", clock, slots, pacer).gate(limit, {}, "s"),
+    ):
+        pytest.fail("the body ran before its turn")
+    assert parked.value.turn and parked.value.settled is settled
 
 
 def test_all_run_slots_held_parks_after_polling() -> None:
