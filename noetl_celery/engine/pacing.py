@@ -84,5 +84,9 @@ class FleetPaceLedger:
             now=self._now(),
         )
 
+    def schedule_key(self, key: str) -> tuple[float, float] | None:
+        """A keyed limit's rate and last cut (epoch seconds), None when not paced."""
+        return self._pacing.schedule_key(key)
+
     def declare(self, host: str, rate: float) -> None:
         self._pacing.declare(host, rate)

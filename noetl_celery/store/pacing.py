@@ -99,6 +99,11 @@ class PacingManager:
                 now=now,
             )
 
+    def schedule_key(self, key: str) -> tuple[float, float] | None:
+        """A keyed limit's (rate, last cut), for a holder of a slot booked before it."""
+        with self.db.read() as conn:
+            return sql.schedule_key(conn, key)
+
     def declare(self, host: str, rate: float) -> None:
         with self.db.write() as conn:
             sql.declare(conn, host, rate)

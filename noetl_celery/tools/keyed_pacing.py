@@ -144,6 +144,8 @@ class KeyLedger(Protocol):
         retry_after: float | None,
     ) -> float | None: ...
 
+    def schedule_key(self, key: str) -> tuple[float, float] | None: ...
+
 
 @dataclass
 class KeyPace:
@@ -284,6 +286,10 @@ class KeyedPacer:
             booked_age = max(0.0, pace.cut_at - turn.booked_at)
             if self._ledger is None:
                 was, pace.rate = pace.rate, min(pace.rate, target)
+                # the slots booked past the cut stretched to the new rate (their
+                # holders move theirs the same way: respaced)
+                if pace.tat > now:
+                    pace.tat = now + (pace.tat - now) * was / pace.rate
                 pace.tat = max(pace.tat, now)
                 rate: float | None = pace.rate
         if self._ledger is not None:
@@ -314,6 +320,42 @@ class KeyedPacer:
                 rate,
                 pace.ceiling,
             )
+
+    def cut_since(self, key: str, placed_at: float) -> bool:
+        """This process cut (or tried to cut) `key` after `placed_at` (epoch seconds):
+        a slot placed then may have moved (respaced)."""
+        with self._lock:
+            pace = self._keys.get(key)
+            return pace is not None and pace.cut_at > placed_at
+
+    def respaced(
+        self, key: str, slot_at: float, placed_at: float, rate_then: float
+    ) -> tuple[float, float]:
+        """(when to send, the rate it is spaced at) for a slot placed at `slot_at`
+        (epoch seconds) at `placed_at` while the key's rate was `rate_then`, now that the
+        key may have been cut since: a cut stretches the schedule past it to the new
+        rate (CUT_KEY, `observe`), so the slot moves as far past the cut as it was,
+        times the old rate over the new. Only the last cut is known: a slot placed
+        before two moves as if the rate had dropped at once at the second. The ledger
+        unreachable: the slot as placed."""
+        if self._ledger is not None:
+            try:
+                schedule = self._ledger.schedule_key(key)
+            except Exception as exc:
+                self._unreachable(key, exc)
+                return slot_at, rate_then
+            if schedule is None:
+                return slot_at, rate_then
+            rate, cut = schedule
+        else:
+            with self._lock:
+                pace = self._keys.get(key)
+                if pace is None:
+                    return slot_at, rate_then
+                rate, cut = pace.rate, pace.cut_at
+        if cut <= placed_at or slot_at <= cut or rate >= rate_then:
+            return slot_at, rate_then
+        return cut + (slot_at - cut) * rate_then / rate, rate
 
     def _unreachable(self, key: str, exc: Exception) -> None:
         now = self._clock()

@@ -360,11 +360,11 @@ def _parked_before(
 
 def _booked(stored: Any) -> dict[str, list[float]] | None:
     """The send slots a parked command booked (`worker.throttle.Booked`), as its resume
-    holds them: key -> [booked at, rate(, when to send)]."""
+    holds them: key -> [booked at, rate(, when to send(, placed at))]."""
     if not isinstance(stored, dict):
         return None
     return {
         str(key): [float(part) for part in value]
         for key, value in stored.items()
-        if isinstance(value, list) and len(value) in (2, 3)
+        if isinstance(value, list) and len(value) in (2, 3, 4)
     }

@@ -57,8 +57,9 @@ WAKE_LEAD = 0.5
 
 
 # the send slots a command booked and has not used yet: key -> [when it was booked (epoch
-# seconds), the key's rate then, when to send (epoch seconds; absent: now)]; plain
-# JSON, kept in a parked command's resume
+# seconds), the rate it is spaced at, when to send (epoch seconds; absent: now), when
+# that send time was placed (absent: when booked)]; plain JSON, kept in a parked
+# command's resume
 Booked = dict[str, list[float]]
 
 
@@ -209,14 +210,19 @@ class CommandThrottle:
             booked_at, rate = float(booked[0]), float(booked[1])
             # woken WAKE_LEAD early: the rest of the wait is slept (or, woken far too
             # early, parked again for the same slot; its window slot was given back or
-            # kept when it first parked, worker.parking.releases)
-            wait = float(booked[2]) - self._wall() if len(booked) > 2 else 0.0
+            # kept when it first parked, worker.parking.releases); a cut of the key
+            # since moved the slot later (respaced)
+            slot_at, placed_at = _slot_of(booked)
+            if slot_at is not None:
+                slot_at, rate = self._pacer.respaced(key, slot_at, placed_at, rate)
+            wait = 0.0 if slot_at is None else slot_at - self._wall()
             settled = True
         else:
             booked_at = self._wall()
             wait, rate, settled = self._pacer.book(key, limit.per_second, limit.burst)
+        placed_at = self._wall()
         if self._park_after is not None and wait > self._park_after:
-            self._pending[key] = [booked_at, rate, self._wall() + wait]
+            self._pending[key] = [booked_at, rate, placed_at + wait, placed_at]
             lead = min(WAKE_LEAD, self._park_after)
             reason = f"{key}: next send slot in {wait:.3g}s"
             raise Throttled(
@@ -224,4 +230,18 @@ class CommandThrottle:
             )
         if wait > 0:
             self._sleep(wait)
+            # a 429 this process saw meanwhile cut the key: its slot moved later
+            if self._pacer.cut_since(key, placed_at):
+                slot_at, rate = self._pacer.respaced(key, placed_at + wait, placed_at, rate)
+                if (late := slot_at - self._wall()) > 0:
+                    self._sleep(late)
         return KeyedTurn(key, rate, booked_at)
+
+
+def _slot_of(booked: list[float]) -> tuple[float | None, float]:
+    """A kept turn's (send time, when that time was placed): [booked at, rate] (a
+    resume stored before send times were kept: due now), [.., send at] (placed when
+    booked), [.., send at, placed at]."""
+    if len(booked) < 3:
+        return None, 0.0
+    return float(booked[2]), float(booked[3] if len(booked) > 3 else booked[0])

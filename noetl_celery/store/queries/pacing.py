@@ -98,24 +98,35 @@ RETURNING p.rate, greatest(old.tat - :tolerance, t.now, old.paused_until) - t.no
 # probing into 429s every few seconds; once it is stale, probing goes on upward from
 # the key's rate (a key's rate is not reset to the ceiling, as a host's is: a jump to
 # a declared rate far above the real one would be a storm of 429s). A host's row has
-# no `learned` (NULL).
+# no `learned` (NULL). The slots already booked past the cut are stretched with it: the
+# schedule's end (`tat`) moves to where those slots end at the new rate, and each
+# holder moves its own slot the same way when it comes to send (SCHEDULE_KEY,
+# tools.keyed_pacing.respaced); else every far turn booked at the old rate (loop items
+# parked for them) would go at the spacing the server just refused.
 CUT_KEY = text(
     f"""
 WITH {_NOW},
-old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDATE)
+old AS (SELECT * FROM http_pace WHERE host = :host AND rate IS NOT NULL FOR UPDATE),
+n AS (SELECT greatest(:min_rate, least(old.rate, :target)) AS rate FROM old)
 UPDATE http_pace AS p SET
-  rate = greatest(:min_rate, least(old.rate, :target)),
+  rate = n.rate,
+  tat = CASE WHEN old.tat > t.now THEN t.now + (old.tat - t.now) * old.rate / n.rate
+             ELSE old.tat END,
   learned = greatest(:min_rate, :learned),
   last_cut = t.now,
   epoch_at = t.now,
   slack_at = t.now,
   paused_until = CASE WHEN coalesce(:retry_after, 0) > :window
     THEN greatest(old.paused_until, t.now + :retry_after) ELSE old.paused_until END
-FROM t, old
+FROM t, old, n
 WHERE p.host = old.host AND t.now - :age >= old.last_cut + :window
 RETURNING p.rate
 """
 )
+
+# A keyed limit's rate and last cut (epoch seconds; 0: never cut): a holder of a slot
+# booked before that cut moves it as the cut stretched the schedule (CUT_KEY)
+SCHEDULE_KEY = text("SELECT rate, last_cut FROM http_pace WHERE host = :host")
 
 ENSURE = text("INSERT INTO http_pace (host) VALUES (:host) ON CONFLICT (host) DO NOTHING")
 
@@ -245,3 +256,11 @@ def cut_key(
     )
     rate = conn.execute(CUT_KEY, params).scalar()
     return None if rate is None else float(rate)
+
+
+def schedule_key(conn: Connection, key: str) -> tuple[float, float] | None:
+    """(the key's rate, its last cut); None: not paced."""
+    row = conn.execute(SCHEDULE_KEY, {"host": key}).first()
+    if row is None or row[0] is None:
+        return None
+    return float(row[0]), float(row[1])

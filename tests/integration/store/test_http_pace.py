@@ -169,6 +169,37 @@ def test_a_booking_returns_the_seconds_since_the_keys_last_cut(pacing: PacingMan
     assert booked is not None and booked[3] == pytest.approx(11.0)
 
 
+def test_a_cut_stretches_a_keys_booked_schedule_and_holders_follow(
+    pacing: PacingManager,
+) -> None:
+    """Ten slots of a key booked at 5/s (to T0 + 1.8); a 429 at T0 + 0.5 cuts it to 4/s:
+    the schedule's end moves to where those slots end at 4/s, and a holder of a slot
+    past the cut, reading the key's rate and cut (SCHEDULE_KEY), moves to the same
+    spacing, so the next booking follows the last held slot by one new interval."""
+    key = "key:stretch"
+    ledger = FleetPaceLedger(pacing, now=lambda: None)
+    pacing.declare(key, 5.0)
+    for i in range(10):
+        booked = pacing.book(key, RULES, now=T0)
+        assert booked is not None and booked[1] == pytest.approx(i * 0.2)
+    assert pacing.schedule_key(key) == (5.0, 0.0)  # never cut
+    assert pacing.cut_key(
+        key, RULES, target=4.0, learned=4.5, sent_age=0.5, retry_after=None, now=T0 + 0.5
+    ) == pytest.approx(4.0)
+    assert pacing.schedule_key(key) == (pytest.approx(4.0), pytest.approx(T0 + 0.5))
+    booked = pacing.book(key, RULES, now=T0 + 0.5)
+    assert booked is not None
+    # the old end (T0 + 2.0) stretched from the cut: 0.5 + 1.5 x 5/4
+    assert booked[1] == pytest.approx(1.5 * 1.25, abs=1e-3)
+    assert ledger.schedule_key(key) == (pytest.approx(4.0), pytest.approx(T0 + 0.5))
+    # the holder of the last slot before the cut (T0 + 1.8) moves to T0 + 2.125: one new
+    # interval (0.25 s) before that next booking
+    cut = T0 + 0.5
+    moved = cut + (T0 + 1.8 - cut) * 5.0 / 4.0
+    assert T0 + 0.5 + booked[1] - moved == pytest.approx(0.25, abs=1e-3)
+    assert pacing.schedule_key("key:never-declared") is None
+
+
 def fleet(pacing: PacingManager) -> Callable[[Clock], list[HttpPacer]]:
     def make(clock: Clock) -> list[HttpPacer]:
         with pacing.db.write() as conn:  # each drain's clock starts afresh

@@ -3,6 +3,8 @@ schedule of a key (no ledger: an SQLite engine), on a clock the test sets."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from noetl_celery.tools.http_pacing import CUT_FACTOR, MIN_RATE
@@ -135,7 +137,40 @@ class FailingLedger:
     ) -> float | None:
         raise OSError("database away")
 
+    def schedule_key(self, key: str) -> tuple[float, float] | None:
+        raise OSError("database away")
+
 
 def test_an_unreachable_ledger_leaves_the_key_unpaced() -> None:
     pacer = KeyedPacer(FailingLedger())
     assert pacer.book("key:t", 5.0) == KeyedSlot(0.0, 5.0, settled=True)
+    # a kept slot is sent as placed
+    assert pacer.respaced("key:t", 510.0, 500.0, 5.0) == (510.0, 5.0)
+
+
+def test_a_cut_stretches_the_slots_booked_past_it_to_the_new_rate() -> None:
+    """Ten slots booked at 5/s (the last 1.8 s away); a 429 at the first cuts the rate:
+    the schedule's end and every held slot past the cut move out to the new spacing,
+    in order, so none is sent at the spacing the server refused."""
+    clock = Clock()
+    pacer = KeyedPacer(clock=clock, wall=clock)
+    placed = clock.now
+    slots = [placed + pacer.book("key:t", 5.0).wait for _ in range(10)]
+    assert slots[-1] - slots[0] == pytest.approx(1.8)
+    clock.now += 0.01  # the first one's 429 comes back
+    pacer.observe(KeyedTurn("key:t", 5.0, placed), 429, None, placed)
+    rate = pacer.rate("key:t", 5.0)
+    assert rate < 5.0
+    moved = [pacer.respaced("key:t", at, placed, 5.0) for at in slots]
+    assert {r for _, r in moved[1:]} == {rate}
+    times = [at for at, _ in moved]
+    assert times[0] == pytest.approx(slots[0])  # before the cut: sent as booked
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # stretched from the cut (0.01 s into the first gap) on
+    assert gaps[1:] == pytest.approx([1.0 / rate] * 8)
+    assert 0.2 < gaps[0] < 1.0 / rate
+    # the next booking comes after the last stretched slot, at the new spacing
+    assert clock.now + pacer.book("key:t", 5.0).wait == pytest.approx(times[-1] + 1.0 / rate)
+    # a slot placed after the cut (or at the new rate) is not moved again
+    assert pacer.respaced("key:t", times[-1], clock.now + 0.001, rate) == (times[-1], rate)
+    assert not pacer.cut_since("key:t", clock.now + 0.001) and pacer.cut_since("key:t", placed - 1)
