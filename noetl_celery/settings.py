@@ -213,6 +213,9 @@ class Settings:
     # commands of a slow batch run side by side in one process close together: a close
     # waits this long at most for others of its process (worker.close_window; 0: alone)
     close_window_seconds: float = 0.05
+    # threads per worker process that run the rest of a slow batch beside its slow
+    # command when it waits (worker.batch); 0: none, the rest is handed back instead
+    beside_threads: int = 64
     # default HTTP timeout when a tool gives none
     http_timeout_seconds: float = 60.0
     # requests per second per `host:port` for the http tool's pacer (tools.http_pacing):
@@ -328,6 +331,11 @@ class Settings:
         return f"sqlite:///{self.home / 'noetl.sqlite3'}"
 
     @property
+    def batch_threads(self) -> tuple[float, int]:
+        """worker.batch.BatchExecutor's close window (seconds) and beside threads."""
+        return self.close_window_seconds, self.beside_threads
+
+    @property
     def shown_database_url(self) -> str:
         """The engine database's URL as messages show it (password masked)."""
         return mask_url(self.effective_database_url)
@@ -407,6 +415,7 @@ class Settings:
             close_window_seconds=_float(
                 env, "NOETL_CLOSE_WINDOW_SECONDS", base.close_window_seconds
             ),
+            beside_threads=_int(env, "NOETL_BESIDE_THREADS", base.beside_threads),
             http_timeout_seconds=_float(
                 env, "NOETL_HTTP_TIMEOUT_SECONDS", base.http_timeout_seconds
             ),

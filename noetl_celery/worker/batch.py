@@ -62,9 +62,10 @@ log = logging.getLogger("noetl_celery.worker")
 
 # command ids a hand-back's trace mark names (its count is always exact)
 HAND_BACK_IDS_SHOWN = 10
-# threads of a process that run the rest of slow batches beside their slow command; more
-# wait for one (claimed, their leases renewed): they wait on I/O, so the process's CPU
-# is not what bounds them
+# threads of a process that run the rest of slow batches beside their slow command
+# (NOETL_BESIDE_THREADS); more wait for one (claimed, their leases renewed): they wait on
+# I/O, so the process's CPU is not what bounds them. A process then runs up to this many
+# commands past the one its pool slot runs (`-c` counts processes, not these)
 BESIDE_THREADS = 64
 # closes the close window records in one transaction at most
 MOST_CLOSES = 50
@@ -106,9 +107,12 @@ class BatchExecutor:
         executor: CommandExecutor,
         budget_seconds: float,
         close_window_seconds: float = DEFAULT_CLOSE_WINDOW_SECONDS,
+        beside_threads: int = BESIDE_THREADS,
     ) -> None:
         self.executor = executor
         self.budget_seconds = budget_seconds
+        # 0: nothing runs beside; the rest of a slow batch is handed back, one per message
+        self.beside_threads = beside_threads
         # a command slower than this is not the cheap kind batches are for (a no-op, a
         # quick SQL statement: a few ms): one that waits on an API has the rest of its
         # batch run beside it at once, so a parallel loop's items run side by side
@@ -178,7 +182,7 @@ class BatchExecutor:
                 # past the budget, or the last command was slow and ended between two
                 # of the watchdog's ticks: the rest runs elsewhere, not one by one here
                 rest = queue.take_rest()
-                if rest and not over_budget and waited:
+                if rest and not over_budget and waited and self.beside_threads:
                     self._run_beside(rest, beside)
                 elif rest:
                     log.info(
@@ -223,7 +227,7 @@ class BatchExecutor:
         """The watchdog's call (its own thread) while a slow command still runs: the rest
         runs beside it when it waits, else is handed back."""
         try:
-            if queue.running_waits(time.monotonic()):
+            if self.beside_threads and queue.running_waits(time.monotonic()):
                 self._run_beside(rest, beside, queue.running)
             else:
                 self._hand_back_slow(queue, rest)
@@ -258,7 +262,9 @@ class BatchExecutor:
         with self._pool_lock:
             if self._pool is None or self._pool_pid != os.getpid():
                 self._pool_pid = os.getpid()
-                self._pool = ThreadPoolExecutor(BESIDE_THREADS, thread_name_prefix="noetl-beside")
+                self._pool = ThreadPoolExecutor(
+                    self.beside_threads, thread_name_prefix="noetl-beside"
+                )
             return self._pool
 
     def _beside_one(self, command: ClaimedCommand) -> CommandReport | Future[CommandReport]:

@@ -57,8 +57,15 @@ def recorder() -> Recorder:
     return Recorder()
 
 
-def make_engine(pg_url: str, home: Path, recorder: Recorder, budget: float) -> Engine:
-    settings = Settings(home=home, database_url=pg_url, batch_budget_seconds=budget)
+def make_engine(
+    pg_url: str, home: Path, recorder: Recorder, budget: float, beside_threads: int = 64
+) -> Engine:
+    settings = Settings(
+        home=home,
+        database_url=pg_url,
+        batch_budget_seconds=budget,
+        beside_threads=beside_threads,
+    )
     engine = Engine(settings, schema=SchemaMode.MIGRATE)
     engine.use_dispatcher(recorder)
     return engine
@@ -344,7 +351,9 @@ def test_a_hand_back_is_in_the_execution_trace(
     with otlp_receiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
         tracing.reset()
-        engine = make_engine(pg_url, tmp_path, recorder, budget=1.0)
+        # no beside threads: on a loaded machine the computing command can get under
+        # half a CPU and pass for one that waits; this test is about the hand-back's trace
+        engine = make_engine(pg_url, tmp_path, recorder, budget=1.0, beside_threads=0)
         try:
             eid = engine.start_text(loop_playbook(4, computing("(1 if i == 0 else 0)")))
             ids = recorder.take()
@@ -401,6 +410,26 @@ def test_a_waiting_command_has_the_rest_run_beside_it_and_their_closes_grouped(
             "success": 6,
             "failed": 0,
         }
+    finally:
+        engine.close()
+
+
+def test_with_no_beside_threads_a_waiting_commands_batch_is_handed_back(
+    pg_url: str, tmp_path: Path, recorder: Recorder
+) -> None:
+    """NOETL_BESIDE_THREADS=0 (an operator bounding what one process runs at once): the
+    rest of a waiting command's batch is handed back, one per message, as a computing
+    one's is, and each item still runs exactly once."""
+    engine = make_engine(pg_url, tmp_path, recorder, budget=1.0, beside_threads=0)
+    try:
+        eid = engine.start_text(loop_playbook(4, "import time; time.sleep(0.4); result = i"))
+        ids = recorder.take()
+
+        first = engine.batches.execute(ids)
+
+        assert [r.command_id for r in first] == ids[:1]
+        assert recorder.published == [[cid] for cid in ids[1:]]
+        run_the_rest(engine, recorder, eid, 4)
     finally:
         engine.close()
 
