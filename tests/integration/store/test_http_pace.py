@@ -186,12 +186,12 @@ def test_a_cut_stretches_a_keys_booked_schedule_and_holders_follow(
     assert pacing.cut_key(
         key, RULES, target=4.0, learned=4.5, sent_age=0.5, retry_after=None, now=T0 + 0.5
     ) == pytest.approx(4.0)
-    assert pacing.schedule_key(key) == (pytest.approx(4.0), pytest.approx(T0 + 0.5))
+    assert pacing.schedule_key(key) == pytest.approx((4.0, T0 + 0.5))
     booked = pacing.book(key, RULES, now=T0 + 0.5)
     assert booked is not None
     # the old end (T0 + 2.0) stretched from the cut: 0.5 + 1.5 x 5/4
     assert booked[1] == pytest.approx(1.5 * 1.25, abs=1e-3)
-    assert ledger.schedule_key(key) == (pytest.approx(4.0), pytest.approx(T0 + 0.5))
+    assert ledger.schedule_key(key) == pytest.approx((4.0, T0 + 0.5))
     # the holder of the last slot before the cut (T0 + 1.8) moves to T0 + 2.125: one new
     # interval (0.25 s) before that next booking
     cut = T0 + 0.5
