@@ -36,23 +36,15 @@ def completion_of(row: Mapping[Any, Any]) -> Completion:
     """An inbox entry (INBOX's columns) as the pass folds it: a command's terminal
     event, or a loop item's `item.throttled` (its `parked_for`: how far its turn is)."""
     payload = row["payload"] or {}
-    if row.get("type") == EV_ITEM_THROTTLED:
-        return Completion(
-            event_id=row["event_id"],
-            command_id=row["command_id"] or "",
-            step=row["step"] or "",
-            epoch=row["epoch"] or 0,
-            iteration=row["iteration"],
-            outcome=Outcome("ok", None),
-            parked_for=float(payload.get("delay") or 0.0),
-        )
+    throttled = row.get("type") == EV_ITEM_THROTTLED
     return Completion(
         event_id=row["event_id"],
         command_id=row["command_id"] or "",
         step=row["step"] or "",
         epoch=row["epoch"] or 0,
         iteration=row["iteration"],
-        outcome=Outcome.from_json(payload),
+        outcome=Outcome("ok", None) if throttled else Outcome.from_json(payload),
+        parked_for=float(payload.get("delay") or 0.0) if throttled else None,
     )
 
 
