@@ -179,17 +179,6 @@ def accepted_rate(rate: float, share: float) -> float:
     return max(MIN_RATE, rate * max(share, 1.0 - MAX_CUT_SHARE))
 
 
-def learned_limit(rate: float, share: float) -> float:
-    """The estimate of the key's real limit a 429 of a request sent at `rate` gives,
-    above which the rate is not probed while the cut is fresh: what the server accepted
-    of that rate when the share says how far above the limit it was; when it does not
-    (few answers, or jitter at the limit: `share` 1.0) the 429 says only that the limit
-    is below `rate`, and the estimate is the cut's own target. An estimate of `rate`
-    itself would have the probe climb straight back to the rate just refused, and sit
-    there answered by a 429 every few seconds."""
-    return accepted_rate(rate, share) if share < 1.0 else cut_target(rate, share)
-
-
 def cut_target(rate: float, share: float) -> float:
     """The rate a 429 cuts a key to: CUT_FACTOR of what the server accepts, never
     below MIN_RATE."""
@@ -290,7 +279,7 @@ class KeyedPacer:
                 return
             share = accepted_share([a for a in answers if sent_at - SIGNAL_WINDOW < a[0]])
             target = cut_target(turn.rate, share)
-            learned = learned_limit(turn.rate, share)
+            learned = accepted_rate(turn.rate, share)
             pace.last_cut = now
             pace.learned = learned
             pace.cut_at = self._wall()

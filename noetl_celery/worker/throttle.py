@@ -214,9 +214,7 @@ class CommandThrottle:
             # since moved the slot later (respaced)
             slot_at, placed_at = _slot_of(booked)
             if slot_at is not None:
-                moved, rate = self._pacer.respaced(key, slot_at, placed_at, rate)
-                if moved != slot_at:  # spaced at the rate now: its 429 is news of it
-                    slot_at, booked_at = moved, self._wall()
+                slot_at, rate = self._pacer.respaced(key, slot_at, placed_at, rate)
             wait = 0.0 if slot_at is None else slot_at - self._wall()
             settled = True
         else:
@@ -236,7 +234,6 @@ class CommandThrottle:
             if self._pacer.cut_since(key, placed_at):
                 slot_at, rate = self._pacer.respaced(key, placed_at + wait, placed_at, rate)
                 if (late := slot_at - self._wall()) > 0:
-                    booked_at = self._wall()
                     self._sleep(late)
         return KeyedTurn(key, rate, booked_at)
 

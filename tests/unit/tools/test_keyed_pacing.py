@@ -17,7 +17,6 @@ from noetl_celery.tools.keyed_pacing import (
     accepted_share,
     current,
     cut_target,
-    learned_limit,
     under,
 )
 
@@ -50,23 +49,6 @@ def test_the_accepted_share_needs_enough_answers(
 )
 def test_a_cut_targets_what_the_server_accepts(rate: float, share: float, target: float) -> None:
     assert cut_target(rate, share) == pytest.approx(target)
-
-
-@pytest.mark.parametrize(
-    ("rate", "share", "limit"),
-    [
-        (10.0, 0.8, 8.0),  # the server accepts 8 of 10: its limit is about 8/s
-        (6.0, 0.5, 4.5),  # a quarter at most at once
-        # jitter at the limit (or too few answers): the limit is below the rate refused,
-        # so the probe stops at the cut's target, not back at the rate just refused
-        (3.17, 1.0, CUT_FACTOR * 3.17),
-    ],
-)
-def test_a_429_teaches_a_limit_below_the_rate_it_refused(
-    rate: float, share: float, limit: float
-) -> None:
-    assert learned_limit(rate, share) == pytest.approx(limit)
-    assert learned_limit(rate, share) < rate
 
 
 class Clock:

@@ -101,33 +101,6 @@ def test_a_short_wait_is_slept_and_a_long_one_parks_with_its_turn_kept() -> None
     assert pacer.book("key:k", 2.0)[0] == pytest.approx(0.5)  # c4 took no new slot
 
 
-def test_a_parked_turn_moved_by_a_cut_is_sent_later_and_counts_as_booked_then() -> None:
-    """A 429 cuts the key while a command is parked for its turn: the resumed run moves
-    its slot as the cut stretched the schedule, sleeps or parks for it, and its turn is
-    news of the rate now (booked when moved: its own 429 may cut again)."""
-    clock, slots = Clock(), LocalSlots()
-    pacer = KeyedPacer(clock=clock, wall=clock)
-    limit = RateLimit(key="k", per_second=2.0)
-    for _ in range(4):
-        pacer.book("key:k", 2.0)
-    gate = throttle("c1", clock, slots, pacer)
-    with pytest.raises(Throttled) as parked, gate.gate(limit, {}, "s"):
-        pytest.fail("the body ran before its turn")
-    slot_at = parked.value.booked["key:k"][2]  # 2.0 s away
-    clock.now += 0.1
-    pacer.observe(KeyedTurn("key:k", 2.0, clock.now - 0.1), 429, None, clock.now)
-    rate = pacer.rate("key:k", 2.0)
-    assert rate < 2.0
-    clock.now = slot_at - WAKE_LEAD  # woken for the slot as booked: it has moved
-    resumed = throttle("c1", clock, slots, pacer, booked=parked.value.booked)
-    with resumed.gate(limit, {}, "s"):
-        turn = current()
-        assert turn is not None and turn.rate == rate
-        assert turn.booked_at == slot_at - WAKE_LEAD
-    moved = (slot_at - 0.1 - 500.0) * 2.0 / rate + 500.0 + 0.1
-    assert clock.now == pytest.approx(moved)
-
-
 def test_a_parked_turn_woken_late_runs_at_once_and_an_old_resume_is_taken() -> None:
     clock, slots = Clock(), LocalSlots()
     pacer = KeyedPacer(clock=clock, wall=clock)
