@@ -23,6 +23,12 @@ def test_defaults() -> None:
     assert settings.broker_queue_type == "classic"
     assert settings.worker_shutdown_seconds == 20.0
     assert settings.queue_by_kind == ()
+    assert settings.beside_threads == 64
+
+
+def test_beside_threads_from_the_environment() -> None:
+    assert Settings.from_env({"NOETL_BESIDE_THREADS": "0"}).beside_threads == 0
+    assert Settings.from_env({"NOETL_BESIDE_THREADS": "8"}).batch_threads == (0.05, 8)
 
 
 def test_queue_type_and_budget_from_the_environment() -> None:
@@ -43,6 +49,8 @@ def test_queue_type_and_budget_from_the_environment() -> None:
         ({"NOETL_QUEUE_BY_KIND": "http"}, "NOETL_QUEUE_BY_KIND must be kind:queue"),
         ({"NOETL_QUEUE_BY_KIND": "http:i o"}, "NOETL_QUEUE_BY_KIND must be kind:queue"),
         ({"NOETL_QUEUE_BY_KIND": ":io"}, "NOETL_QUEUE_BY_KIND must be kind:queue"),
+        ({"NOETL_BESIDE_THREADS": "-1"}, "NOETL_BESIDE_THREADS must be >= 0"),
+        ({"NOETL_BESIDE_THREADS": "many"}, "NOETL_BESIDE_THREADS must be an integer"),
     ],
 )
 def test_bad_values_are_one_line_errors(env: dict[str, str], says: str) -> None:
