@@ -27,9 +27,9 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, UndefinedError, nodes
 from jinja2.exceptions import SecurityError, TemplateRuntimeError
 from jinja2.nodes import Template as TemplateNode
-from jinja2.runtime import Context, Undefined
+from jinja2.runtime import Undefined
 from jinja2.sandbox import SandboxedEnvironment
-from jinja2.utils import consume, missing, pass_context
+from jinja2.utils import missing, pass_context
 
 
 class UndefinedNameError(UndefinedError):
@@ -375,48 +375,8 @@ class NoetlEnvironment(SandboxedEnvironment):
         return super().getitem(obj, argument)
 
 
-class SharedContext(Context):
-    """A render's context over the caller's mapping as it is, the globals beneath it
-    (`evaluate` and `render_template` share the mapping): Jinja's own render copies the
-    whole mapping and the globals into a new dict each time, twice for an expression,
-    which with a pipeline's forty-odd names and a dozen renders per task was 1.5 % of a
-    worker's CPU on an API-bound flow (py-spy on bench.pft_cursor). Names resolve as in
-    the copy: the mapping first, then the globals. Nothing is written to the mapping
-    (a template's own `set` goes to `vars`)."""
-
-    def resolve_or_missing(self, key: str) -> Any:
-        if key in self.vars:
-            return self.vars[key]
-        if key in self.parent:
-            return self.parent[key]
-        return self.environment.globals.get(key, missing)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.vars or name in self.parent or name in self.environment.globals
-
-    def get_all(self) -> dict[str, Any]:
-        return {**self.environment.globals, **self.parent, **self.vars}
-
-
-def evaluate(expression: Any, context: Mapping[str, Any]) -> Any:
-    """A `compile_expression` expression's value against `context` (not copied): what
-    calling the expression returns."""
-    template = expression._template
-    ctx = template.new_context(context, shared=True)
-    consume(template.root_render_func(ctx))
-    return ctx.vars["result"]
-
-
-def render_template(template: Template, context: Mapping[str, Any]) -> str:
-    """A `compile_template` template rendered against `context` (not copied): what
-    `template.render(context)` returns, and raises."""
-    ctx = template.new_context(context, shared=True)  # type: ignore[arg-type]
-    return str(template.environment.concat(template.root_render_func(ctx)))
-
-
 def _build(undefined: type[Undefined] = NoetlUndefined) -> NoetlEnvironment:
     env = NoetlEnvironment(undefined=undefined, autoescape=False, keep_trailing_newline=True)
-    env.context_class = SharedContext
     # NoETL mode renders exactly like NoETL, which has no such fallthrough
     env.envelope_fallthrough = undefined is NoetlUndefined
     env.filters.update(

@@ -24,8 +24,6 @@ from noetl_celery.templating.environment import (
     UndefinedNameError,
     compile_expression,
     compile_template,
-    evaluate,
-    render_template,
 )
 from noetl_celery.templating.result_view import unwrap
 
@@ -62,14 +60,15 @@ def render_string(
     try:
         expr = _single_expression(source)
         if expr is not None:
-            # the context is passed as one mapping and shared, not copied (SharedContext)
-            value = evaluate(compile_expression(expr.strip(), lenient), context)
+            # the context is passed as one mapping, not unpacked: `**context` would copy
+            # it once more on top of the copy Jinja makes for its own context
+            value = compile_expression(expr.strip(), lenient)(context)
             if isinstance(value, Undefined):
                 if lenient:
                     return ""  # what the lenient Undefined renders as
                 value._fail_with_undefined_error()
             return unwrap(value)
-        return render_template(compile_template(source, lenient), context)
+        return compile_template(source, lenient).render(context)
     except UndefinedNameError as exc:
         kind = "attribute" if exc.is_attribute else "variable"
         raise UndefinedVariable(
