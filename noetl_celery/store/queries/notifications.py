@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from noetl_celery.constants import RUNNING
 from noetl_celery.store.dialect import insert_ignore
@@ -61,9 +61,26 @@ def _due(now: dt.datetime, targets: Sequence[str]) -> object:
     )
 
 
+# built once: every process's deliverer asks each second
+_ANY_DUE = (
+    select(notifications.c.notification_id)
+    .where(
+        notifications.c.delivered_at.is_(None),
+        notifications.c.target.in_(bindparam("b_targets", expanding=True)),
+        notifications.c.next_at <= bindparam("b_now"),
+        or_(
+            notifications.c.claimed_until.is_(None),
+            notifications.c.claimed_until < bindparam("b_now"),
+        ),
+    )
+    .limit(1)
+)
+
+
 def any_due(conn: Connection, now: dt.datetime, targets: Sequence[str]) -> bool:
-    query = select(notifications.c.notification_id).where(_due(now, targets)).limit(1)  # type: ignore[arg-type]
-    return conn.execute(query).first() is not None
+    """Whether a row of `targets` is due (what `_due` selects)."""
+    params = {"b_now": now, "b_targets": list(targets)}
+    return conn.execute(_ANY_DUE, params).first() is not None
 
 
 def claim(

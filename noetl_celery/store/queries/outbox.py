@@ -31,8 +31,12 @@ def hold(conn: Connection, items: Sequence[HeldItem], now: dt.datetime) -> None:
     )
 
 
+# built once: every process's relay asks each second
+_ANY_HELD = select(publish_outbox.c.item_id).limit(1)
+
+
 def any_held(conn: Connection) -> bool:
-    return conn.execute(select(publish_outbox.c.item_id).limit(1)).first() is not None
+    return conn.execute(_ANY_HELD).first() is not None
 
 
 def claim(conn: Connection, now: dt.datetime, until: dt.datetime, limit: int) -> list[HeldItem]:

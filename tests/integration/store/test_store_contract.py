@@ -345,7 +345,8 @@ def test_a_batch_closes_in_one_call_what_one_by_one_closes_would(store: Store) -
         assert tx.close(Outcome("ok", "zero")).waiting == 1
     unclaimed = replace(claimed[1], command_id=f"{eid}:each:1:2", iteration=2)
     batch = [
-        (claimed[1], Outcome("ok", {"one": 1})),
+        # quotes, a backslash and non-ASCII: the payloads travel as one JSON array
+        (claimed[1], Outcome("ok", {"one": 1, "text": 'a "b" \\ c \u00fc'})),
         (unclaimed, Outcome("ok", "never")),
         (claimed[3], Outcome.failed(StepError("python_error", "three breaks"))),
     ]
@@ -366,7 +367,7 @@ def test_a_batch_closes_in_one_call_what_one_by_one_closes_would(store: Store) -
         ).all()
     assert [(r.iteration, r.type, r.payload["result"]) for r in rows] == [
         (0, "command.completed", "zero"),
-        (1, "command.completed", {"one": 1}),
+        (1, "command.completed", {"one": 1, "text": 'a "b" \\ c \u00fc'}),
         (3, "command.failed", None),
     ]
     with store.completion(claimed[1]) as tx:  # closed already: a second close takes none

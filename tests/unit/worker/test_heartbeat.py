@@ -126,3 +126,39 @@ def test_watch_needs_a_poll_and_a_started_command() -> None:
     hb.watch("never-started")  # not running here: nothing to watch
     time.sleep(POLL * 3)
     assert statuses.calls == []
+
+
+class CountingEvent(threading.Event):
+    """The heartbeat's wake event, counting the wake-ups asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_a_watch_wakes_the_thread_only_when_it_sleeps_until_a_renewal() -> None:
+    statuses = Statuses()
+    # the thread on the short cadence waits 0.5 s between looks
+    hb = Heartbeats(lambda ids: set(ids), 600, poll=statuses.poll, poll_seconds=0.5)
+    wake = CountingEvent()
+    hb._wake = wake
+    hb.start_many(["a", "b"])
+    hb.watch("a")  # nothing watched before: the thread sleeps until a renewal (100 s away)
+    assert wake.sets == 1
+    wait_for(lambda: not wake.is_set())  # the thread woke up: on the short cadence now
+    time.sleep(0.1)  # ... and waiting its 0.5 s there
+    hb.stop("a")
+    hb.watch("b")  # a first watch again, but the thread looks within the period anyway
+    assert wake.sets == 1  # (it was woken for every first watch: 2 % of a worker's CPU)
+    wait_for(lambda: ["b"] in statuses.calls, seconds=5.0)
+    hb.stop("b")
+    wait_for(lambda: hb._sleeping_long, seconds=5.0)  # nothing watched: asleep until a renewal
+    hb.start("c")
+    hb.watch("c")
+    assert wake.sets == 2
+    # polled a period after the watch, not at the renewal 100 s away: the wake-up worked
+    wait_for(lambda: ["c"] in statuses.calls, seconds=5.0)
