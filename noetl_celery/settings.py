@@ -331,8 +331,9 @@ class Settings:
         return f"sqlite:///{self.home / 'noetl.sqlite3'}"
 
     @property
-    def batch_threads(self) -> tuple[float, int]:
-        """worker.batch.BatchExecutor's close window (seconds) and beside threads."""
+    def batch_options(self) -> tuple[float, int]:
+        """What worker.batch.BatchExecutor takes past its budget, in its order: the
+        close window (seconds) and the beside threads."""
         return self.close_window_seconds, self.beside_threads
 
     @property

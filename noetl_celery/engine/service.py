@@ -133,7 +133,7 @@ class Engine(EngineReads, EngineReruns):
             chain_seconds=(budget := settings.batch_budget_seconds),
         )
         # `execute_commands`: many commands per broker message (worker.batch)
-        self.batches = BatchExecutor(self.executor, budget, *settings.batch_threads)
+        self.batches = BatchExecutor(self.executor, budget, *settings.batch_options)
         self.reaper = Reaper(
             self.store,
             self.orchestrator,
