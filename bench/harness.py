@@ -193,3 +193,12 @@ def engine_and_worker(
             yield engine, proc
     finally:
         engine.close()
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy so far (/proc/stat: all but
+    idle and iowait): around a drain, what it cost on both sides of a comparison,
+    Postgres, Redis and the workers included."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")

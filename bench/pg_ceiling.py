@@ -1,6 +1,7 @@
 """The Postgres ceiling of a fleet: Postgres CPU and WAL per loop item and per drained row.
 
     python -m bench.pg_ceiling [--items 10000] [--rows 20000] [--runs 3] [--top 8] [--tables]
+                               [--workloads loop,drain,frame]
 
 A private Postgres cluster (tests.support.private_services, with `fsync = on` and
 `pg_stat_statements` preloaded), one Redis db (NOETL_BENCH_REDIS_URL, default 11) and
@@ -10,7 +11,9 @@ one worker (prefork -c 2) run, one after the other:
 - `drain`: the cursor drain of bench.cursor_drain with no-op per-row bodies (`--rows`
   rows, frames of 50; the queue table, with a partial index on its pending rows, lives
   in another database of the same cluster: its claims are the user's SQL, counted in the
-  cluster's CPU but not in the engine database's).
+  cluster's CPU but not in the engine database's);
+- `frame`: the same drain with `frame.process: frame` (one command per frame of 50, a
+  no-op frame body), per row.
 
 For each: Postgres CPU seconds (every process of the cluster: the postmaster's own and
 reaped children's CPU from /proc/<pid>/stat, plus the live backends'), WAL bytes
@@ -37,7 +40,7 @@ import psycopg
 
 from bench import harness
 from bench.cursor_drain import PLAYBOOK as DRAIN
-from bench.cursor_drain import seed
+from bench.cursor_drain import playbook, seed
 from bench.loop_fanout import PLAYBOOK as LOOP
 from tests.support.private_services import PrivatePostgres
 
@@ -141,7 +144,7 @@ def run_once(
     the engine tables' writes per unit)."""
     url = pg.url(ENGINE_DB)
     tag = f"ceiling-{time.monotonic_ns()}"
-    if name == "drain":
+    if name in ("drain", "frame"):
         seed(pg.dsn(DATA_DB), tag, n)
     # the bench's own wait polls twice a second, not 200 times: its polls are not the engine's
     with harness.engine_and_worker(
@@ -155,7 +158,8 @@ def run_once(
         if name == "loop":
             eid = engine.start_text(LOOP, {"n": n})
         else:
-            eid = engine.start_text(DRAIN, {"run": tag})
+            text = DRAIN if name == "drain" else playbook(per_frame=True, work="none")
+            eid = engine.start_text(text, {"run": tag})
         row = engine.wait(eid, 3600)
         wall = time.perf_counter() - started
         after = read(pg)
@@ -180,6 +184,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--tables", action="store_true", help="rows written per table")
+    parser.add_argument(
+        "--workloads", default="loop,drain,frame", help="which of loop, drain, frame to run"
+    )
     args = parser.parse_args()
     pg = PrivatePostgres()
     pg.init(CONF)
@@ -194,7 +201,12 @@ def main() -> None:
         creds = logdir / "creds.json"
         creds.write_text(json.dumps({"bench": {"dsn": pg.dsn(DATA_DB)}}))
         print(f"private Postgres on port {pg.port}; logs in {logdir}", flush=True)
-        for name, n, unit in (("loop", args.items, "item"), ("drain", args.rows, "row")):
+        chosen = args.workloads.split(",")
+        workloads = [("loop", args.items, "item"), ("drain", args.rows, "row")]
+        workloads.append(("frame", args.rows, "row"))
+        for name, n, unit in workloads:
+            if name not in chosen:
+                continue
             readings: list[Reading] = []
             walls: list[float] = []
             writes: list[str] = []

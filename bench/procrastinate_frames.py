@@ -43,8 +43,9 @@ MARK = "UPDATE public.bench_queue SET status = 'done' WHERE run = %(run)s AND id
 
 def run(
     dsn: str, run: str, rows: int, frame_rows: int, concurrency: int, mark: bool = False
-) -> tuple[float, int]:
-    """Seconds from the first job deferred to the worker caught up, and rows drained."""
+) -> tuple[float, int, float]:
+    """Seconds from the first job deferred to the worker caught up, rows drained, and
+    the machine's busy CPU seconds meanwhile (harness.machine_busy_seconds)."""
     import procrastinate
     from procrastinate.types import JSONValue
 
@@ -52,6 +53,7 @@ def run(
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=_database()))
     pool = ConnectionPool(dsn, min_size=concurrency, max_size=concurrency, open=True)
     drained: list[int] = []
+    used: list[float] = []
 
     @app.task(name="claim_frame")
     def claim_frame(run: str, n: int) -> None:
@@ -66,16 +68,17 @@ def run(
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
             frames = -(-rows // frame_rows)
-            started = time.perf_counter()
+            started, busy = time.perf_counter(), harness.machine_busy_seconds()
             job: dict[str, JSONValue] = {"run": run, "n": frame_rows}
             await claim_frame.batch_defer_async(*[job] * frames)
             await app.run_worker_async(
                 concurrency=concurrency, wait=False, install_signal_handlers=False
             )
+            used.append(harness.machine_busy_seconds() - busy)
             return time.perf_counter() - started
 
     try:
         wall = asyncio.run(drain())
     finally:
         pool.close()
-    return wall, sum(drained)
+    return wall, sum(drained), used[0]

@@ -375,10 +375,14 @@ class Store:
             return queries.close_command(conn, command, outcome, utcnow())
 
     @contextmanager
-    def completion(self, command: ClaimedCommand) -> Iterator[CompletionTx]:
+    def completion(self, command: ClaimedCommand, durable: bool = False) -> Iterator[CompletionTx]:
         """A transaction to close `command` and maybe orchestrate right after (see
-        store.completion)."""
+        store.completion); `durable`: it commits synchronously on Postgres whatever
+        `NOETL_SYNCHRONOUS_COMMIT` says (a cursor claim's close: its queue transaction
+        commits next)."""
         with self.db.write() as conn:
+            if durable and conn.dialect.name == "postgresql":
+                conn.execute(queries.SYNC_COMMIT)
             yield CompletionTx(conn, command, self.result_cache, self.notifications)
 
     def renew_lease(self, command_id: str, seconds: float) -> bool:

@@ -129,7 +129,7 @@ class Closer:
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture, chain, body),
+                lambda: self._record(command, outcome, capture, chain, body, held is not None),
             )
         except BaseException:
             if held is not None:
@@ -171,6 +171,7 @@ class Closer:
         capture: logcapture.Capture | None = None,
         chain: bool = False,
         body: FrameBody | None = None,
+        durable: bool = False,
     ) -> Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
         Two failures are deterministic, so raising them would only make the reaper run
@@ -181,7 +182,7 @@ class Closer:
         given, fold = outcome, True
         while True:
             try:
-                close = self._record_once(command, outcome, capture, fold, chain, body)
+                close = self._record_once(command, outcome, capture, fold, chain, body, durable)
             except ResultNotStorable as exc:
                 if body is not None:  # the frame's rows alone: its body becomes a command
                     given = outcome = body.claimed
@@ -212,6 +213,7 @@ class Closer:
         fold: bool,
         chain: bool = False,
         body: FrameBody | None = None,
+        durable: bool = False,
     ) -> CloseResult:
         """Close the command and fold it in place, in one transaction. Not closed: the
         command was no longer ours (cancelled or re-issued meanwhile). The captured
@@ -219,8 +221,10 @@ class Closer:
         logged too; nothing is written when nothing was captured. With `chain`, a cursor
         lane's next command the pass issued is claimed in the same transaction (local
         continuation): it commits with the close, so a retried transaction claims it
-        again or not at all."""
-        with self.store.completion(command) as completion:
+        again or not at all. `durable`: a cursor claim whose queue transaction commits
+        once this does, so this commits synchronously (the rows are the engine's only if
+        an engine crash cannot take the close back)."""
+        with self.store.completion(command, durable=durable) as completion:
             wait = chain and may_follow(command)
             request = None
             if chain:

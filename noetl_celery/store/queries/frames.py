@@ -29,7 +29,11 @@ from noetl_celery.store.schema import Json, commands
 # those rows on it; the rows on it either way. Nothing is written for a claim no longer
 # running (the row lock makes a concurrent re-issue either wait for this statement or be
 # seen by it), nor twice (a statement tried again after its commit's answer was lost
-# finds the rows it stored, not duplicates of them).
+# finds the rows it stored, not duplicates of them). It commits synchronously whatever
+# the session's `synchronous_commit` (set_config(..., true) lasts to the end of this
+# statement's own transaction, whose commit reads it): the queue transaction commits
+# right after, and a record an engine crash could still lose would leave rows claimed
+# there that the engine never heard of (docs/design.md §4).
 _RECORD_FRAME_PG = text(
     """
     WITH cmd AS (
@@ -54,9 +58,10 @@ _RECORD_FRAME_PG = text(
         RETURNING resume
     )
     SELECT (SELECT count(*) FROM cmd) AS running,
-           coalesce((SELECT resume FROM recorded), (SELECT resume FROM cmd)) AS resume
+           coalesce((SELECT resume FROM recorded), (SELECT resume FROM cmd)) AS resume,
+           set_config('synchronous_commit', 'on', true) AS durable
     """
-).columns(column("running"), column("resume", Json))
+).columns(column("running"), column("resume", Json), column("durable"))
 
 
 def record_frame(
