@@ -10,7 +10,7 @@ orchestration pass, so its size is the per-pass cost (docs/design.md §2.6).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, NotRequired, TypedDict
 
 from noetl_celery.constants import RUNNING, ExecutionStatus, StepStatus
@@ -205,48 +205,33 @@ class ExecutionState:
         )
 
 
+# LoopProgress fields written only when set (snapshots without them read as they did),
+# and those of cursor loops only
+_ONLY_WHEN_SET = frozenset({"quarantined", "released", "unused", "errors"})
+_CURSOR_ONLY = frozenset({"lanes", "max_rows", "row_concurrency", "per_frame", "claim_attempts"})
+# every field, in declaration order (asdict's): a field added later is written too
+_LOOP_FIELDS = tuple(f.name for f in fields(LoopProgress))
+_LANE_FIELDS = tuple(f.name for f in fields(Lane))
+
+
 def _loop_json(loop: LoopProgress) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "epoch": loop.epoch,
-        "total": loop.total,
-        "window": loop.window,
-        "mode": loop.mode,
-        "next_index": loop.next_index,
-        "in_flight": loop.in_flight,
-        "succeeded": loop.succeeded,
-        "failed": loop.failed,
-    }
-    if loop.quarantined:
-        data["quarantined"] = loop.quarantined
-    data["done"] = loop.done
-    if loop.released:
-        data["released"] = list(loop.released)
-    if loop.lanes is not None:
-        data["lanes"] = [_lane_json(lane) for lane in loop.lanes]
-        data["max_rows"] = loop.max_rows
-        data["row_concurrency"] = loop.row_concurrency
-        data["per_frame"] = loop.per_frame
-        data["claim_attempts"] = loop.claim_attempts
-    if loop.unused:
-        data["unused"] = loop.unused
-    if loop.errors:
-        data["errors"] = [dict(error) for error in loop.errors]
+    data: dict[str, Any] = {}
+    for name in _LOOP_FIELDS:
+        value = getattr(loop, name)
+        if (name in _CURSOR_ONLY and loop.lanes is None) or (name in _ONLY_WHEN_SET and not value):
+            continue
+        if name == "lanes":
+            value = [_lane_json(lane) for lane in value]
+        elif name in ("released", "errors"):  # copies: the pass changes its state after
+            value = [dict(v) if isinstance(v, dict) else v for v in value]
+        data[name] = value
     return data
 
 
 def _lane_json(lane: Lane) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "frame": lane.frame,
-        "claiming": lane.claiming,
-        "start": lane.start,
-        "stop": lane.stop,
-        "next": lane.next,
-        "in_flight": lane.in_flight,
-        "drained": lane.drained,
-        "rows": lane.rows,
-    }
-    if lane.body is not None:  # snapshots without a reservation read as they did
-        data["body"] = lane.body
+    data = {name: getattr(lane, name) for name in _LANE_FIELDS}
+    if lane.body is None:  # snapshots without a reservation read as they did
+        del data["body"]
     return data
 
 

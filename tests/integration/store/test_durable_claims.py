@@ -23,6 +23,7 @@ from noetl_celery.orchestrator.ids import claim_command_id
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.rows import ClaimedCommand
+from tests.support.frames_by_hand import FRAMES
 from tests.support.private_services import PrivatePostgres
 
 LAZY_WAL = (
@@ -31,18 +32,6 @@ LAZY_WAL = (
     "bgwriter_lru_maxpages = 0",
     "autovacuum = off",
 )
-
-FRAMES = """apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: durable_frames, path: tests/durable_frames}
-workflow:
-  - step: drain
-    loop:
-      cursor: {kind: sqlite, auth: unused.sqlite3, claim: "SELECT 1"}
-      iterator: job
-      spec: {mode: cursor, max_in_flight: 1, frame: {max_rows: 3, process: frame}}
-    tool: {kind: noop}
-"""
 
 
 @pytest.fixture(scope="module")

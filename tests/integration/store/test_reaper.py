@@ -22,6 +22,7 @@ from noetl_celery.store.counters import (
     COUNTER_REPUBLISHED,
 )
 from noetl_celery.store.database import SchemaMode
+from tests.support.frames_by_hand import FRAMES
 
 PLAYBOOK = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -190,19 +191,6 @@ def test_an_execution_whose_pass_crashes_does_not_cost_the_others_their_catch_up
     assert built.reaper.sweep().woken == 0  # nothing left to catch up
     for eid in healthy:
         assert built.store.execution_status(eid) == "RUNNING"  # their commands wait
-
-
-FRAMES = """apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: frames_by_hand, path: tests/frames_by_hand}
-workflow:
-  - step: drain
-    loop:
-      cursor: {kind: sqlite, auth: unused.sqlite3, claim: "SELECT 1"}
-      iterator: job
-      spec: {mode: cursor, max_in_flight: 1, frame: {max_rows: 3, process: frame}}
-    tool: {kind: noop}
-"""
 
 
 def test_a_claim_that_recorded_its_rows_after_the_sweep_read_it_hands_them_on(
