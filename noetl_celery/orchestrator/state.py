@@ -104,8 +104,8 @@ class StepState:
     loop: LoopProgress | None = None
 
     def to_json(self) -> dict[str, Any]:
-        # by hand, not dataclasses.asdict: it deep-copies every field and was a tenth of a
-        # cursor frame's worker CPU (issue 34); the keys and their order are asdict's,
+        # field by field, not dataclasses.asdict: its deep copy of every field was a tenth
+        # of a cursor frame's worker CPU (issue 34); the keys and their order are asdict's,
         # and a field at its default is left out where it always was (old snapshots
         # read the same)
         data: dict[str, Any] = {
