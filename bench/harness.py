@@ -195,10 +195,16 @@ def engine_and_worker(
         engine.close()
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds every core of the machine has spent busy so far (/proc/stat: all but
-    idle and iowait): around a drain, what it cost on both sides of a comparison,
-    Postgres, Redis and the workers included."""
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of every core of the machine so far (/proc/stat; busy:
+    all but idle and iowait): around a run, what it cost the whole machine, Postgres,
+    Redis and the workers included, and how busy the machine was."""
     with open("/proc/stat") as fh:
         ticks = [int(v) for v in fh.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    per_second = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / per_second, sum(ticks) / per_second
+
+
+def machine_busy_seconds() -> float:
+    """The busy half of machine_cpu()."""
+    return machine_cpu()[0]

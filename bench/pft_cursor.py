@@ -45,6 +45,7 @@ from bench.harness import (
     env_for,
     flush_redis,
     fresh_database,
+    machine_cpu,
     python,
     worker,
 )
@@ -108,13 +109,6 @@ def backend_cpu(databases: set[str]) -> dict[int, float]:
         if len(words) >= 4 and words[0] == "postgres:" and words[3] in databases:
             found[int(entry.name)] = cpu_seconds(int(entry.name))
     return found
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU jiffies of the whole machine so far, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
 
 
 def _declared_for(pacing: str) -> str:
@@ -191,7 +185,7 @@ def main() -> int:
             pg_before = backend_cpu(databases)
             api_before = cpu_seconds(api.pid)
             cli_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            busy_before = machine_busy()
+            busy_before = machine_cpu()
             started = time.time()
             run = subprocess.run(
                 [
@@ -219,7 +213,7 @@ def main() -> int:
             cli_cpu = (cli_after.ru_utime + cli_after.ru_stime) - (
                 cli_before.ru_utime + cli_before.ru_stime
             )
-            busy_after = machine_busy()
+            busy_after = machine_cpu()
         stats = api_stats(api_url)
     finally:
         api.kill()
@@ -245,7 +239,7 @@ def main() -> int:
         f"rate bound {bound:.1f} s at {args.rate_limit}/s; wall / bound = {wall / bound:.2f} "
         f"({settings})"
     )
-    busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
+    busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1e-9)
     per = 1000 / max(ok, 1)
     total_cpu = worker_cpu + pg_cpu + api_cpu + cli_cpu
     print(

@@ -222,8 +222,10 @@ def _loop_json(loop: LoopProgress) -> dict[str, Any]:
             continue
         if name == "lanes":
             value = [_lane_json(lane) for lane in value]
-        elif name in ("released", "errors"):  # copies: the pass changes its state after
-            value = [dict(v) if isinstance(v, dict) else v for v in value]
+        elif name == "released":  # copies: the pass changes its state after writing
+            value = list(value)
+        elif name == "errors":
+            value = [dict(error) for error in value]
         data[name] = value
     return data
 
