@@ -196,6 +196,9 @@ class Settings:
     # max_retry_delay_seconds); the reaper's sweep issues it when the wait is over
     claim_max_attempts: int = 5
     claim_retry_delay_seconds: float = 1.0
+    # frames a cursor lane with `frame.process: frame` runs past one pass, its worker
+    # issuing each next claim itself (orchestrator.cursor's chains; 0: a pass per frame)
+    cursor_chain: int = 8
     # an execution with completions waiting this long and nobody folding them is woken
     wake_grace_seconds: float = 5.0
     # an execution running longer than this fails (0: no limit)
@@ -401,6 +404,7 @@ class Settings:
             claim_retry_delay_seconds=_float(
                 env, "NOETL_CLAIM_RETRY_DELAY_SECONDS", base.claim_retry_delay_seconds
             ),
+            cursor_chain=_int(env, "NOETL_CURSOR_CHAIN", base.cursor_chain, 0),
             wake_grace_seconds=_float(env, "NOETL_WAKE_GRACE_SECONDS", base.wake_grace_seconds),
             execution_timeout_seconds=_float(
                 env, "NOETL_EXECUTION_TIMEOUT_SECONDS", base.execution_timeout_seconds

@@ -16,6 +16,7 @@ from noetl_celery.constants import (
 from noetl_celery.engine import owner
 from noetl_celery.engine.catalog import Catalog
 from noetl_celery.engine.inprocess import InProcessDispatcher
+from noetl_celery.engine.limits import limits_of
 from noetl_celery.engine.notify import Deliverer, DelivererThread, Rule
 from noetl_celery.engine.outbox import Holding, Relay, RelayThread, one_line
 from noetl_celery.engine.pacing import FleetPaceLedger
@@ -31,7 +32,6 @@ from noetl_celery.models.playbook import Playbook
 from noetl_celery.models.schedule import parse_declared
 from noetl_celery.models.script_source import StoredScripts
 from noetl_celery.models.validation import ValidationReport, load_playbook, read_playbook
-from noetl_celery.orchestrator.decisions import Limits
 from noetl_celery.passes.dispatch import Dispatcher, NullDispatcher, Probe
 from noetl_celery.passes.ids import new_execution_id
 from noetl_celery.passes.logsink import LogSink
@@ -103,15 +103,7 @@ class Engine(EngineReads, EngineReruns):
         self.store.notifications.rule = Rule(settings.notify, self.playbooks)
         self._notify_thread: DelivererThread | None = None
         self._dispatcher = _LateDispatcher()
-        limits = Limits(
-            default_parallel_window=settings.default_parallel_window,
-            loop_results_cap=settings.loop_results_cap,
-            template_mode=settings.template_mode,
-            claim_attempts=settings.claim_max_attempts,
-            claim_retry_delay_seconds=settings.claim_retry_delay_seconds,
-            max_retry_delay_seconds=settings.max_retry_delay_seconds,
-            release_horizon_seconds=settings.throttle_release_seconds,
-        )
+        limits = limits_of(settings)
         self.orchestrator = PassDriver(
             self.store,
             self.playbooks,

@@ -34,10 +34,22 @@ run (`inline_rows`) reserves `max_rows` iterations (`meta.process: rows`); its
 completion then carries one outcome per row (`bodies`) and `_count_rows` counts each
 row as its body command's would, then claims the next frame. Numbers a shorter frame
 leaves are `unused`, never issued (docs/design.md §4).
+
+Chains (`frame.process: frame` with a body run by the claiming worker,
+`Limits.cursor_chain` > 0): the pass reserves a lane a block of `1 + chain` iteration
+numbers at once (`Lane.chain_end`, the claim's `meta.chain`), and the worker whose frame's
+body succeeded issues the lane's next claim itself, numbered the block's next, in the
+close that records its frame (worker.frames), and runs it next, with no pass: its
+completion says so (`chained`). A later pass folds the chain's completions in order,
+counting each frame and taking each next claim as issued (`_claim(chained=True)`), as
+it would have issued it. The close issues nothing once the execution or the loop epoch
+has ended, nor past the block: the pass then issues the next claim, starting a new
+block. A chained claim runs with its predecessor's context version.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -68,6 +80,7 @@ def enter_cursor(
     frame = step.loop.spec.frame
     per_frame = frame is not None and frame.process == "frame"
     concurrency = 1 if per_frame else row_concurrency
+    chain = run.limits.cursor_chain if per_frame and inline_body(step) else 0
     st = run.state.step(step.step)
     st.status = StepStatus.RUNNING
     st.loop = LoopProgress(
@@ -80,6 +93,7 @@ def enter_cursor(
         row_concurrency=concurrency,
         per_frame=per_frame,
         claim_attempts=claim_attempts,
+        chain=max(chain, 0),
     )
     run.touched_loops.add(step.step)
     for lane in range(window):
@@ -87,10 +101,17 @@ def enter_cursor(
 
 
 def _claim(
-    run: Run, step: Step, st: StepState, lane_no: int, attempt: int = 1, delay: float = 0.0
+    run: Run,
+    step: Step,
+    st: StepState,
+    lane_no: int,
+    attempt: int = 1,
+    delay: float = 0.0,
+    chained: bool = False,
 ) -> None:
     """Issue the lane's claim of its next frame, or (`attempt` > 1) of the same frame
-    again after `delay` seconds."""
+    again after `delay` seconds. `chained`: the worker that ran the lane's frame issued
+    this claim itself (see the module): counted as in flight, not issued again."""
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
@@ -101,15 +122,23 @@ def _claim(
         # the frame's body iterations, known before the claim runs (one per frame, or
         # `max_rows` for per-row bodies the claiming worker may run; a reservation a
         # claim that found no row left unused is kept for the next)
-        lane.body = progress.next_index
-        progress.next_index += reservation(progress)
+        if lane.stop < lane.chain_end:  # the lane's block has numbers left
+            lane.body = lane.stop
+        else:
+            lane.body = progress.next_index
+            progress.next_index += reservation(progress) * (1 + progress.chain)
+            lane.chain_end = progress.next_index if progress.chain else 0
     lane.claiming = True
     progress.in_flight += 1
     run.state.in_flight += 1
+    if chained:
+        return
     base = claim_command_id(run.state.execution_id, step.step, progress.epoch, lane_no, lane.frame)
     meta: dict[str, Any] = {"max_rows": progress.max_rows}
     if progress.per_frame:  # the worker may run the frame's body itself next
         meta.update(process="frame", iteration=lane.body)
+        if lane.chain_end:  # and issue the lane's next claims up to the block's end
+            meta["chain"] = lane.chain_end
     elif rows:  # the worker may run the frame's per-row bodies itself next
         meta.update(process="rows", iteration=lane.body)
     run.decision.commands.append(
@@ -157,7 +186,8 @@ def on_claim(run: Run, step: Step, completion: Completion) -> None:
     if not completion.ok:
         _claim_failed(run, step, st, lane_no, frame, completion)
     elif rows and body is not None and reserved_here and progress.per_frame:
-        _count_frame(run, step, st, lane_no, rows, replace(completion, outcome=body))
+        chained = _chained(completion.outcome)
+        _count_frame(run, step, st, lane_no, rows, replace(completion, outcome=body), chained)
     elif (
         rows
         and bodies is not None
@@ -227,6 +257,20 @@ def _bodies(outcome: Outcome) -> list[Outcome] | None:
     if not isinstance(bodies, list) or not all(isinstance(b, dict) for b in bodies):
         return None
     return [Outcome.from_json(b) for b in bodies]
+
+
+def _chained(outcome: Outcome) -> bool:
+    """The claim's worker issued the lane's next claim itself (worker.frames)."""
+    result = outcome.result
+    return isinstance(result, dict) and result.get("chained") is True
+
+
+def chain_next(meta: Mapping[str, Any] | None, iteration: int) -> bool:
+    """Whether the worker that ran a per-frame claim's body as `iteration` may issue
+    the lane's next claim itself: the block its pass reserved (`meta.chain`, its end)
+    has a number left for it. The pass takes it as issued by the same rule."""
+    end = (meta or {}).get("chain")
+    return isinstance(end, int) and iteration + 1 < end
 
 
 def _iteration(outcome: Outcome) -> int | None:
@@ -316,10 +360,17 @@ def _count_rows(
 
 
 def _count_frame(
-    run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any], body: Completion
+    run: Run,
+    step: Step,
+    st: StepState,
+    lane_no: int,
+    rows: list[Any],
+    body: Completion,
+    chained: bool = False,
 ) -> None:
     """The frame's body ran with its claim: count its rows as the body's completion
-    would (the same iteration, its result and events), then claim the next frame."""
+    would (the same iteration, its result and events), then claim the next frame (or,
+    `chained`, take the claim the worker issued as in flight)."""
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
@@ -330,7 +381,8 @@ def _count_frame(
     progress.total += len(rows)
     cid = iteration_command_id(run.state.execution_id, step.step, progress.epoch, lane.start)
     apply_iteration(run, step, replace(body, command_id=cid, iteration=lane.start), len(rows))
-    _claim(run, step, st, lane_no)
+    # (a chain is followed only within its block: the worker checked the same)
+    _claim(run, step, st, lane_no, chained=chained and lane.stop < lane.chain_end)
 
 
 def _plan_frame(run: Run, step: Step, st: StepState, lane_no: int, rows: list[Any]) -> None:

@@ -56,6 +56,10 @@ class Limits:
     # runs of a cursor claim that fails with a retryable error (the queue database
     # restarting, a deadlock) before the step fails; `frame.max_attempts` overrides it
     claim_attempts: int = 5
+    # frames a cursor lane with `frame.process: frame` runs after one pass before the
+    # next folds them (orchestrator.cursor: the worker that ran a frame issues the
+    # lane's next claim itself; the pass reserves the chain's iteration numbers)
+    cursor_chain: int = 8
     # wait before the second run of such a claim, doubled for every later one, capped
     claim_retry_delay_seconds: float = 1.0
     max_retry_delay_seconds: float = 300.0

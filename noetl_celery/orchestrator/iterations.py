@@ -191,9 +191,17 @@ def fail_items(run: Run, step: Step, progress: LoopProgress) -> None:
 
 def reserved(progress: LoopProgress) -> int:
     """Iteration numbers reserved by cursor claims in flight (or by the last claim of a
-    drained lane) and not used by a body: `issued` counts only bodies planned."""
+    drained lane), and those left in the lanes' chain blocks, not used by a body:
+    `issued` counts only bodies planned."""
     size = 1 if progress.per_frame else max(progress.max_rows, 1)
-    return size * sum(lane.body is not None for lane in progress.lanes or [])
+    count = 0
+    for lane in progress.lanes or []:
+        if lane.chain_end:  # the block from the lane's next number on
+            first = lane.stop if lane.body is None else lane.body
+            count += max(lane.chain_end - first, 0)
+        elif lane.body is not None:
+            count += size
+    return count
 
 
 def mirror_of(name: str, progress: LoopProgress) -> LoopMirror:

@@ -102,7 +102,10 @@ def limits_to_json(limits: Limits) -> dict[str, Any]:
 
 
 def limits_from_json(data: Mapping[str, Any]) -> Limits:
-    return Limits(**data)
+    """The limits a pass was recorded with; a limit the recording does not name did not
+    exist then, so it stands at what made the engine behave as it did: a cursor lane
+    folded every frame (no `cursor_chain`)."""
+    return Limits(**{"cursor_chain": 0, **data})
 
 
 def _plain(value: Any) -> Any:

@@ -50,6 +50,10 @@ class Lane:
     # with `frame.process: frame`, `max_rows` for per-row bodies the claiming worker may
     # run; None: no claim reserved any, or the frame's bodies are planned)
     body: int | None = None
+    # the end (exclusive) of the block of iteration numbers the lane's chained frames use
+    # (`frame.process: frame`, LoopProgress.chain): its frames take them in order, the
+    # numbers `[stop, chain_end)` are the lane's; 0: no block
+    chain_end: int = 0
 
 
 @dataclass
@@ -74,6 +78,9 @@ class LoopProgress:
     row_concurrency: int = 0
     per_frame: bool = False  # `frame.process: frame`: one body per frame, not per row
     claim_attempts: int = 0  # runs of a claim that fails retryably (0: the engine default)
+    # frames a lane's claim may run after its own without a pass (orchestrator.cursor:
+    # its worker issues each next claim itself); 0: every frame's close is folded
+    chain: int = 0
     # iteration numbers cursor claims reserved for per-row bodies that their frames,
     # shorter than `max_rows`, left unused (never issued: `issued` leaves them out)
     unused: int = 0
@@ -207,7 +214,7 @@ class ExecutionState:
 
 # LoopProgress fields written only when set (snapshots without them read as they did),
 # and those of cursor loops only
-_ONLY_WHEN_SET = frozenset({"quarantined", "released", "unused", "errors"})
+_ONLY_WHEN_SET = frozenset({"quarantined", "released", "unused", "errors", "chain"})
 _CURSOR_ONLY = frozenset({"lanes", "max_rows", "row_concurrency", "per_frame", "claim_attempts"})
 # every field, in declaration order (asdict's): a field added later is written too
 _LOOP_FIELDS = tuple(f.name for f in fields(LoopProgress))
@@ -234,6 +241,8 @@ def _lane_json(lane: Lane) -> dict[str, Any]:
     data = {name: getattr(lane, name) for name in _LANE_FIELDS}
     if lane.body is None:  # snapshots without a reservation read as they did
         del data["body"]
+    if not lane.chain_end:  # nor those without a chain
+        del data["chain_end"]
     return data
 
 

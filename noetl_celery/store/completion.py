@@ -24,6 +24,7 @@ from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.commands import FinishedBody
+from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
 from noetl_celery.store.schema import utcnow
@@ -110,6 +111,26 @@ class CompletionTx:
         if not closed.closed:
             return closed, None
         return closed, OrchestrationTx(self.conn, execution, self._results, inbox, self._notify)
+
+    def close_and_chain(
+        self, outcome: Outcome, body: FinishedBody, following: NextClaim
+    ) -> tuple[Closed, bool] | None:
+        """Close a per-frame cursor claim whose body its worker ran, writing the body,
+        and issue the lane's next claim (`following`) as claimed by this worker, in one
+        statement, no lock (orchestrator.cursor's chains): (what the close saw, whether
+        the next claim was issued; the claim's completion says so). None: not on this
+        database (SQLite); nothing was written."""
+        if self.conn.dialect.name != "postgresql":
+            return None
+        try:
+            row = queries.close_and_chain(
+                self.conn, self.command, outcome, *body, following, utcnow()
+            )
+        except DataError as exc:
+            raise _not_storable(exc) from exc
+        if row is None or not row.closed:
+            return Closed(closed=False), False
+        return _closed_of(row, int(row.waiting) + 1), bool(row.chained)
 
     def _close_each(self, closing: Sequence[tuple[ClaimedCommand, Outcome]]) -> list[Closed]:
         """SQLite: each command closed by statements of its own, then what a close reads

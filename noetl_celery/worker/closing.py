@@ -33,6 +33,7 @@ from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import Follow, OrchestrationTx
+from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.services import ToolServices
@@ -58,6 +59,9 @@ class CloseResult:
     publish: list[str] | None  # what to publish; None: nothing more is to be done
     ran_pass: bool  # a pass ran in place (so its re-check is this process's to make)
     follow: ClaimedCommand | None = None  # issued by the pass, claimed to run here next
+    # the close issued its cursor lane's next claim itself (`follow`), with no pass: a
+    # later close's pass folds it (orchestrator.cursor's chains)
+    chained: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,7 @@ class Closer:
         capture: logcapture.Capture | None = None,
         chain: bool = False,
         body: FrameBody | None = None,
+        following: NextClaim | None = None,
     ) -> Recorded:
         """Record the outcome (orchestrating in place when the lock is free), then publish
         what the pass issued. A cursor claim's transaction (`held`) is committed right
@@ -125,11 +130,15 @@ class Closer:
         connection, so the outcome survives. The close is conditional: if the command
         was re-issued meanwhile (the stall outlasted its lease) this run's outcome is
         dropped and the next attempt's counts. `body`: a cursor frame's body this
-        worker ran with the claim (worker.frames), recorded with its close."""
+        worker ran with the claim (worker.frames), recorded with its close; `following`:
+        the lane's next claim, issued by the close itself when the claim's chain allows
+        it (orchestrator.cursor), and then run here next with no pass."""
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(command, outcome, capture, chain, body, held is not None),
+                lambda: self._record(
+                    command, outcome, capture, chain, body, held is not None, following
+                ),
             )
         except BaseException:
             if held is not None:
@@ -153,10 +162,11 @@ class Closer:
             publish = [cid for cid in publish if cid != close.follow.command_id]
         if publish:
             self.orchestrator.dispatcher.publish(publish)
-        if close.follow is not None and close.ran_pass:
+        if close.follow is not None and (close.ran_pass or close.chained):
             # the re-check waits: the close of the command that runs here next waits for
             # the lock and folds whatever arrived meanwhile, and execute() re-checks
-            # once the chain ends
+            # once the chain ends (a chained close ran no pass: the chain's next close
+            # folds it, or whoever passes first)
             return recorded
         # either look for completions that arrived during our pass, or (lock was busy)
         # try once more now that our completion is committed: the holder may have done
@@ -172,6 +182,7 @@ class Closer:
         chain: bool = False,
         body: FrameBody | None = None,
         durable: bool = False,
+        following: NextClaim | None = None,
     ) -> Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
         Two failures are deterministic, so raising them would only make the reaper run
@@ -182,11 +193,13 @@ class Closer:
         given, fold = outcome, True
         while True:
             try:
-                close = self._record_once(command, outcome, capture, fold, chain, body, durable)
+                close = self._record_once(
+                    command, outcome, capture, fold, chain, body, durable, following
+                )
             except ResultNotStorable as exc:
                 if body is not None:  # the frame's rows alone: its body becomes a command
                     given = outcome = body.claimed
-                    body = None
+                    body = following = None
                     continue
                 if outcome is not given:
                     raise  # not even the failure could be stored: a bug, not the data
@@ -214,6 +227,7 @@ class Closer:
         chain: bool = False,
         body: FrameBody | None = None,
         durable: bool = False,
+        following: NextClaim | None = None,
     ) -> CloseResult:
         """Close the command and fold it in place, in one transaction. Not closed: the
         command was no longer ours (cancelled or re-issued meanwhile). The captured
@@ -230,7 +244,9 @@ class Closer:
             if chain:
                 pick = partial(next_here, command)
                 request = Follow(pick, worker_identity(), self.lease_seconds)
-            close = self._close_and_fold(completion, command, outcome, fold, wait, request, body)
+            close = self._close_and_fold(
+                completion, command, outcome, fold, wait, request, body, following
+            )
             completion.add_logs(LogSink.command_rows(capture, command))
             return close
 
@@ -243,6 +259,7 @@ class Closer:
         wait: bool = False,
         follow: Follow | None = None,
         body: FrameBody | None = None,
+        following: NextClaim | None = None,
     ) -> CloseResult:
         """Close the command, then run a pass on it in place unless it may wait for a
         later one. `wait`: wait for the execution's lock if another pass holds it (a
@@ -250,12 +267,25 @@ class Closer:
         holder's re-check does not fold our completion, publishing that command, while
         we wait for a pass of our own). `follow`: the pass claims the command this
         process runs next in its own writes (local continuation; the result's `follow`),
-        committed with the close or not at all."""
+        committed with the close or not at all. `following`: the close issues it itself
+        (a chain: no lock, no pass) unless the loop or the execution ended meanwhile."""
         tx: OrchestrationTx | None
         # a frame's body run here is written only with its claim's close (never beside
         # a body command): by the closing statement, or before it
         ran = None if body is None else (body.ran, worker_identity())
-        if wait and fold:  # a pass follows: the lock is taken by the closing statement
+        chained = None
+        if following is not None and ran is not None and fold:
+            chained = completion.close_and_chain(outcome, ran, following)
+        if chained is not None:
+            closed, issued = chained
+            if closed.closed and issued:
+                assert following is not None
+                follows = following.command
+                return CloseResult(
+                    closed=True, publish=[], ran_pass=False, follow=follows, chained=True
+                )
+            tx = None  # not issued (the loop or the execution ended): folded as any close
+        elif wait and fold:  # a pass follows: the lock is taken by the closing statement
             closed, tx = completion.close_and_lock(outcome, ran)
         else:
             if ran is not None and not completion.record_body(*ran):

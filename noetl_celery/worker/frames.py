@@ -34,14 +34,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from noetl_celery.constants import KIND_ITERATION
+from noetl_celery.constants import KIND_CLAIM, KIND_ITERATION
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcapture import Capture
 from noetl_celery.models.outcome import Outcome, StepError
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.cursor import body_meta, inline_body
-from noetl_celery.orchestrator.ids import iteration_command_id
+from noetl_celery.orchestrator.cursor import body_meta, chain_next, inline_body
+from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
 from noetl_celery.passes.retry import again_if_interrupted
+from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.worker.claims import HeldFrame, handed_over
@@ -156,12 +157,20 @@ class FrameRunner:
         ran = self._run(command, bodies)
         if ran is None:  # cancelled or taken over mid-frame: the close would find it so
             return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
+        following = None
         if per_row(command):
             given = with_bodies(claimed, [outcome for _, outcome in ran])
         else:
             given = with_body(claimed, ran[0][1])
+            if chain and ran[0][1].ok and chain_next(command.meta, iteration):
+                following = NextClaim(next_claim(command, iteration), self.closer.lease_seconds)
         return self.closer.finish(
-            command, given, capture=capture, chain=chain, body=FrameBody(ran, claimed)
+            command,
+            given,
+            capture=capture,
+            chain=chain,
+            body=FrameBody(ran, claimed),
+            following=following,
         )
 
     def _run(
@@ -189,6 +198,27 @@ class FrameRunner:
         finally:
             self.heartbeats.stop(claim.command_id)
         return ran
+
+
+def next_claim(claim: ClaimedCommand, iteration: int) -> ClaimedCommand:
+    """The lane's next claim as the pass would issue it after this per-frame claim, its
+    body run as `iteration` (orchestrator.cursor's chains): the next frame, the block's
+    next number, the same block and context version."""
+    item = claim.item if isinstance(claim.item, dict) else {}
+    lane, frame = int(item.get("lane", 0)), int(item.get("frame", 1)) + 1
+    return ClaimedCommand(
+        command_id=claim_command_id(claim.execution_id, claim.step, claim.epoch, lane, frame),
+        execution_id=claim.execution_id,
+        catalog_id=claim.catalog_id,
+        step=claim.step,
+        kind=KIND_CLAIM,
+        epoch=claim.epoch,
+        iteration=None,
+        attempt=1,
+        ctx_version=claim.ctx_version,
+        item={"lane": lane, "frame": frame},
+        meta={**(claim.meta or {}), "iteration": iteration + 1},
+    )
 
 
 def with_body(claimed: Outcome, body: Outcome) -> Outcome:

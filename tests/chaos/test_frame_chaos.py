@@ -20,11 +20,12 @@ pytestmark = pytest.mark.chaos
 ROWS = 1000
 
 
-def in_a_body(cluster: Cluster, eid: str) -> tuple[str, WorkerProcess]:
+def in_a_body(cluster: Cluster, eid: str, chained: bool = False) -> tuple[str, WorkerProcess]:
     """A claim running its frame's body (its rows recorded, its queue transaction
     committed) in a live worker: its id and that worker. A re-run (`:a<n>`) of a claim
     killed before is left out: it hands its recorded rows over without a body, and
-    killed in that instant its next run is `:a<n+1>`, not `:a<n>:a2`."""
+    killed in that instant its next run is `:a<n+1>`, not `:a<n>:a2`. `chained`: only a
+    claim the lane's previous frame's worker issued itself (orchestrator.cursor)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         groups = {w.proc.pid: w for w in cluster.workers}
@@ -36,18 +37,37 @@ def in_a_body(cluster: Cluster, eid: str) -> tuple[str, WorkerProcess]:
         for command_id, worker in rows:
             # (a claim of a worker killed before stays `running` until its lease ends)
             group = process_group(int(str(worker).rsplit(":", 1)[1]))
-            if group in groups:
+            if group in groups and (not chained or issued_by_a_chain(cluster, str(command_id))):
                 return str(command_id), groups[group]
         time.sleep(0.05)
     raise AssertionError("no claim ever ran its frame's body")
+
+
+def issued_by_a_chain(cluster: Cluster, command_id: str) -> bool:
+    """The claim was issued by the close of its lane's previous frame (its completion
+    says `chained`), not by a pass."""
+    prefix, _, coordinate = command_id.rpartition(":c")
+    lane, _, frame = coordinate.partition(".")
+    if int(frame) < 2:
+        return False
+    before = f"{prefix}:c{lane}.{int(frame) - 1}"
+    rows = cluster.query(
+        "SELECT count(*) FROM events WHERE (command_id = %s OR command_id LIKE %s) "
+        "AND type = 'command.completed' "
+        "AND payload->'result'->>'chained' = 'true'",
+        before,
+        before + ":a%",
+    )
+    return bool(rows[0][0])
 
 
 def test_worker_sigkill_in_a_frame_body_run_with_its_claim(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory()
     eid = cluster.start("chaos_cursor_frame_command.yaml", n=ROWS, lanes=4, max_rows=50)
     killed: list[tuple[str, Any]] = []
-    for _ in range(2):
-        command_id, victim = in_a_body(cluster, eid)
+    for round_ in range(2):
+        # the first in a claim a chain issued: it runs in the worker that issued it
+        command_id, victim = in_a_body(cluster, eid, chained=round_ == 0)
         at = utcnow()
         victim.kill()
         victim.restart()

@@ -82,7 +82,12 @@ from noetl_celery.store.queries.executions import (
     insert_execution,
     lock_execution,
 )
-from noetl_celery.store.queries.frames import insert_finished_body, record_frame
+from noetl_celery.store.queries.frames import (
+    NextClaim,
+    close_and_chain,
+    insert_finished_body,
+    record_frame,
+)
 from noetl_celery.store.queries.inbox import (
     backlog,
     completion_of,
@@ -159,6 +164,7 @@ __all__ = [
     "SYNC_COMMIT",
     "UNFINISHED",
     "WAITING_FOR_CHILD",
+    "NextClaim",
     "ResultCache",
     "add_counter",
     "any_claimed",
@@ -175,6 +181,7 @@ __all__ = [
     "claim_batch",
     "claimed_row_keys",
     "clear_inbox",
+    "close_and_chain",
     "close_and_read",
     "close_command",
     "close_lock_and_read",

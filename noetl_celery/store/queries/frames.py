@@ -5,9 +5,10 @@ worker ran with the claim's close."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, column, select, text, update
+from sqlalchemy import Connection, bindparam, column, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
@@ -221,3 +222,124 @@ def _insert_body(
             "created_at": now,
         },
     )
+
+
+# Postgres, one statement: a chained close (orchestrator.cursor, worker.frames). It closes
+# a per-frame claim whose body its worker ran, writes that body's finished row and event
+# (as _CLOSE_LOCK_BODY_PG), and inserts the lane's next claim, running, claimed by this
+# worker (it runs it next), while the execution runs and the loop epoch is not done.
+# The claim's terminal event says whether it did (`result.chained`): the pass that folds
+# it takes that claim as issued. It takes no lock and runs no pass: the chain's last
+# close does, or any other close's pass folds it. Nothing is written if the claim no
+# longer runs.
+_CLOSE_CHAIN_PG = text(
+    """
+    WITH closed AS (
+        UPDATE commands SET status = :b_status, finished_at = :b_now
+        WHERE command_id = :b_cid AND status = 'running'
+        RETURNING command_id, execution_id, step, epoch, iteration
+    ), chained AS (
+        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, issued_at, worker,
+                              started_at, lease_until)
+        SELECT :b_next, c.execution_id, c.step, :b_kind, c.epoch, NULL, 1, 'running',
+               :b_ctx, CAST(:b_next_item AS jsonb), CAST(:b_next_meta AS jsonb), :b_now,
+               :b_body_worker, :b_now, :b_lease
+        FROM closed c
+        JOIN executions x ON x.execution_id = c.execution_id AND x.status = 'RUNNING'
+        JOIN loops l ON l.execution_id = c.execution_id AND l.step = c.step
+                    AND l.epoch = c.epoch AND NOT l.done
+        ON CONFLICT DO NOTHING
+        RETURNING command_id
+    ), inserted AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT execution_id, :b_type, step, command_id, epoch, iteration,
+               CASE WHEN EXISTS (SELECT 1 FROM chained)
+                    THEN jsonb_set(CAST(:b_payload AS jsonb), '{result,chained}', 'true')
+                    ELSE CAST(:b_payload AS jsonb) END,
+               :b_now
+        FROM closed
+        ON CONFLICT DO NOTHING
+        RETURNING event_id, execution_id, step, epoch, iteration
+    ), queued AS (
+        INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
+        SELECT event_id, execution_id, step, epoch, iteration FROM inserted
+    ), body AS (
+        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, worker, issued_at,
+                              started_at, finished_at)
+        SELECT b.cid, c.execution_id, c.step, b.kind, c.epoch, b.iteration, b.attempt,
+               b.status, b.ctx, b.item, b.meta, :b_body_worker, :b_now, :b_now, :b_now
+        FROM closed c, """
+    + BODIES
+    + """
+        ON CONFLICT DO NOTHING
+        RETURNING command_id, execution_id, step, epoch, iteration
+    ), body_event AS (
+        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
+                            payload, created_at)
+        SELECT d.execution_id, b.type, d.step, d.command_id, d.epoch, d.iteration,
+               b.payload, :b_now
+        FROM body d JOIN """
+    + BODIES
+    + """ ON b.cid = d.command_id
+        ON CONFLICT DO NOTHING
+    )
+    SELECT (SELECT count(*) FROM closed) AS closed,
+           (SELECT count(*) FROM chained) AS chained,
+           (SELECT count(*) FROM inbox
+             WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
+           l.done AS loop_done, l.window_size AS loop_window, l.in_flight AS loop_in_flight,
+           x.status AS status
+    FROM executions x
+    LEFT JOIN loops l
+        ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
+    WHERE x.execution_id = :b_eid
+    """
+).bindparams(bindparam("b_payload", type_=Json))
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """A cursor lane's next claim, as its chain's worker issues it (worker.frames)."""
+
+    command: ClaimedCommand
+    lease_seconds: int
+
+
+def close_and_chain(
+    conn: Connection,
+    claim: ClaimedCommand,
+    outcome: Outcome,
+    ran: list[tuple[ClaimedCommand, Outcome]],
+    worker: str,
+    following: NextClaim,
+    now: dt.datetime,
+) -> Any:
+    """Postgres only (_CLOSE_CHAIN_PG): the row (closed, chained, waiting, loop_done,
+    loop_window, loop_in_flight, status), None for no such execution; `waiting` counts
+    the epoch's inbox before this completion."""
+    ok = outcome.ok
+    following_command = following.command
+    return conn.execute(
+        _CLOSE_CHAIN_PG,
+        {
+            "b_cid": claim.command_id,
+            "b_status": CMD_COMPLETED if ok else CMD_FAILED,
+            "b_now": now,
+            "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+            "b_payload": outcome.to_json(),
+            "b_eid": claim.execution_id,
+            "b_step": claim.step,
+            "b_epoch": claim.epoch,
+            "b_bodies": _bodies_json(ran),
+            "b_body_worker": worker,
+            "b_next": following_command.command_id,
+            "b_kind": following_command.kind,
+            "b_ctx": following_command.ctx_version,
+            "b_next_item": json_dumps(following_command.item),
+            "b_next_meta": json_dumps(dict(following_command.meta or {})),
+            "b_lease": now + dt.timedelta(seconds=following.lease_seconds),
+        },
+    ).first()

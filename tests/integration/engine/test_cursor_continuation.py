@@ -13,6 +13,7 @@ hands them over, the body runs again on them, and they are counted once."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import time
@@ -29,7 +30,7 @@ from noetl_celery.orchestrator.ids import base_command_id, parse_claim
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.rows import ClaimedCommand
-from noetl_celery.store.schema import commands, events, loops
+from noetl_celery.store.schema import commands, events, executions, loops
 from noetl_celery.worker.reports import DUPLICATE, CommandReport
 
 ROWS = 30
@@ -398,3 +399,50 @@ def test_a_frame_is_one_command_without_local_continuation_too(
     assert not set(body_ids(engine, eid)) & set(deliveries.published)
     claims = [parse_claim(cid) for cid in deliveries.published if parse_claim(cid)]
     assert len(claims) == frames + 2  # every claim went out: each lane's last found none
+
+
+def test_a_lane_chains_its_frames_with_fewer_passes_on_postgres(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Chains (orchestrator.cursor): on Postgres the worker that ran a frame's body
+    issues its lane's next claim in the close and runs it next, with no pass between
+    (the completion says `chained`); later passes fold them, so the execution takes
+    fewer passes than frames, and every row is still done and counted once
+    (drain_exactly). SQLite closes every frame with a pass."""
+    _, deliveries, eid = drain_exactly(engine, tmp_path, fail_first=False)
+    results = claim_results(engine, eid)
+    chained = [r for r in results if r.get("chained")]
+    frames = -(-ROWS // 4)
+    with engine.database.engine.connect() as conn:
+        passes = conn.execute(
+            select(executions.c.passes).where(executions.c.execution_id == eid)
+        ).scalar_one()
+    if engine.database.engine.dialect.name == "postgresql":
+        # 8 frames on 2 lanes, within each lane's block (1 + Limits.cursor_chain
+        # numbers): every frame chained the lane's next claim (the last ones found none)
+        assert len(chained) == frames
+        assert all(r["body"]["status"] == "ok" for r in chained)
+        assert passes < frames
+    else:
+        assert chained == []
+        assert passes >= frames
+    # a chained claim never went through the broker
+    claims = [parse_claim(cid) for cid in deliveries.published if parse_claim(cid)]
+    assert sorted(claims) == [(0, 1), (1, 1)]  # type: ignore[type-var]
+
+
+def test_no_chain_with_a_cursor_chain_of_zero(engine: Engine, tmp_path: Path) -> None:
+    """`NOETL_CURSOR_CHAIN=0`: every frame's close folds it with a pass, on both stores."""
+    engine.orchestrator.limits = dataclasses.replace(engine.orchestrator.limits, cursor_chain=0)
+    _, _, eid = drain_exactly(engine, tmp_path, fail_first=False)
+    results = claim_results(engine, eid)
+    assert [r for r in results if r.get("chained")] == []
+    assert all("chain" not in (meta or {}) for meta in claim_metas(engine, eid))
+
+
+def claim_metas(engine: Engine, eid: str) -> list[dict[str, Any] | None]:
+    query = select(commands.c.meta).where(
+        commands.c.execution_id == eid, commands.c.kind == "claim"
+    )
+    with engine.database.engine.connect() as conn:
+        return [r[0] for r in conn.execute(query)]

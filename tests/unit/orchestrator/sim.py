@@ -43,6 +43,9 @@ class Sim:
     decisions: list[Decision] = field(default_factory=list)
     state: ExecutionState | None = None
     now: float = 0.0  # every pass's time (epoch seconds): templates' now() renders it
+    # the queue entry being run (its id and meta: a runner that acts as the worker on
+    # them, test_cursor_cases.InlineFrames, reads them here)
+    current: dict[str, Any] | None = None
     _next_event: int = 1
 
     # -- Facts ------------------------------------------------------------------------------
@@ -76,6 +79,7 @@ class Sim:
                     "epoch": c.epoch,
                     "iteration": None,
                     "item": c.item,
+                    "meta": c.meta,
                     "delay": c.delay_seconds,
                 }
             )
@@ -119,6 +123,7 @@ class Sim:
             completions = []
             for cmd in take:
                 self.ran.append((cmd["step"], cmd["iteration"]))
+                self.current = cmd
                 outcome = self.runner(cmd["step"], cmd["item"], cmd["iteration"])
                 event = {
                     "step": cmd["step"],

@@ -4,14 +4,16 @@ row runs exactly once; loop.done once; lanes and rows in flight stay within boun
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from noetl_celery.models.outcome import Outcome, StepError
-from noetl_celery.orchestrator.cursor import claim_backoff
+from noetl_celery.orchestrator.cursor import chain_next, claim_backoff
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
+from noetl_celery.orchestrator.ids import claim_command_id
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
 
 CURSOR = """apiVersion: noetl.io/v2
@@ -311,6 +313,22 @@ class InlineFrames(Queue):
         self.mode = mode
         self.sim: Sim | None = None
         self.bodies: list[tuple[int, list[int]]] = []  # (iteration, row ids)
+        self.chained = 0  # claims issued by the worker (chains), not by a pass
+
+    def next_claim(
+        self, step: str, item: dict[str, int], meta: dict[str, Any], iteration: int
+    ) -> dict[str, Any]:
+        """The lane's next claim as worker.frames issues it in a chain."""
+        lane, frame = item["lane"], item["frame"] + 1
+        return {
+            "id": claim_command_id("e1", step, 1, lane, frame),
+            "step": step,
+            "epoch": 1,
+            "iteration": None,
+            "item": {"lane": lane, "frame": frame},
+            "meta": {**meta, "iteration": iteration + 1},
+            "delay": 0.0,
+        }
 
     def body(self, rows: list[dict[str, int]]) -> Outcome:
         if self.bad is not None and any(r["id"] == self.bad for r in rows):
@@ -327,14 +345,18 @@ class InlineFrames(Queue):
         rows = [{"id": i} for i in frame]
         if not rows:
             return ok({"rows": [], "row_count": 0})
-        progress = self.sim.state.steps["drain"].loop
-        assert progress is not None and progress.lanes is not None
-        reserved = progress.lanes[item["lane"]].body
+        assert self.sim.current is not None
+        meta = self.sim.current["meta"] or {}
+        reserved = meta.get("iteration")
         assert reserved is not None  # every per-frame claim reserves its body's iteration
         result: dict[str, Any] = {"rows": rows, "row_count": len(rows), "recorded": True}
         result["iteration"] = reserved
         if self.mode == "inline" or (self.mode == "mixed" and self.claims % 2):
             body = self.body(rows)
+            if body.ok and chain_next(meta, reserved):  # issue the lane's next claim here
+                result["chained"] = True
+                self.chained += 1
+                self.sim.queue.append(self.next_claim(step, item, meta, reserved))
             self.bodies.append((reserved, frame))
             self.sim.events.append(
                 {
@@ -349,9 +371,11 @@ class InlineFrames(Queue):
         return ok(result)
 
 
-def frames_sim(size: int, lanes: int, mode: str, batch: int) -> tuple[Sim, InlineFrames]:
+def frames_sim(
+    size: int, lanes: int, mode: str, batch: int, limits: Limits | None = None
+) -> tuple[Sim, InlineFrames]:
     queue = InlineFrames(size, 10, mode)
-    sim = Sim(playbook(FRAMES.format(lanes=lanes, rows=10, conc=4)), queue)
+    sim = Sim(playbook(FRAMES.format(lanes=lanes, rows=10, conc=4)), queue, limits or Limits())
     queue.sim = sim
     sim.run(batch=batch)
     return sim, queue
@@ -377,7 +401,12 @@ def test_a_frame_run_with_its_claim_counts_as_its_body_command_would(
             assert [i for s, i in sim.ran if i is not None] == []
         if mode == "plan":
             assert sorted(i for s, i in sim.ran if i is not None) == sorted(iterations)
-        result = sim.results[("drain", 1)]
+        if mode == "plan":  # a frame whose body is a command of its own does not chain
+            assert queue.chained == 0
+        result = dict(sim.results[("drain", 1)])
+        # the per-item results in iteration order: a lane's chained frames take its
+        # block's numbers, so which frame a number holds depends on the lanes' timing
+        result["results"] = sorted(result["results"], key=json.dumps)
         loop = sim.decisions[-1].loops or [d.loops[-1] for d in sim.decisions if d.loops][-1:]
         seen[mode] = (result, [(m.total, m.issued, m.succeeded, m.failed) for m in loop])
     assert seen["inline"] == seen["plan"] == seen["mixed"]
@@ -388,11 +417,17 @@ def test_a_frame_run_with_its_claim_counts_as_its_body_command_would(
     assert len(seen["inline"][0]["results"]) == frames
 
 
-def test_a_claim_that_finds_no_row_leaves_its_reserved_iteration_to_the_next() -> None:
-    """Reservations: the first claims take 0..lanes-1; a lane's empty last claim leaves
-    its number unused, and `issued` counts only bodies."""
-    sim, queue = frames_sim(25, 2, "inline", 1)
-    assert sorted(i for i, _ in queue.bodies) == [0, 1, 2]  # frames of 10, 10, 5
+@pytest.mark.parametrize(("chain", "numbers"), [(0, [0, 1, 2]), (8, [0, 1, 9]), (1, [0, 1, 2])])
+def test_a_claim_that_finds_no_row_leaves_its_reserved_iteration_to_the_next(
+    chain: int, numbers: list[int]
+) -> None:
+    """Reservations: without chains the first claims take 0..lanes-1; with chains of
+    `chain` frames each lane takes a block of `1 + chain` numbers, its frames in order
+    (lane 0: 0 then 1; lane 1 from 1 + chain). A lane's empty last claim leaves its
+    numbers unused, and `issued` counts only bodies."""
+    sim, queue = frames_sim(25, 2, "inline", 1, Limits(cursor_chain=chain))
+    assert sorted(i for i, _ in queue.bodies) == numbers  # frames of 10, 10, 5
+    assert (queue.chained > 0) == (chain > 0)  # (a frame whose body failed does not chain)
     mirror = [m for d in sim.decisions for m in d.loops][-1]
     assert mirror.done and mirror.issued == 3 and mirror.total == 25
 
@@ -411,7 +446,7 @@ def test_only_a_body_run_as_the_reserved_iteration_is_counted_with_its_claim(
 ) -> None:
     pb = playbook(FRAMES.format(lanes=1, rows=2, conc=1))
     d = start(pb, "e1", None, Sim(pb, Queue(0, 2)), Limits(), now=0.0)
-    assert d.commands[0].meta == {"max_rows": 2, "process": "frame", "iteration": 0}
+    assert d.commands[0].meta == {"max_rows": 2, "process": "frame", "iteration": 0, "chain": 9}
     rows = [{"id": 1}, {"id": 2}]
     outcome = ok({"rows": rows, "row_count": 2, "recorded": True, **claimed})
     completion = Completion(1, d.commands[0].command_id, "drain", 1, None, outcome)
@@ -422,11 +457,87 @@ def test_only_a_body_run_as_the_reserved_iteration_is_counted_with_its_claim(
     if counted_now:
         assert progress.succeeded == 2 and not d2.plans
         assert [c.meta for c in d2.commands] == [
-            {"max_rows": 2, "process": "frame", "iteration": 1}
+            {"max_rows": 2, "process": "frame", "iteration": 1, "chain": 9}
         ]
     else:
         assert progress.succeeded == 0 and not d2.commands
         assert [(p.start, p.items) for p in d2.plans] == [(0, [rows])]
+
+
+def chained_claim(
+    completion_id: str, iteration: int, chained: bool, n: int = 2
+) -> tuple[Outcome, Completion]:
+    rows = [{"id": i} for i in range(n)]
+    result = {"rows": rows, "row_count": n, "recorded": True, "iteration": iteration}
+    result["body"] = {"status": "ok", "result": {"n": n}}
+    if chained:
+        result["chained"] = True
+    outcome = ok(result)
+    return outcome, Completion(1, completion_id, "drain", 1, None, outcome)
+
+
+@pytest.mark.parametrize("chain", [1, 3])
+def test_a_chained_claim_is_taken_as_issued_and_its_block_runs_out(chain: int) -> None:
+    """A claim's completion that says its worker issued the lane's next claim (a chain)
+    counts the frame and takes that claim as in flight without issuing it; the next
+    claims take the block's numbers in order; past the block's end the pass issues the
+    next claim itself, with a new block."""
+    pb = playbook(FRAMES.format(lanes=1, rows=2, conc=1))
+    limits = Limits(cursor_chain=chain)
+    sim = Sim(pb, Queue(0, 2), limits)
+    d = start(pb, "e1", None, sim, limits, now=0.0)
+    [first] = d.commands
+    assert first.meta == {"max_rows": 2, "process": "frame", "iteration": 0, "chain": chain + 1}
+    state, claim_id = d.state, first.command_id
+    for iteration in range(chain):  # every frame of the block but its last chains
+        _, completion = chained_claim(claim_id, iteration, chained=True)
+        d = decide(pb, copy.deepcopy(state), [completion], sim, limits, 0.0)
+        assert d.commands == [] and d.plans == []  # issued by the worker
+        progress = d.state.steps["drain"].loop
+        assert progress is not None and progress.lanes is not None
+        [lane] = progress.lanes
+        assert (lane.frame, lane.claiming, lane.body) == (iteration + 2, True, iteration + 1)
+        assert progress.succeeded == 2 * (iteration + 1) and progress.in_flight == 1
+        assert progress.next_index == chain + 1  # nothing reserved past the block
+        state, claim_id = d.state, f"e1:drain:1:c0.{iteration + 2}"
+    # the block's last frame: even a completion that says `chained` gets a new claim
+    _, completion = chained_claim(claim_id, chain, chained=True)
+    d = decide(pb, copy.deepcopy(state), [completion], sim, limits, 0.0)
+    [after] = d.commands
+    assert after.command_id == f"e1:drain:1:c0.{chain + 2}"
+    assert after.meta == {
+        "max_rows": 2,
+        "process": "frame",
+        "iteration": chain + 1,
+        "chain": 2 * (chain + 1),
+    }
+
+
+def test_a_claim_that_did_not_chain_gets_its_next_claim_from_the_pass() -> None:
+    """Within its block, a frame whose worker issued nothing (its body failed, the chain
+    was cut short) gets the lane's next claim from the pass: the block's next number."""
+    pb = playbook(FRAMES.format(lanes=1, rows=2, conc=1))
+    sim = Sim(pb, Queue(0, 2))
+    d = start(pb, "e1", None, sim, Limits(), now=0.0)
+    _, completion = chained_claim(d.commands[0].command_id, 0, chained=False)
+    d2 = decide(pb, copy.deepcopy(d.state), [completion], sim, Limits(), 0.0)
+    assert [(c.command_id, c.meta) for c in d2.commands] == [
+        ("e1:drain:1:c0.2", {"max_rows": 2, "process": "frame", "iteration": 1, "chain": 9})
+    ]
+
+
+def test_a_lane_drained_mid_block_leaves_its_numbers_out_of_issued() -> None:
+    """`issued` (the loops row) counts bodies only: a lane drained with numbers of its
+    block left over does not count them."""
+    pb = playbook(FRAMES.format(lanes=1, rows=2, conc=1))
+    sim = Sim(pb, Queue(0, 2))
+    d = start(pb, "e1", None, sim, Limits(), now=0.0)
+    _, completion = chained_claim(d.commands[0].command_id, 0, chained=True)
+    d = decide(pb, copy.deepcopy(d.state), [completion], sim, Limits(), 0.0)
+    empty = Completion(2, "e1:drain:1:c0.2", "drain", 1, None, ok({"rows": [], "row_count": 0}))
+    d = decide(pb, copy.deepcopy(d.state), [empty], sim, Limits(), 0.0)
+    [mirror] = [m for m in d.loops if m.step == "drain"]
+    assert mirror.done and mirror.total == 2 and mirror.issued == 1
 
 
 @pytest.mark.parametrize(("lanes", "conc", "window"), [(1, 1, 1), (2, 3, 6), (4, 5, 20)])

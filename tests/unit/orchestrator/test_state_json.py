@@ -30,8 +30,10 @@ def asdict_json(step: StepState) -> dict[str, Any]:
     for lane in (data.get("loop") or {}).get("lanes") or []:
         if lane.get("body") is None:
             lane.pop("body", None)
+        if not lane.get("chain_end"):  # (chains: a later field, left out when unset)
+            lane.pop("chain_end", None)
     if step.loop is not None:
-        for key in ("errors", "unused", "quarantined", "released"):
+        for key in ("errors", "unused", "quarantined", "released", "chain"):
             if not getattr(step.loop, key):
                 data["loop"].pop(key)
     return data
@@ -71,6 +73,23 @@ STEPS = {
             row_concurrency=25,
             per_frame=True,
             claim_attempts=4,
+        ),
+    ),
+    "cursor with chains": StepState(
+        epoch=1,
+        status=StepStatus.RUNNING,
+        loop=LoopProgress(
+            epoch=1,
+            total=6,
+            window=2,
+            lanes=[
+                Lane(frame=2, claiming=True, body=6, chain_end=9),
+                Lane(frame=1, drained=True, rows=3, start=9, stop=10, chain_end=18),
+            ],
+            max_rows=50,
+            row_concurrency=1,
+            per_frame=True,
+            chain=8,
         ),
     ),
 }
