@@ -43,9 +43,13 @@ class CursorError(Exception):
 
 class HeldClaim(Protocol):
     """Claimed rows whose transaction is still open: `commit` once the engine has
-    recorded them, `rollback` when it could not (the rows go back to the queue)."""
+    recorded them, `rollback` when it could not (the rows go back to the queue).
+    `witness`: that transaction's (backend pid, transaction id) on its server, when the
+    server may be the engine's own (the engine then checks it: a queue transaction on its
+    own server lets its record commit asynchronously, store.queries.frames); else None."""
 
     rows: list[dict[str, Any]]
+    witness: tuple[int, int] | None
 
     def commit(self) -> None: ...
 
@@ -57,6 +61,7 @@ class Committed:
     """A claim whose transaction already ended (a driver that cannot hold one open)."""
 
     rows: list[dict[str, Any]]
+    witness: tuple[int, int] | None = None
 
     def commit(self) -> None:
         return None

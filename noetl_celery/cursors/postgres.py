@@ -28,9 +28,14 @@ log = logging.getLogger("noetl_celery.cursors")
 
 class _Held:
     def __init__(
-        self, rows: list[dict[str, Any]], conn: psycopg.Connection[Any], stack: ExitStack
+        self,
+        rows: list[dict[str, Any]],
+        conn: psycopg.Connection[Any],
+        stack: ExitStack,
+        witness: tuple[int, int] | None = None,
     ) -> None:
         self.rows = rows
+        self.witness = witness
         self._conn = conn
         self._stack = stack
 
@@ -67,7 +72,9 @@ class Driver:
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = stack.enter_context(pg_connection(services.pg_pool(conninfo), conninfo))
-            rows = _rows(_begin_and_claim(conn, request.sql))
+            witnessed = _may_share_wal(conn, conninfo, services)
+            cur, seen = _begin_and_claim(conn, request.sql, witnessed)
+            rows = _rows(cur)
         except BaseException as exc:
             if conn is not None:
                 _quiet_rollback(conn)
@@ -75,19 +82,55 @@ class Driver:
             if isinstance(exc, PoolExhausted | psycopg.Error):
                 raise _cursor_error(exc, redact) from None
             raise
-        return _Held(rows, conn, stack)
+        return _Held(rows, conn, stack, seen)
 
 
-def _begin_and_claim(conn: psycopg.Connection[Any], sql: str) -> psycopg.Cursor[Any]:
-    """BEGIN and the claim statement, pipelined when libpq can (one round trip, not
-    two); the claim's error, if any, is raised here either way."""
+# the claim's transaction as the engine can find it on its own server (cursors.base)
+_WITNESS = "SELECT pg_backend_pid(), txid_current()"
+# the queue servers' system identifiers, by conninfo (None: the server does not say)
+_CLUSTERS: dict[str, str | None] = {}
+
+
+def _may_share_wal(conn: psycopg.Connection[Any], conninfo: str, services: ToolServices) -> bool:
+    """Whether the queue's server may be the engine's (their system identifiers match):
+    only then does a claim ask for a witness (a server that does not say, a Postgres
+    look-alike without pg_control_system, never does). Read once per conninfo, on a
+    connection outside any transaction."""
+    engine = services.engine_cluster()
+    if engine is None:
+        return False
+    if conninfo not in _CLUSTERS:
+        try:
+            row = conn.execute(
+                "SELECT CAST(system_identifier AS text) FROM pg_control_system()"
+            ).fetchone()
+        except psycopg.Error:
+            row = None
+        _CLUSTERS[conninfo] = None if row is None else str(row[0])
+    return _CLUSTERS[conninfo] == engine
+
+
+def _begin_and_claim(
+    conn: psycopg.Connection[Any], sql: str, witnessed: bool
+) -> tuple[psycopg.Cursor[Any], tuple[int, int] | None]:
+    """BEGIN and the claim statement (and, `witnessed`, the claim transaction's pid and
+    id), pipelined when libpq can (one round trip, not two); the claim's error, if any,
+    is raised here either way."""
     if not psycopg.Pipeline.is_supported():
         conn.execute("BEGIN")
-        return conn.execute(sql)
+        cur = conn.execute(sql)
+        return cur, _witness(conn.execute(_WITNESS)) if witnessed else None
     with conn.pipeline():
         conn.execute("BEGIN")
         cur = conn.execute(sql)
-    return cur  # its results arrived with the pipeline's sync
+        seen = conn.cursor().execute(_WITNESS) if witnessed else None
+    # their results arrived with the pipeline's sync
+    return cur, None if seen is None else _witness(seen)
+
+
+def _witness(cur: psycopg.Cursor[Any]) -> tuple[int, int] | None:
+    row = cur.fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
 
 
 def _rows(cur: psycopg.Cursor[Any]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import (
@@ -113,6 +113,7 @@ class Store:
         self.quarantine = QuarantineManager(database)
         self.owners = OwnersManager(database)
         self.metrics = MetricsManager(database)
+        self._cluster: tuple[str | None] | None = None  # cluster_id, once read
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(
@@ -295,18 +296,22 @@ class Store:
             )
         return ClaimedCommand(command_id=command_id, catalog_id=catalog_id, **row._mapping)
 
-    def record_frame(self, command: ClaimedCommand, rows: list[Any]) -> FrameRows | None:
+    def record_frame(
+        self, command: ClaimedCommand, rows: list[Any], witness: queries.Witness | None = None
+    ) -> FrameRows | None:
         """Record the rows a running cursor claim took (worker.frames), before its queue
         transaction commits: each row's key as claimed in its epoch, and the rows not
         claimed before on the command, at once (one statement on Postgres); the rows
         recorded (those recorded before, when it is tried again). None (nothing
-        written) when the command is no longer running."""
+        written) when the command is no longer running. Durable before the queue
+        commits: synchronously, unless the queue transaction (`witness`) runs on the
+        engine's own server (store.queries.frames)."""
         keyed: dict[str, Any] = {}
         for row in rows:
             keyed.setdefault(row_key(row), row)
         try:
             with self.db.single_write() as conn:
-                return queries.record_frame(conn, command, keyed, len(rows))
+                return queries.record_frame(conn, command, keyed, len(rows), witness)
         except DataError as exc:  # a value Postgres refuses (a NUL character)
             raise ResultNotStorable(str(exc.orig or exc).strip().split("\n")[0]) from exc
 
@@ -375,15 +380,38 @@ class Store:
             return queries.close_command(conn, command, outcome, utcnow())
 
     @contextmanager
-    def completion(self, command: ClaimedCommand, durable: bool = False) -> Iterator[CompletionTx]:
+    def completion(
+        self,
+        command: ClaimedCommand,
+        durable: bool = False,
+        witness: queries.Witness | None = None,
+    ) -> Iterator[CompletionTx]:
         """A transaction to close `command` and maybe orchestrate right after (see
         store.completion); `durable`: it commits synchronously on Postgres whatever
         `NOETL_SYNCHRONOUS_COMMIT` says (a cursor claim's close: its queue transaction
-        commits next)."""
+        commits next), unless that queue transaction (`witness`) runs on the engine's
+        own server (store.queries.frames)."""
         with self.db.write() as conn:
             if durable and conn.dialect.name == "postgresql":
-                conn.execute(queries.SYNC_COMMIT)
+                if witness is None:
+                    conn.execute(queries.SYNC_COMMIT)
+                else:
+                    conn.execute(queries.DURABLE_UNLESS_SAME_WAL, queries.witness_params(witness))
             yield CompletionTx(conn, command, self.result_cache, self.notifications)
+
+    def cluster_id(self) -> str | None:
+        """The engine database's server (its system identifier), None on SQLite or when
+        the server does not say: read once (cursors.postgres compares its queue's)."""
+        if self._cluster is None:
+            found: str | None = None
+            if not self.db.is_sqlite:
+                try:
+                    with self.db.read() as conn:
+                        found = queries.cluster_id(conn)
+                except (StoreError, SQLAlchemyError):  # not said (a role without the right)
+                    found = None
+            self._cluster = (found,)
+        return self._cluster[0]
 
     def renew_lease(self, command_id: str, seconds: float) -> bool:
         """Extend a running command's lease; False when it is no longer running."""

@@ -54,6 +54,9 @@ class ToolServices:
         key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
+        # the engine database's server (store.Store.cluster_id): a postgres cursor on the
+        # same server has its claims witnessed (cursors.postgres); None: not known
+        self.engine_cluster: Callable[[], str | None] = lambda: None
         # the pacing schedule of the worker processes (tools.http_pacing); None: this
         # process paces on its own
         self._pace_ledger = pace_ledger

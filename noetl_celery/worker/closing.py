@@ -136,9 +136,7 @@ class Closer:
         try:
             recorded = again_if_interrupted(
                 f"recording the outcome of command {command.command_id}",
-                lambda: self._record(
-                    command, outcome, capture, chain, body, held is not None, following
-                ),
+                lambda: self._record(command, outcome, capture, chain, body, held, following),
             )
         except BaseException:
             if held is not None:
@@ -181,7 +179,7 @@ class Closer:
         capture: logcapture.Capture | None = None,
         chain: bool = False,
         body: FrameBody | None = None,
-        durable: bool = False,
+        held: HeldClaim | None = None,
         following: NextClaim | None = None,
     ) -> Recorded:
         """Close the command with `outcome` and fold it in place when the lock is free.
@@ -194,7 +192,7 @@ class Closer:
         while True:
             try:
                 close = self._record_once(
-                    command, outcome, capture, fold, chain, body, durable, following
+                    command, outcome, capture, fold, chain, body, held, following
                 )
             except ResultNotStorable as exc:
                 if body is not None:  # the frame's rows alone: its body becomes a command
@@ -226,7 +224,7 @@ class Closer:
         fold: bool,
         chain: bool = False,
         body: FrameBody | None = None,
-        durable: bool = False,
+        held: HeldClaim | None = None,
         following: NextClaim | None = None,
     ) -> CloseResult:
         """Close the command and fold it in place, in one transaction. Not closed: the
@@ -235,10 +233,13 @@ class Closer:
         logged too; nothing is written when nothing was captured. With `chain`, a cursor
         lane's next command the pass issued is claimed in the same transaction (local
         continuation): it commits with the close, so a retried transaction claims it
-        again or not at all. `durable`: a cursor claim whose queue transaction commits
-        once this does, so this commits synchronously (the rows are the engine's only if
-        an engine crash cannot take the close back)."""
-        with self.store.completion(command, durable=durable) as completion:
+        again or not at all. `held`: a cursor claim's queue transaction that commits once
+        this does, so this is durable first (the rows are the engine's only if an engine
+        crash cannot take the close back): synchronous, unless the queue runs on the
+        engine's own server (its witness: store.queries.frames)."""
+        witness = None if held is None else held.witness
+        durable = held is not None
+        with self.store.completion(command, durable=durable, witness=witness) as completion:
             wait = chain and may_follow(command)
             request = None
             if chain:

@@ -133,7 +133,7 @@ class FrameRunner:
         try:
             frame = again_if_interrupted(
                 f"recording the frame claimed by command {command.command_id}",
-                lambda: self.store.record_frame(command, list(rows)),
+                lambda: self.store.record_frame(command, list(rows), held.claim.witness),
             )
         except ResultNotStorable:
             return None  # nothing recorded: the claim's own close fails it, saying why

@@ -140,3 +140,18 @@ def test_worker_sigkill_mid_frame_of_per_row_bodies_run_with_their_claim(
         "SELECT count(*) FROM public.chaos_body_runs WHERE execution_id = %s", eid, data=True
     )
     assert runs >= ROWS  # at least once; counted exactly once (assert_drain_exact)
+
+
+def test_postgres_crashed_while_frames_are_recorded_on_its_own_server(
+    cluster_factory: Any,
+) -> None:
+    """The queue lives on the engine's own server (another database of the cluster), so a
+    frame's record commits asynchronously: the queue's commit, after it in the same WAL,
+    makes it durable (store.queries.frames). Postgres crashed twice mid-drain (stopped
+    `immediate`: WAL not yet flushed is gone) loses no row and counts none twice."""
+    cluster: Cluster = cluster_factory()
+    eid = cluster.start("chaos_cursor_frame_command.yaml", n=ROWS, lanes=4, max_rows=50)
+    for finished in (4, 10):
+        cluster.wait_finished(eid, finished)
+        cluster.pg.restart()
+    assert_drain_exact(cluster, eid, ROWS)

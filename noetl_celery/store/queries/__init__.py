@@ -83,10 +83,14 @@ from noetl_celery.store.queries.executions import (
     lock_execution,
 )
 from noetl_celery.store.queries.frames import (
+    DURABLE_UNLESS_SAME_WAL,
     NextClaim,
+    Witness,
     close_and_chain,
+    cluster_id,
     insert_finished_body,
     record_frame,
+    witness_params,
 )
 from noetl_celery.store.queries.inbox import (
     backlog,
@@ -159,6 +163,7 @@ from noetl_celery.store.queries.termination import (
 )
 
 __all__ = [
+    "DURABLE_UNLESS_SAME_WAL",
     "PLAN_CHUNK",
     "STARTED",
     "SYNC_COMMIT",
@@ -166,6 +171,7 @@ __all__ = [
     "WAITING_FOR_CHILD",
     "NextClaim",
     "ResultCache",
+    "Witness",
     "add_counter",
     "any_claimed",
     "append_terminal",
@@ -186,6 +192,7 @@ __all__ = [
     "close_command",
     "close_lock_and_read",
     "close_many_and_read",
+    "cluster_id",
     "command_counts",
     "command_status",
     "completion_of",
@@ -271,4 +278,5 @@ __all__ = [
     "waiting",
     "waiting_in_epoch",
     "waiting_parent_resume",
+    "witness_params",
 ]

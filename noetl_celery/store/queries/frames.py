@@ -25,6 +25,32 @@ from noetl_celery.store.queries.inbox import first_claimed_keys
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.store.schema import Json, commands
 
+# A cursor claim's queue transaction as its driver saw it on its own server (backend pid,
+# transaction id: cursors.base.HeldClaim.witness).
+Witness = tuple[int, int]
+
+# What a held queue transaction waits for (the record of its rows, a held claim's close)
+# must be durable before the queue's commit is: this commits synchronously, unless that
+# queue transaction runs on this very server. Its lock on its own transaction id (the
+# witness) is then in this server's pg_locks, its commit will follow ours in the same
+# WAL, and whatever makes that commit durable makes ours durable first (a crash loses a
+# suffix of the WAL: never our record while keeping the queue's claim). The session's
+# setting (NOETL_SYNCHRONOUS_COMMIT) then stands. A witness of no live transaction here
+# (another server, NULL) changes nothing: synchronous.
+_DURABLE_UNLESS_SAME_WAL = """set_config('synchronous_commit', CASE WHEN EXISTS (
+        SELECT 1 FROM pg_locks w
+        WHERE w.locktype = 'transactionid' AND w.mode = 'ExclusiveLock' AND w.granted
+          AND w.pid = CAST(:b_qpid AS integer)
+          AND w.transactionid = CAST(CAST(CAST(:b_qxid AS bigint) % 4294967296 AS text) AS xid))
+        THEN current_setting('synchronous_commit') ELSE 'on' END, true)"""
+DURABLE_UNLESS_SAME_WAL = text("SELECT " + _DURABLE_UNLESS_SAME_WAL)
+
+
+def witness_params(witness: Witness | None) -> dict[str, Any]:
+    pid, xid = witness if witness is not None else (None, None)
+    return {"b_qpid": pid, "b_qxid": xid}
+
+
 # Postgres, one statement (autocommit): lock the claim if it still runs and has no rows
 # recorded yet, write the keys of the rows its epoch had not claimed before, and store
 # those rows on it; the rows on it either way. Nothing is written for a claim no longer
@@ -34,7 +60,8 @@ from noetl_celery.store.schema import Json, commands
 # the session's `synchronous_commit` (set_config(..., true) lasts to the end of this
 # statement's own transaction, whose commit reads it): the queue transaction commits
 # right after, and a record an engine crash could still lose would leave rows claimed
-# there that the engine never heard of (docs/design.md §4).
+# there that the engine never heard of (docs/design.md §4). Unless the queue runs on
+# this server (_DURABLE_UNLESS_SAME_WAL): its commit then makes ours durable.
 _RECORD_FRAME_PG = text(
     """
     WITH cmd AS (
@@ -60,19 +87,26 @@ _RECORD_FRAME_PG = text(
     )
     SELECT (SELECT count(*) FROM cmd) AS running,
            coalesce((SELECT resume FROM recorded), (SELECT resume FROM cmd)) AS resume,
-           set_config('synchronous_commit', 'on', true) AS durable
+           """
+    + _DURABLE_UNLESS_SAME_WAL
+    + """ AS durable
     """
 ).columns(column("running"), column("resume", Json), column("durable"))
 
 
 def record_frame(
-    conn: Connection, command: ClaimedCommand, keyed: dict[str, Any], total: int
+    conn: Connection,
+    command: ClaimedCommand,
+    keyed: dict[str, Any],
+    total: int,
+    witness: Witness | None = None,
 ) -> FrameRows | None:
     """Store on a running cursor claim the rows (`keyed` by row key; `total`: the rows it
     took) its epoch had not claimed before, writing their keys as claimed, unless rows
     are recorded on it already: the rows on it, or None (nothing written) when the
     command is no longer running. A run of it after its worker died hands the rows over
-    instead of claiming again."""
+    instead of claiming again. `witness`: the claim's queue transaction (see
+    _DURABLE_UNLESS_SAME_WAL)."""
     eid, step, epoch = command.execution_id, command.step, command.epoch
     if conn.dialect.name == "postgresql":
         params = {
@@ -84,6 +118,7 @@ def record_frame(
             "b_step": step,
             "b_epoch": epoch,
             "b_total": total,
+            **witness_params(witness),
         }
         row = conn.execute(_RECORD_FRAME_PG, params).one()
         return FrameRows.of(row.resume) if row.running else None
@@ -343,3 +378,12 @@ def close_and_chain(
             "b_lease": now + dt.timedelta(seconds=following.lease_seconds),
         },
     ).first()
+
+
+def cluster_id(conn: Connection) -> str | None:
+    """Postgres: the server's system identifier (pg_control_system), which the cursor
+    driver compares with its queue server's before it asks a claim for a witness."""
+    value = conn.execute(
+        text("SELECT CAST(system_identifier AS text) FROM pg_control_system()")
+    ).scalar()
+    return None if value is None else str(value)
