@@ -98,7 +98,7 @@ class Engine(EngineReads, EngineReruns):
         # worker processes when they share a Postgres engine database (tools.http_pacing)
         ledger = FleetPaceLedger(self.store.pacing) if self.store.pacing.available else None
         self.services = ToolServices(settings, pace_ledger=ledger, key_ledger=ledger)
-        self.services.engine_cluster = self.store.cluster_id
+        self.services.engine_cluster = self.store.frames.cluster_id
         self.playbooks = PlaybookCache(self.store)
         # who is told when an execution ends or misses its deadline (engine.notify)
         self.store.notifications.rule = Rule(settings.notify, self.playbooks)

@@ -24,7 +24,6 @@ from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.commands import FinishedBody
-from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.queries.history import add_logs
 from noetl_celery.store.rows import ClaimedCommand, LogRow, LoopCounters
 from noetl_celery.store.schema import utcnow
@@ -70,7 +69,7 @@ class CompletionTx:
         try:
             return self._close(outcome)
         except DataError as exc:
-            raise _not_storable(exc) from exc
+            raise not_storable(exc) from exc
 
     def close_many(self, closing: Sequence[tuple[ClaimedCommand, Outcome]]) -> list[Closed]:
         """Close a batch's commands in this transaction, one Closed per command in order:
@@ -83,8 +82,8 @@ class CompletionTx:
         try:
             rows = queries.close_many_and_read(self.conn, closing, utcnow())
         except DataError as exc:
-            raise _not_storable(exc) from exc
-        return [_closed_of(row) for row in rows]
+            raise not_storable(exc) from exc
+        return [closed_of(row) for row in rows]
 
     def close_and_lock(
         self, outcome: Outcome, body: FinishedBody | None = None
@@ -103,34 +102,14 @@ class CompletionTx:
             now = utcnow()
             found = queries.close_lock_and_read(self.conn, self.command, outcome, now, body)
         except DataError as exc:
-            raise _not_storable(exc) from exc
+            raise not_storable(exc) from exc
         if found is None:
             return Closed(closed=False), None
         row, execution, inbox = found
-        closed = _closed_of(row, int(row.waiting) + 1)
+        closed = closed_of(row, int(row.waiting) + 1)
         if not closed.closed:
             return closed, None
         return closed, OrchestrationTx(self.conn, execution, self._results, inbox, self._notify)
-
-    def close_and_chain(
-        self, outcome: Outcome, body: FinishedBody, following: NextClaim
-    ) -> tuple[Closed, bool] | None:
-        """Close a per-frame cursor claim whose body its worker ran, writing the body,
-        and issue the lane's next claim (`following`) as claimed by this worker, in one
-        statement, no lock (orchestrator.cursor's chains): (what the close saw, whether
-        the next claim was issued; the claim's completion says so). None: not on this
-        database (SQLite); nothing was written."""
-        if self.conn.dialect.name != "postgresql":
-            return None
-        try:
-            row = queries.close_and_chain(
-                self.conn, self.command, outcome, *body, following, utcnow()
-            )
-        except DataError as exc:
-            raise _not_storable(exc) from exc
-        if row is None or not row.closed:
-            return Closed(closed=False), False
-        return _closed_of(row, int(row.waiting) + 1), bool(row.chained)
 
     def _close_each(self, closing: Sequence[tuple[ClaimedCommand, Outcome]]) -> list[Closed]:
         """SQLite: each command closed by statements of its own, then what a close reads
@@ -144,7 +123,7 @@ class CompletionTx:
         try:
             took = [queries.close_command(self.conn, c, o, now) for c, o in closing]
         except DataError as exc:
-            raise _not_storable(exc) from exc
+            raise not_storable(exc) from exc
         epochs: dict[tuple[str, str, int], tuple[int, LoopCounters | None]] = {}
         statuses: dict[str, str | None] = {}
         closed = []
@@ -172,7 +151,7 @@ class CompletionTx:
             if row is None or not row.closed:
                 return Closed(closed=False)
             # the subquery ran on the snapshot taken before our own insert
-            return _closed_of(row, int(row.waiting) + 1)
+            return closed_of(row, int(row.waiting) + 1)
         if not queries.close_command(self.conn, cmd, outcome, now):
             return Closed(closed=False)
         eid = cmd.execution_id
@@ -188,7 +167,7 @@ class CompletionTx:
         try:
             return queries.insert_finished_body(self.conn, self.command, ran, worker, utcnow())
         except DataError as exc:
-            raise _not_storable(exc) from exc
+            raise not_storable(exc) from exc
 
     def add_logs(self, rows: Sequence[LogRow]) -> None:
         """Store the command's captured output with its close (one commit: whoever sees
@@ -220,7 +199,7 @@ class CompletionTx:
         )
 
 
-def _closed_of(row: Any, waiting: int | None = None) -> Closed:
+def closed_of(row: Any, waiting: int | None = None) -> Closed:
     """A closing statement's row (close_and_read, close_many_and_read) as Closed."""
     if not row.closed:
         return Closed(closed=False)
@@ -230,7 +209,7 @@ def _closed_of(row: Any, waiting: int | None = None) -> Closed:
     return Closed(True, row.status, loop, int(row.waiting) if waiting is None else waiting)
 
 
-def _not_storable(exc: DataError) -> ResultNotStorable:
+def not_storable(exc: DataError) -> ResultNotStorable:
     """The database refused a value of an outcome: in the database's own words."""
     reason = str(exc.orig or exc).strip().splitlines()
     return ResultNotStorable(reason[0] if reason else type(exc).__name__)

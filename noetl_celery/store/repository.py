@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from noetl_celery.constants import TRIGGER_MANUAL
 from noetl_celery.errors import (
@@ -35,6 +35,7 @@ from noetl_celery.store.children import ChildrenManager
 from noetl_celery.store.compat import CompatManager
 from noetl_celery.store.completion import CompletionTx
 from noetl_celery.store.database import Database
+from noetl_celery.store.frames import FramesManager
 from noetl_celery.store.history import HistoryManager
 from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.notifications import NotificationsManager
@@ -113,7 +114,8 @@ class Store:
         self.quarantine = QuarantineManager(database)
         self.owners = OwnersManager(database)
         self.metrics = MetricsManager(database)
-        self._cluster: tuple[str | None] | None = None  # cluster_id, once read
+        # the writes of cursor frames run by their claims' workers (worker.frames)
+        self.frames = FramesManager(database, self.result_cache)
 
     # ---- catalog ----------------------------------------------------------------------------
     def register(
@@ -398,20 +400,6 @@ class Store:
                 else:
                     conn.execute(queries.DURABLE_UNLESS_SAME_WAL, queries.witness_params(witness))
             yield CompletionTx(conn, command, self.result_cache, self.notifications)
-
-    def cluster_id(self) -> str | None:
-        """The engine database's server (its system identifier), None on SQLite or when
-        the server does not say: read once (cursors.postgres compares its queue's)."""
-        if self._cluster is None:
-            found: str | None = None
-            if not self.db.is_sqlite:
-                try:
-                    with self.db.read() as conn:
-                        found = queries.cluster_id(conn)
-                except (StoreError, SQLAlchemyError):  # not said (a role without the right)
-                    found = None
-            self._cluster = (found,)
-        return self._cluster[0]
 
     def renew_lease(self, command_id: str, seconds: float) -> bool:
         """Extend a running command's lease; False when it is no longer running."""

@@ -35,7 +35,7 @@ from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import Follow, OrchestrationTx
 from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.rows import ClaimedCommand, LogRow
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.continuation import may_follow, next_here
 from noetl_celery.worker.heartbeat import Heartbeats
@@ -236,7 +236,13 @@ class Closer:
         again or not at all. `held`: a cursor claim's queue transaction that commits once
         this does, so this is durable first (the rows are the engine's only if an engine
         crash cannot take the close back): synchronous, unless the queue runs on the
-        engine's own server (its witness: store.queries.frames)."""
+        engine's own server (its witness: store.queries.frames). `following`: try the
+        chained close first (see _chain)."""
+        logs = None
+        if following is not None and body is not None and fold:
+            chained, logs = self._chain(command, outcome, body, following, capture)
+            if chained is not None:
+                return chained
         witness = None if held is None else held.witness
         durable = held is not None
         with self.store.completion(command, durable=durable, witness=witness) as completion:
@@ -245,11 +251,45 @@ class Closer:
             if chain:
                 pick = partial(next_here, command)
                 request = Follow(pick, worker_identity(), self.lease_seconds)
-            close = self._close_and_fold(
-                completion, command, outcome, fold, wait, request, body, following
-            )
-            completion.add_logs(LogSink.command_rows(capture, command))
+            close = self._close_and_fold(completion, command, outcome, fold, wait, request, body)
+            completion.add_logs(LogSink.command_rows(capture, command) if logs is None else logs)
             return close
+
+    def _chain(
+        self,
+        command: ClaimedCommand,
+        outcome: Outcome,
+        body: FrameBody,
+        following: NextClaim,
+        capture: logcapture.Capture | None,
+    ) -> tuple[CloseResult | None, list[LogRow] | None]:
+        """The chained close (orchestrator.cursor): the claim closed with its frame's body
+        and the lane's next claim issued to run here, in one statement (no lock, no
+        pass; in autocommit unless the command printed something, stored with it).
+        (None, the output it took) on SQLite: nothing is written then. Closed but not
+        chained (the loop or the execution ended meanwhile): a close whose lock was
+        busy, driven after its commit (finish)."""
+        logs = LogSink.command_rows(capture, command)
+        ran = (body.ran, worker_identity())
+        try:
+            done = self.store.frames.close_and_chain(command, outcome, ran, following, logs)
+        except BaseException:
+            # nothing was written: the output goes back for the close tried next
+            if capture is not None:
+                for row in logs:
+                    capture.write(row.text)
+            raise
+        if done is None:
+            return None, logs
+        closed, issued = done
+        if not closed.closed:
+            return NOT_CLOSED, logs
+        if not issued:
+            return CloseResult(closed=True, publish=[], ran_pass=False), logs
+        follows = following.command
+        return CloseResult(
+            closed=True, publish=[], ran_pass=False, follow=follows, chained=True
+        ), logs
 
     def _close_and_fold(
         self,
@@ -260,7 +300,6 @@ class Closer:
         wait: bool = False,
         follow: Follow | None = None,
         body: FrameBody | None = None,
-        following: NextClaim | None = None,
     ) -> CloseResult:
         """Close the command, then run a pass on it in place unless it may wait for a
         later one. `wait`: wait for the execution's lock if another pass holds it (a
@@ -268,25 +307,12 @@ class Closer:
         holder's re-check does not fold our completion, publishing that command, while
         we wait for a pass of our own). `follow`: the pass claims the command this
         process runs next in its own writes (local continuation; the result's `follow`),
-        committed with the close or not at all. `following`: the close issues it itself
-        (a chain: no lock, no pass) unless the loop or the execution ended meanwhile."""
+        committed with the close or not at all."""
         tx: OrchestrationTx | None
         # a frame's body run here is written only with its claim's close (never beside
         # a body command): by the closing statement, or before it
         ran = None if body is None else (body.ran, worker_identity())
-        chained = None
-        if following is not None and ran is not None and fold:
-            chained = completion.close_and_chain(outcome, ran, following)
-        if chained is not None:
-            closed, issued = chained
-            if closed.closed and issued:
-                assert following is not None
-                follows = following.command
-                return CloseResult(
-                    closed=True, publish=[], ran_pass=False, follow=follows, chained=True
-                )
-            tx = None  # not issued (the loop or the execution ended): folded as any close
-        elif wait and fold:  # a pass follows: the lock is taken by the closing statement
+        if wait and fold:  # a pass follows: the lock is taken by the closing statement
             closed, tx = completion.close_and_lock(outcome, ran)
         else:
             if ran is not None and not completion.record_body(*ran):

@@ -446,3 +446,34 @@ def claim_metas(engine: Engine, eid: str) -> list[dict[str, Any] | None]:
     )
     with engine.database.engine.connect() as conn:
         return [r[0] for r in conn.execute(query)]
+
+
+def test_a_frame_body_outcome_the_database_refuses_falls_back_to_a_body_command(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """A frame whose body's result Postgres cannot store (a NUL character): the chained
+    close writes nothing, the claim is closed with its rows alone, the pass plans the
+    body command, which fails with `result_not_storable`; its rows count as failed, the
+    other frames' as done, and the lane goes on."""
+    db = queue_db(tmp_path)
+    deliveries = Deliveries()
+    engine.use_dispatcher(deliveries)
+    text = playbook(fail_first=False).replace(
+        'result = {"rows": len(ids)}',
+        'result = {"rows": len(ids), "x": "\\u0000" if 5 in ids else ""}',
+    )
+    assert "u0000" in text
+    eid = engine.start_text(text, {"db": str(db)})
+    deliveries.deliver_all(engine.executor.execute)
+    summary = engine.summary(eid)
+    if engine.database.engine.dialect.name == "sqlite":  # SQLite stores a NUL: no fallback
+        assert summary["status"] == "COMPLETED", summary["error"]
+        assert queue_rows(db) == [("done", 1, ROWS)]
+        return
+    assert summary["status"] == "FAILED"
+    assert "result.x contains a NUL character" in str(summary["error"])
+    assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS - 4, "failed": 4}
+    # every row's body ran; the refused frame's twice (with its claim, then as a command)
+    assert sorted(queue_rows(db)) == [("done", 1, ROWS - 4), ("done", 2, 4)]
+    refused = [r for r in claim_results(engine, eid) if {"id": 5} in r["rows"]]
+    assert len(refused) == 1 and "body" not in refused[0] and "chained" not in refused[0]
