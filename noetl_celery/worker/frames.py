@@ -32,6 +32,7 @@ refuses is handed over the same way (the body command then fails with it as toda
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM, KIND_ITERATION
@@ -85,18 +86,15 @@ def body_command(
         meta = body_meta(step.loop.iterator, lane, frame, iteration, len(rows))
     else:
         meta = body_meta(step.loop.iterator, lane, frame, frame_start, None)
-    return ClaimedCommand(
+    return replace(
+        claim,
         command_id=iteration_command_id(claim.execution_id, claim.step, claim.epoch, iteration),
-        execution_id=claim.execution_id,
-        catalog_id=claim.catalog_id,
-        step=claim.step,
         kind=KIND_ITERATION,
-        epoch=claim.epoch,
         iteration=iteration,
         attempt=1,
-        ctx_version=claim.ctx_version,
         item=rows,
         meta=meta,
+        resume=None,
     )
 
 
@@ -206,18 +204,15 @@ def next_claim(claim: ClaimedCommand, iteration: int) -> ClaimedCommand:
     next number, the same block and context version."""
     item = claim.item if isinstance(claim.item, dict) else {}
     lane, frame = int(item.get("lane", 0)), int(item.get("frame", 1)) + 1
-    return ClaimedCommand(
+    return replace(
+        claim,
         command_id=claim_command_id(claim.execution_id, claim.step, claim.epoch, lane, frame),
-        execution_id=claim.execution_id,
-        catalog_id=claim.catalog_id,
-        step=claim.step,
         kind=KIND_CLAIM,
-        epoch=claim.epoch,
         iteration=None,
         attempt=1,
-        ctx_version=claim.ctx_version,
         item={"lane": lane, "frame": frame},
         meta={**(claim.meta or {}), "iteration": iteration + 1},
+        resume=None,
     )
 
 

@@ -119,12 +119,16 @@ def close_command(
 
 # closes one command, appends its terminal event and inbox entry; the SELECT after it
 # reads the execution `x` and the epoch's loops row `l` from the snapshot before the insert
-_CLOSE_ONE = """
+# (the closing CTE of every close: the command, if it still runs)
+CLOSED_CTE = """
     WITH closed AS (
         UPDATE commands SET status = :b_status, finished_at = :b_now
         WHERE command_id = :b_cid AND status = 'running'
         RETURNING command_id, execution_id, step, epoch, iteration
-    ), inserted AS (
+    )"""
+_CLOSE_ONE = (
+    CLOSED_CTE.replace("{", "{{").replace("}", "}}")
+    + """, inserted AS (
         INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
                             payload, created_at)
         SELECT execution_id, :b_type, step, command_id, epoch, iteration, :b_payload, :b_now
@@ -148,6 +152,7 @@ _CLOSE_ONE = """
         ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
     WHERE x.execution_id = :b_eid
 """
+)
 
 _CLOSE_PG = text(_CLOSE_ONE.format(columns="x.status AS status", extra="")).bindparams(
     bindparam("b_payload", type_=Json)
@@ -207,10 +212,10 @@ _CLOSE_LOCK_PG = _close_lock("")
 BODIES = """jsonb_to_recordset(CAST(:b_bodies AS jsonb)) AS b(
             cid text, kind text, iteration int, attempt int, status text, ctx int,
             item jsonb, meta jsonb, type text, payload jsonb)"""
-# the same, writing with the close (only if it closed) a cursor frame's body its claim's
-# worker ran (worker.frames): its finished command row and terminal event, no inbox
-# entry (the claim's completion carries it to the pass)
-_CLOSE_LOCK_BODY_PG = _close_lock(
+# CTEs writing, with a close (only if it closed: `closed c`), a cursor frame's bodies its
+# claim's worker ran (worker.frames): their finished command rows and terminal events, no
+# inbox entry (the claim's completion carries them to the pass)
+BODY_CTES = (
     """, body AS (
         INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
                               attempt, status, ctx_version, item, meta, worker, issued_at,
@@ -231,8 +236,10 @@ _CLOSE_LOCK_BODY_PG = _close_lock(
     + BODIES
     + """ ON b.cid = d.command_id
         ON CONFLICT DO NOTHING
-    )""",
+    )"""
 )
+# the locking close, writing the frame's bodies with it
+_CLOSE_LOCK_BODY_PG = _close_lock(BODY_CTES)
 # completions the locking close reads for its pass at most (a pass that would fold more
 # reads them itself)
 PREFETCH_LIMIT = 1000

@@ -20,7 +20,15 @@ from noetl_celery.constants import (
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
-from noetl_celery.store.queries.commands import BODIES, _bodies_json, _terminal_insert
+from noetl_celery.store.queries.commands import (
+    BODIES,
+    BODY_CTES,
+    CLOSED_CTE,
+    _bodies_json,
+    _body_params,
+    _close_params,
+    _terminal_insert,
+)
 from noetl_celery.store.queries.inbox import first_claimed_keys
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.store.schema import Json, commands
@@ -268,12 +276,8 @@ def _insert_body(
 # close does, or any other close's pass folds it. Nothing is written if the claim no
 # longer runs.
 _CLOSE_CHAIN_PG = text(
-    """
-    WITH closed AS (
-        UPDATE commands SET status = :b_status, finished_at = :b_now
-        WHERE command_id = :b_cid AND status = 'running'
-        RETURNING command_id, execution_id, step, epoch, iteration
-    ), chained AS (
+    CLOSED_CTE
+    + """, chained AS (
         INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
                               attempt, status, ctx_version, item, meta, issued_at, worker,
                               started_at, lease_until)
@@ -300,27 +304,9 @@ _CLOSE_CHAIN_PG = text(
     ), queued AS (
         INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
         SELECT event_id, execution_id, step, epoch, iteration FROM inserted
-    ), body AS (
-        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
-                              attempt, status, ctx_version, item, meta, worker, issued_at,
-                              started_at, finished_at)
-        SELECT b.cid, c.execution_id, c.step, b.kind, c.epoch, b.iteration, b.attempt,
-               b.status, b.ctx, b.item, b.meta, :b_body_worker, :b_now, :b_now, :b_now
-        FROM closed c, """
-    + BODIES
+    )"""
+    + BODY_CTES
     + """
-        ON CONFLICT DO NOTHING
-        RETURNING command_id, execution_id, step, epoch, iteration
-    ), body_event AS (
-        INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
-                            payload, created_at)
-        SELECT d.execution_id, b.type, d.step, d.command_id, d.epoch, d.iteration,
-               b.payload, :b_now
-        FROM body d JOIN """
-    + BODIES
-    + """ ON b.cid = d.command_id
-        ON CONFLICT DO NOTHING
-    )
     SELECT (SELECT count(*) FROM closed) AS closed,
            (SELECT count(*) FROM chained) AS chained,
            (SELECT count(*) FROM inbox
@@ -355,29 +341,17 @@ def close_and_chain(
     """Postgres only (_CLOSE_CHAIN_PG): the row (closed, chained, waiting, loop_done,
     loop_window, loop_in_flight, status), None for no such execution; `waiting` counts
     the epoch's inbox before this completion."""
-    ok = outcome.ok
-    following_command = following.command
-    return conn.execute(
-        _CLOSE_CHAIN_PG,
-        {
-            "b_cid": claim.command_id,
-            "b_status": CMD_COMPLETED if ok else CMD_FAILED,
-            "b_now": now,
-            "b_type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-            "b_payload": outcome.to_json(),
-            "b_eid": claim.execution_id,
-            "b_step": claim.step,
-            "b_epoch": claim.epoch,
-            "b_bodies": _bodies_json(ran),
-            "b_body_worker": worker,
-            "b_next": following_command.command_id,
-            "b_kind": following_command.kind,
-            "b_ctx": following_command.ctx_version,
-            "b_next_item": json_dumps(following_command.item),
-            "b_next_meta": json_dumps(dict(following_command.meta or {})),
-            "b_lease": now + dt.timedelta(seconds=following.lease_seconds),
-        },
-    ).first()
+    nxt = following.command
+    params = {**_close_params(claim, outcome, now), **_body_params(ran, worker)}
+    params.update(
+        b_next=nxt.command_id,
+        b_kind=nxt.kind,
+        b_ctx=nxt.ctx_version,
+        b_next_item=json_dumps(nxt.item),
+        b_next_meta=json_dumps(dict(nxt.meta or {})),
+        b_lease=now + dt.timedelta(seconds=following.lease_seconds),
+    )
+    return conn.execute(_CLOSE_CHAIN_PG, params).first()
 
 
 def cluster_id(conn: Connection) -> str | None:

@@ -154,33 +154,24 @@ def test_a_record_witnessed_on_the_engines_server_commits_into_the_queues_flush(
         queue.close()
 
 
-def test_a_witness_from_another_server_leaves_the_record_synchronous(
-    engine: Engine, lazy_pg: PrivatePostgres
+@pytest.mark.parametrize("queue", ["on another server", "ended"])
+def test_a_record_whose_witness_is_not_live_here_stays_synchronous(
+    engine: Engine, lazy_pg: PrivatePostgres, queue: str
 ) -> None:
+    """A witness from the suite's other server, or of a queue transaction that ended
+    (its pid and transaction id no longer hold a lock here): synchronous."""
     command = running_claim(engine)
-    assert engine.store.renew_lease(command.command_id, 60)
-    assert flushed_behind(lazy_pg)
-    queue, witness = queue_transaction(services.dsn_for("postgres"))  # the suite's server
-    try:
-        assert engine.store.record_frame(command, [{"id": 1}], witness) is not None
-        assert not flushed_behind(lazy_pg)
-    finally:
-        queue.close()
-
-
-def test_a_witness_of_a_transaction_that_ended_is_no_witness(
-    engine: Engine, lazy_pg: PrivatePostgres
-) -> None:
-    command = running_claim(engine)
-    queue, witness = queue_transaction(lazy_pg.dsn())
-    queue.rollback()  # (a pid and transaction id no longer held)
+    on = services.dsn_for("postgres") if queue == "on another server" else lazy_pg.dsn()
+    conn, witness = queue_transaction(on)
+    if queue == "ended":
+        conn.rollback()
     try:
         assert engine.store.renew_lease(command.command_id, 60)
         assert flushed_behind(lazy_pg)
         assert engine.store.record_frame(command, [{"id": 1}], witness) is not None
         assert not flushed_behind(lazy_pg)
     finally:
-        queue.close()
+        conn.close()
 
 
 def test_a_held_close_witnessed_on_the_engines_server_is_asynchronous(
