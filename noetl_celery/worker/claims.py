@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_celery.cursors.base import ClaimRequest, CursorError, HeldClaim
+from noetl_celery.cursors.base import ClaimRequest, Committed, CursorError, HeldClaim
 from noetl_celery.cursors.registry import get_driver
 from noetl_celery.errors import NoetlError
 from noetl_celery.models.outcome import Outcome, OutcomeMeta, StepError
@@ -38,10 +38,20 @@ def frame_names(command: ClaimedCommand) -> dict[str, Any]:
 
 @dataclass
 class HeldFrame:
-    """A claim's outcome, and its transaction to end once the outcome is recorded."""
+    """A claim's outcome, and its transaction to end once the outcome is recorded.
+    `recorded`: the rows are recorded on the command already, their queue transaction
+    committed (the close of the lane's frame before claimed them ahead, worker.frames)."""
 
     outcome: Outcome
     claim: HeldClaim
+    recorded: FrameRows | None = None
+
+
+def claimed_ahead(command: ClaimedCommand, frame: FrameRows) -> HeldFrame:
+    """A claim whose frame the lane's previous frame claimed ahead and recorded on it
+    (worker.frames): held as if this run had claimed it, nothing left to commit."""
+    outcome = handed_over(command, frame, (command.meta or {}).get("iteration"))
+    return HeldFrame(outcome, Committed(frame.rows), frame)
 
 
 def run_claim(

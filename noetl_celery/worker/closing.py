@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from noetl_celery import logcapture
@@ -35,7 +35,7 @@ from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import Follow, OrchestrationTx
 from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand, LogRow
+from noetl_celery.store.rows import ClaimedCommand, FrameRows, LogRow
 from noetl_celery.tools.services import ToolServices
 from noetl_celery.worker.continuation import may_follow, next_here
 from noetl_celery.worker.heartbeat import Heartbeats
@@ -62,6 +62,8 @@ class CloseResult:
     # the close issued its cursor lane's next claim itself (`follow`), with no pass: a
     # later close's pass folds it (orchestrator.cursor's chains)
     chained: bool = False
+    # the rows recorded on `follow` by that close (its frame claimed ahead, worker.frames)
+    follow_frame: FrameRows | None = None
 
 
 @dataclass(frozen=True)
@@ -281,15 +283,16 @@ class Closer:
             raise
         if done is None:
             return None, logs
-        closed, issued = done
+        closed, issued, frame = done
         if not closed.closed:
             return NOT_CLOSED, logs
         if not issued:
             return CloseResult(closed=True, publish=[], ran_pass=False), logs
         follows = following.command
-        return CloseResult(
-            closed=True, publish=[], ran_pass=False, follow=follows, chained=True
-        ), logs
+        if frame is not None:  # (as its row has it: any run of it hands these rows over)
+            follows = replace(follows, resume={"frame": frame.to_json()})
+        close = CloseResult(closed=True, publish=[], ran_pass=False, chained=True)
+        return replace(close, follow=follows, follow_frame=frame), logs
 
     def _close_and_fold(
         self,

@@ -26,7 +26,7 @@ from noetl_celery.store.rows import ClaimedCommand
 from noetl_celery.tools.redaction import command_masks, mask_command_value
 from noetl_celery.worker import parking
 from noetl_celery.worker.children import CommandChildren, wait_for_child
-from noetl_celery.worker.claims import HeldFrame
+from noetl_celery.worker.claims import HeldFrame, claimed_ahead
 from noetl_celery.worker.closing import Closer, worker_identity
 from noetl_celery.worker.frames import FrameRunner
 from noetl_celery.worker.heartbeat import Heartbeats
@@ -132,6 +132,9 @@ class CommandExecutor:
             )
             return CommandReport(command_id, DUPLICATE), None
         self.heartbeats.start(command_id)
+        ahead = None if claimed is None else self.frames.take_ahead(command_id)
+        if ahead is not None:  # its frame claimed and recorded by the close before it
+            return self._conclude(command, claimed_ahead(command, ahead), capture, chain_until)
         return self._conclude(command, self.run_claimed(command), capture, chain_until)
 
     def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:

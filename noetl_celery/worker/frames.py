@@ -45,7 +45,7 @@ from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
 from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
-from noetl_celery.store.rows import ClaimedCommand
+from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.worker.claims import HeldFrame, handed_over
 from noetl_celery.worker.closing import NOT_CLOSED, Closer, FrameBody, Recorded
 from noetl_celery.worker.heartbeat import Heartbeats
@@ -109,6 +109,8 @@ class FrameRunner:
         self.closer = closer
         self.heartbeats = heartbeats
         self.run_body = run_body  # CommandExecutor.run_claimed: masked, never raises
+        # frames claimed ahead, recorded on the lane's next claim, which runs here next
+        self._ahead: dict[str, FrameRows] = {}
 
     def finish(
         self,
@@ -122,26 +124,16 @@ class FrameRunner:
         not for this worker to run (the caller closes the claim as before)."""
         iteration = reserved_iteration(command)
         rows = held.claim.rows
-        if iteration is None or not held.outcome.ok or not rows:
+        if iteration is None or not held.outcome.ok or not (rows or held.recorded):
             return None
         if not inline_body(playbook.step(command.step)):
             return None
         if per_row(command) and len(rows) > int((command.meta or {}).get("max_rows", 0)):
             return None  # more rows than it reserved iterations for: the pass plans them
-        try:
-            frame = again_if_interrupted(
-                f"recording the frame claimed by command {command.command_id}",
-                lambda: self.store.record_frame(command, list(rows), held.claim.witness),
-            )
-        except ResultNotStorable:
-            return None  # nothing recorded: the claim's own close fails it, saying why
-        except BaseException:
-            held.claim.rollback()
-            raise
-        if frame is None:  # no longer ours (cancelled, re-issued): the rows go back
-            held.claim.rollback()
-            return Recorded(NOT_CLOSED, as_given=False, outcome=held.outcome)
-        held.claim.commit()
+        # recorded by the close of the lane's frame before (claimed ahead), or here now
+        frame = held.recorded or self._record(command, held)
+        if not isinstance(frame, FrameRows):
+            return frame
         claimed = handed_over(command, frame, iteration)
         if not frame.rows:  # every row was another claim's: claim the next frame
             return self.closer.finish(command, claimed, capture=capture, chain=chain)
@@ -155,21 +147,93 @@ class FrameRunner:
         ran = self._run(command, bodies)
         if ran is None:  # cancelled or taken over mid-frame: the close would find it so
             return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
-        following = None
+        following, ahead = None, None
         if per_row(command):
             given = with_bodies(claimed, [outcome for _, outcome in ran])
         else:
             given = with_body(claimed, ran[0][1])
             if chain and ran[0][1].ok and chain_next(command.meta, iteration):
-                following = NextClaim(next_claim(command, iteration), self.closer.lease_seconds)
-        return self.closer.finish(
-            command,
-            given,
-            capture=capture,
-            chain=chain,
-            body=FrameBody(ran, claimed),
-            following=following,
+                following, ahead = self._ahead_of(playbook, next_claim(command, iteration))
+        return self._close(
+            command, given, capture, chain, FrameBody(ran, claimed), following, ahead
         )
+
+    def _record(self, command: ClaimedCommand, held: HeldFrame) -> FrameRows | Recorded | None:
+        """Record the claimed rows on the claim, then commit its queue transaction: the
+        rows recorded, or what finish returns when they could not be."""
+        try:
+            frame = again_if_interrupted(
+                f"recording the frame claimed by command {command.command_id}",
+                lambda: self.store.record_frame(command, list(held.claim.rows), held.claim.witness),
+            )
+        except ResultNotStorable:
+            return None  # nothing recorded: the claim's own close fails it, saying why
+        except BaseException:
+            held.claim.rollback()
+            raise
+        if frame is None:  # no longer ours (cancelled, re-issued): the rows go back
+            held.claim.rollback()
+            return Recorded(NOT_CLOSED, as_given=False, outcome=held.outcome)
+        held.claim.commit()
+        return frame
+
+    def _close(
+        self,
+        command: ClaimedCommand,
+        given: Outcome,
+        capture: Capture | None,
+        chain: bool,
+        body: FrameBody,
+        following: NextClaim | None,
+        ahead: HeldFrame | None,
+    ) -> Recorded:
+        """Close the claim with its frame's bodies (and, chained, issue the lane's next
+        claim); the frame claimed `ahead` is committed once recorded on that claim."""
+        try:
+            recorded = self.closer.finish(
+                command, given, capture=capture, chain=chain, body=body, following=following
+            )
+        except BaseException:
+            if ahead is not None:
+                ahead.claim.rollback()
+            raise
+        if ahead is not None:
+            # the rows claimed ahead are the engine's once the close recorded them on the
+            # next claim (and it was issued); else they go back to the queue
+            close = recorded.close
+            if close.chained and close.follow is not None and close.follow_frame is not None:
+                ahead.claim.commit()
+                self._ahead[close.follow.command_id] = close.follow_frame
+            else:
+                ahead.claim.rollback()
+        return recorded
+
+    def _ahead_of(
+        self, playbook: Playbook, following: ClaimedCommand
+    ) -> tuple[NextClaim, HeldFrame | None]:
+        """The lane's next claim for a chained close, with its frame claimed ahead when
+        it can be: a postgres cursor (its claim transaction held until the close has
+        recorded the rows on the next claim) on a database that chains. The claim runs
+        as the next claim's own run would (its context, its frame's names); an error or
+        no row claims nothing ahead (the next claim, run next, claims again)."""
+        step = playbook.step(following.step)
+        cursor = step.loop.cursor if step.loop is not None else None
+        lease = self.closer.lease_seconds
+        if cursor is None or cursor.kind != "postgres" or not self.store.frames.chains:
+            return NextClaim(following, lease), None
+        ran = self.run_body(following)  # (a claim command's run is its claim)
+        if not isinstance(ran, HeldFrame):
+            return NextClaim(following, lease), None
+        if not ran.outcome.ok or not ran.claim.rows:
+            ran.claim.rollback()
+            return NextClaim(following, lease), None
+        rows = list(ran.claim.rows)
+        return NextClaim(following, lease, rows, ran.claim.witness), ran
+
+    def take_ahead(self, command_id: str) -> FrameRows | None:
+        """The frame claimed ahead and recorded on `command_id` by the close before it,
+        once (worker.execute runs that claim next)."""
+        return self._ahead.pop(command_id, None)
 
     def _run(
         self, claim: ClaimedCommand, bodies: list[ClaimedCommand]

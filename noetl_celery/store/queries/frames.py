@@ -270,26 +270,50 @@ def _insert_body(
 # Postgres, one statement: a chained close (orchestrator.cursor, worker.frames). It closes
 # a per-frame claim whose body its worker ran, writes that body's finished row and event
 # (as _CLOSE_LOCK_BODY_PG), and inserts the lane's next claim, running, claimed by this
-# worker (it runs it next), while the execution runs and the loop epoch is not done.
-# The claim's terminal event says whether it did (`result.chained`): the pass that folds
-# it takes that claim as issued. It takes no lock and runs no pass: the chain's last
-# close does, or any other close's pass folds it. Nothing is written if the claim no
-# longer runs.
-_CLOSE_CHAIN_PG = text(
-    CLOSED_CTE
-    + """, chained AS (
-        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
-                              attempt, status, ctx_version, item, meta, issued_at, worker,
-                              started_at, lease_until)
-        SELECT :b_next, c.execution_id, c.step, :b_kind, c.epoch, NULL, 1, 'running',
-               :b_ctx, CAST(:b_next_item AS jsonb), CAST(:b_next_meta AS jsonb), :b_now,
-               :b_body_worker, :b_now, :b_lease
-        FROM closed c
+# worker (it runs it next), while the execution runs, the loop epoch is not done and no
+# such command exists. The claim's terminal event says whether it did
+# (`result.chained`): the pass that folds it takes that claim as issued. It takes no lock
+# and runs no pass: the chain's last close does, or any other close's pass folds it.
+# Nothing is written if the claim no longer runs.
+#
+# With the next claim's rows (`b_given`: the worker claimed its frame ahead, its queue
+# transaction held), they are recorded on it as record_frame does (their keys claimed in
+# the epoch, `resume.frame` the rows not claimed before), only if it is inserted, and
+# then the statement is durable before the queue commits (_DURABLE_UNLESS_SAME_WAL).
+_CLOSE_CHAIN_PG = (
+    text(
+        CLOSED_CTE
+        + """, go AS (
+        SELECT c.execution_id, c.step, c.epoch FROM closed c
         JOIN executions x ON x.execution_id = c.execution_id AND x.status = 'RUNNING'
         JOIN loops l ON l.execution_id = c.execution_id AND l.step = c.step
                     AND l.epoch = c.epoch AND NOT l.done
+        WHERE NOT EXISTS (SELECT 1 FROM commands n WHERE n.command_id = :b_next)
+    ), given AS (
+        SELECT e.value->>0 AS k, e.value->1 AS r, e.o
+        FROM jsonb_array_elements(coalesce(CAST(:b_given AS jsonb), '[]'))
+             WITH ORDINALITY AS e(value, o)
+    ), fresh AS (
+        INSERT INTO cursor_rows (execution_id, step, epoch, row_key)
+        SELECT g.execution_id, g.step, g.epoch, v.k FROM go g, given v
         ON CONFLICT DO NOTHING
-        RETURNING command_id
+        RETURNING row_key
+    ), chained AS (
+        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, issued_at, worker,
+                              started_at, lease_until, resume)
+        SELECT :b_next, g.execution_id, g.step, :b_kind, g.epoch, NULL, 1, 'running',
+               :b_ctx, CAST(:b_next_item AS jsonb), CAST(:b_next_meta AS jsonb), :b_now,
+               :b_body_worker, :b_now, :b_lease,
+               CASE WHEN CAST(:b_given AS jsonb) IS NOT NULL THEN
+                   jsonb_build_object('frame', jsonb_build_object(
+                       'rows', coalesce((SELECT jsonb_agg(v.r ORDER BY v.o) FROM given v
+                                         WHERE v.k IN (SELECT row_key FROM fresh)), '[]'),
+                       'duplicates', :b_total - (SELECT count(*) FROM fresh)))
+               END
+        FROM go g
+        ON CONFLICT DO NOTHING
+        RETURNING command_id, resume
     ), inserted AS (
         INSERT INTO events (execution_id, type, step, command_id, epoch, iteration,
                             payload, created_at)
@@ -305,28 +329,49 @@ _CLOSE_CHAIN_PG = text(
         INSERT INTO inbox (event_id, execution_id, step, epoch, iteration)
         SELECT event_id, execution_id, step, epoch, iteration FROM inserted
     )"""
-    + BODY_CTES
-    + """
+        + BODY_CTES
+        + """
     SELECT (SELECT count(*) FROM closed) AS closed,
            (SELECT count(*) FROM chained) AS chained,
+           (SELECT resume FROM chained) AS resume,
            (SELECT count(*) FROM inbox
              WHERE execution_id = :b_eid AND step = :b_step AND epoch = :b_epoch) AS waiting,
            l.done AS loop_done, l.window_size AS loop_window, l.in_flight AS loop_in_flight,
-           x.status AS status
+           x.status AS status,
+           CASE WHEN CAST(:b_given AS jsonb) IS NULL THEN NULL ELSE """
+        + _DURABLE_UNLESS_SAME_WAL
+        + """ END AS durable
     FROM executions x
     LEFT JOIN loops l
         ON l.execution_id = x.execution_id AND l.step = :b_step AND l.epoch = :b_epoch
     WHERE x.execution_id = :b_eid
     """
-).bindparams(bindparam("b_payload", type_=Json))
+    )
+    .bindparams(bindparam("b_payload", type_=Json))
+    .columns(
+        column("closed"),
+        column("chained"),
+        column("resume", Json),
+        column("waiting"),
+        column("loop_done"),
+        column("loop_window"),
+        column("loop_in_flight"),
+        column("status"),
+        column("durable"),
+    )
+)
 
 
 @dataclass(frozen=True)
 class NextClaim:
-    """A cursor lane's next claim, as its chain's worker issues it (worker.frames)."""
+    """A cursor lane's next claim, as its chain's worker issues it (worker.frames), with
+    the rows the worker claimed for it ahead (`rows`, their queue transaction held and
+    `witness`ed as cursors.base says), recorded on it if it is issued."""
 
     command: ClaimedCommand
     lease_seconds: int
+    rows: list[Any] | None = None
+    witness: Witness | None = None
 
 
 def close_and_chain(
@@ -337,12 +382,15 @@ def close_and_chain(
     worker: str,
     following: NextClaim,
     now: dt.datetime,
+    keyed: dict[str, Any] | None = None,
 ) -> Any:
-    """Postgres only (_CLOSE_CHAIN_PG): the row (closed, chained, waiting, loop_done,
-    loop_window, loop_in_flight, status), None for no such execution; `waiting` counts
-    the epoch's inbox before this completion."""
+    """Postgres only (_CLOSE_CHAIN_PG): the row (closed, chained, resume: the rows
+    recorded on the next claim, waiting, loop_done, loop_window, loop_in_flight,
+    status), None for no such execution; `waiting` counts the epoch's inbox before this
+    completion. `keyed`: the next claim's rows claimed ahead (`following.rows`) by key."""
     nxt = following.command
     params = {**_close_params(claim, outcome, now), **_body_params(ran, worker)}
+    given = None if keyed is None else json_dumps([[key, row] for key, row in keyed.items()])
     params.update(
         b_next=nxt.command_id,
         b_kind=nxt.kind,
@@ -350,6 +398,9 @@ def close_and_chain(
         b_next_item=json_dumps(nxt.item),
         b_next_meta=json_dumps(dict(nxt.meta or {})),
         b_lease=now + dt.timedelta(seconds=following.lease_seconds),
+        b_given=given,
+        b_total=len(following.rows or ()),
+        **witness_params(following.witness),
     )
     return conn.execute(_CLOSE_CHAIN_PG, params).first()
 

@@ -20,7 +20,7 @@ from noetl_celery.orchestrator.ids import claim_command_id
 from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.queries import NextClaim
-from noetl_celery.store.rows import ClaimedCommand, LogRow
+from noetl_celery.store.rows import ClaimedCommand, FrameRows, LogRow
 from noetl_celery.store.schema import command_logs, commands, events, executions, loops
 from noetl_celery.worker.frames import body_command, next_claim, with_body
 from tests.support.frames_by_hand import FRAMES
@@ -54,13 +54,29 @@ def claimed_frame(engine: Engine) -> tuple[ClaimedCommand, Outcome, Any]:
 
 
 def chain(
-    engine: Engine, claim: ClaimedCommand, outcome: Outcome, ran: Any, logs: tuple[LogRow, ...] = ()
+    engine: Engine,
+    claim: ClaimedCommand,
+    outcome: Outcome,
+    ran: Any,
+    logs: tuple[LogRow, ...] = (),
+    rows: list[Any] | None = None,
 ) -> tuple[Any, ClaimedCommand]:
+    """The chained close; `rows`: the next claim's frame, claimed ahead."""
     following = next_claim(claim, int((claim.meta or {})["iteration"]))
     done = engine.store.frames.close_and_chain(
-        claim, outcome, (ran, "w"), NextClaim(following, 60), logs
+        claim, outcome, (ran, "w"), NextClaim(following, 60, rows), logs
     )
     return done, following
+
+
+def claimed_keys(engine: Engine, claim: ClaimedCommand) -> int:
+    """Row keys claimed in the claim's epoch (schema.cursor_rows)."""
+    with engine.database.engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT count(*) FROM cursor_rows WHERE execution_id = :e AND epoch = :p"),
+            {"e": claim.execution_id, "p": claim.epoch},
+        ).scalar_one()
+    return int(found)
 
 
 def row_of(engine: Engine, command_id: str) -> Any:
@@ -86,8 +102,8 @@ def test_a_chained_close_issues_the_lanes_next_claim_to_its_worker(engine: Engin
     claim, outcome, ran = claimed_frame(engine)
     done, following = chain(engine, claim, outcome, ran)
     assert done is not None
-    closed, issued = done
-    assert closed.closed and issued
+    closed, issued, recorded = done
+    assert closed.closed and issued and recorded is None  # no frame claimed ahead
     assert row_of(engine, claim.command_id).status == "completed"
     nxt = row_of(engine, following.command_id)
     assert (nxt.status, nxt.worker, nxt.ctx_version) == ("running", "w", claim.ctx_version)
@@ -113,11 +129,12 @@ def test_no_next_claim_once_the_execution_or_the_loop_ended(engine: Engine, ende
             conn.execute(
                 update(loops).where(loops.c.execution_id == claim.execution_id).values(done=True)
             )
-    done, following = chain(engine, claim, outcome, ran)
+    done, following = chain(engine, claim, outcome, ran, rows=[{"id": 7}])
     assert done is not None
-    closed, issued = done
-    assert closed.closed and not issued
+    closed, issued, recorded = done
+    assert closed.closed and not issued and recorded is None
     assert row_of(engine, following.command_id) is None
+    assert claimed_keys(engine, claim) == 2  # the rows claimed ahead are not recorded
     assert "chained" not in completion_of(engine, claim.command_id)
 
 
@@ -129,8 +146,9 @@ def test_a_claim_no_longer_running_writes_nothing(engine: Engine) -> None:
             .where(commands.c.command_id == claim.command_id)
             .values(status="cancelled")
         )
-    done, following = chain(engine, claim, outcome, ran)
+    done, following = chain(engine, claim, outcome, ran, rows=[{"id": 7}])
     assert done is not None and not done[0].closed and not done[1]
+    assert claimed_keys(engine, claim) == 2
     assert row_of(engine, following.command_id) is None
     [(body, _)] = ran
     assert row_of(engine, body.command_id) is None
@@ -149,9 +167,10 @@ def test_a_next_claim_already_there_is_not_taken_as_issued_here(engine: Engine) 
             ),
             {"c": following.command_id, "e": claim.execution_id},
         )
-    done, _ = chain(engine, claim, outcome, ran)
+    done, _ = chain(engine, claim, outcome, ran, rows=[{"id": 7}])
     assert done is not None and done[0].closed and not done[1]
     assert row_of(engine, following.command_id).status == "issued"
+    assert claimed_keys(engine, claim) == 2
     assert "chained" not in completion_of(engine, claim.command_id)
 
 
@@ -175,3 +194,23 @@ def test_a_body_outcome_the_database_refuses_writes_nothing(engine: Engine) -> N
         chain(engine, claim, with_body(outcome, refused), [(body, refused)])
     assert row_of(engine, claim.command_id).status == "running"
     assert row_of(engine, body.command_id) is None
+
+
+def test_a_frame_claimed_ahead_is_recorded_on_the_next_claim(engine: Engine) -> None:
+    """Rows the worker claimed for the next claim before the close: recorded on it as
+    record_frame would (their keys claimed in the epoch, the ones claimed before left
+    out and counted as duplicates), returned for the worker to run them next."""
+    claim, outcome, ran = claimed_frame(engine)
+    ahead = [{"id": 2}, {"id": 3}, {"id": 4}, {"id": 3}]  # 2: this frame's; 3: twice
+    done, following = chain(engine, claim, outcome, ran, rows=ahead)
+    assert done is not None
+    closed, issued, recorded = done
+    assert closed.closed and issued
+    assert recorded == FrameRows([{"id": 3}, {"id": 4}], duplicates=2)
+    assert row_of(engine, following.command_id).status == "running"
+    with engine.database.engine.connect() as conn:
+        resume = conn.execute(
+            select(commands.c.resume).where(commands.c.command_id == following.command_id)
+        ).scalar_one()
+    assert FrameRows.of(resume) == recorded
+    assert claimed_keys(engine, claim) == 4  # 1, 2 (this frame) and 3, 4
