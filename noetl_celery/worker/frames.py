@@ -27,6 +27,13 @@ command and hands them over without claiming again (worker.claims); the pass the
 plans the body command as for any other frame, so the body runs again on those rows
 (at least once, as every body) and they are counted once. A body outcome the database
 refuses is handed over the same way (the body command then fails with it as today).
+
+Chains (orchestrator.cursor): when the claim's block has a number left and the frame's
+body succeeded, the close issues the lane's next claim itself (worker.closing: one
+statement, no pass) and this process runs it next. With a postgres cursor that next
+frame is claimed ahead, before the close, and the close records its rows on the next
+claim (`_ahead_of`); the queue transaction commits once it did, or rolls back. The next
+claim then runs its body with no record of its own (`take_ahead`, worker.execute).
 """
 
 from __future__ import annotations
