@@ -6,7 +6,6 @@ that close leaves the recorded rows to the next claim's next attempt (handed ove
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,11 @@ from noetl_celery.settings import Settings
 from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.worker.reports import DUPLICATE, CommandReport
-from tests.integration.engine.test_cursor_continuation import Deliveries, claim_results
+from tests.integration.engine.test_cursor_continuation import (
+    Deliveries,
+    claim_results,
+    reap_until_done,
+)
 
 ROWS = 40
 
@@ -155,11 +158,7 @@ def test_rows_recorded_ahead_by_a_worker_that_died_are_handed_over(
     deliveries.deliver_all(executor.execute)
     [(lost, frame)] = abandoned
     assert frame is not None and len(frame.rows) == 4
-    deadline = time.monotonic() + 60
-    while engine.status(eid)["status"] == "RUNNING" and time.monotonic() < deadline:
-        engine.reaper.sweep()
-        deliveries.deliver_all(executor.execute)
-        time.sleep(0.2)
+    reap_until_done(engine, deliveries, eid)
     summary = engine.summary(eid)
     assert summary["status"] == "COMPLETED", summary["error"]
     assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS, "failed": 0}

@@ -225,11 +225,7 @@ def test_a_continuation_left_by_a_dead_process_is_run_again_by_the_reaper(
     deliveries.deliver_all(executor.execute)
     assert abandoned
     assert engine.status(eid)["status"] == "RUNNING"
-    deadline = time.monotonic() + 60
-    while engine.status(eid)["status"] == "RUNNING" and time.monotonic() < deadline:
-        engine.reaper.sweep()
-        deliveries.deliver_all(executor.execute)
-        time.sleep(0.2)
+    reap_until_done(engine, deliveries, eid)
     summary = engine.summary(eid)
     assert summary["status"] == "COMPLETED", summary["error"]
     assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS, "failed": 0}
@@ -238,6 +234,16 @@ def test_a_continuation_left_by_a_dead_process_is_run_again_by_the_reaper(
     assert abandoned[0] not in deliveries.published
     assert abandoned[0] in {base_command_id(cid) for cid in deliveries.published}
     assert len(runs(db)) == -(-ROWS // 4)
+
+
+def reap_until_done(engine: Engine, deliveries: Deliveries, eid: str) -> None:
+    """Sweep (the reaper issues again what a dead process left) and deliver until the
+    execution ends, a minute at most."""
+    deadline = time.monotonic() + 60
+    while engine.status(eid)["status"] == "RUNNING" and time.monotonic() < deadline:
+        engine.reaper.sweep()
+        deliveries.deliver_all(engine.executor.execute)
+        time.sleep(0.2)
 
 
 def claim_results(engine: Engine, eid: str) -> list[dict[str, Any]]:
@@ -338,11 +344,7 @@ def test_a_worker_that_dies_in_a_frame_body_leaves_its_rows_to_the_next_attempt(
         with contextlib.suppress(Died):
             executor.execute(deliveries.queue.popleft())
     assert died and engine.status(eid)["status"] == "RUNNING"
-    deadline = time.monotonic() + 60
-    while engine.status(eid)["status"] == "RUNNING" and time.monotonic() < deadline:
-        engine.reaper.sweep()
-        deliveries.deliver_all(executor.execute)
-        time.sleep(0.2)
+    reap_until_done(engine, deliveries, eid)
     summary = engine.summary(eid)
     assert summary["status"] == "COMPLETED", summary["error"]
     assert summary["steps"]["drain"]["stats"] == {"total": ROWS, "success": ROWS, "failed": 0}
