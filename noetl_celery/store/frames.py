@@ -5,7 +5,6 @@ runs on the engine's own server (store.queries.frames)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
@@ -14,7 +13,7 @@ from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
 from noetl_celery.store.completion import Closed, CompletionTx, closed_of, not_storable
 from noetl_celery.store.database import Database
-from noetl_celery.store.orchestration import row_key
+from noetl_celery.store.orchestration import keyed_rows
 from noetl_celery.store.queries import ResultCache
 from noetl_celery.store.queries.commands import FinishedBody
 from noetl_celery.store.rows import ClaimedCommand, FrameRows, LogRow
@@ -46,11 +45,7 @@ class FramesManager:
         body's or of the rows (nothing written)."""
         if self.db.is_sqlite:
             return None
-        keyed: dict[str, Any] | None = None
-        if following.rows is not None:
-            keyed = {}
-            for row in following.rows:
-                keyed.setdefault(row_key(row), row)
+        keyed = None if following.rows is None else keyed_rows(following.rows)
         try:
             with self.db.write() if logs else self.db.single_write() as conn:
                 row = queries.close_and_chain(

@@ -123,9 +123,7 @@ class OrchestrationTx:
         return out
 
     def _fresh(self, completion: Completion, rows: list[Any]) -> list[Any]:
-        keyed: dict[str, Any] = {}
-        for row in rows:
-            keyed.setdefault(row_key(row), row)
+        keyed = keyed_rows(rows)
         fresh = queries.first_claimed_keys(
             self.conn, self.execution_id, completion.step, completion.epoch, keyed
         )
@@ -367,6 +365,14 @@ _KEY_TEXT = json.JSONEncoder(sort_keys=True, default=str).encode
 
 def row_key(row: Any) -> str:
     return hashlib.sha256(_KEY_TEXT(row).encode()).hexdigest()
+
+
+def keyed_rows(rows: list[Any]) -> dict[str, Any]:
+    """Claimed rows by key, in claim order; a row a claim returned twice, once."""
+    keyed: dict[str, Any] = {}
+    for row in rows:
+        keyed.setdefault(row_key(row), row)
+    return keyed
 
 
 def claimed_rows(completion: Completion) -> list[Any]:

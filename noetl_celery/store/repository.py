@@ -39,7 +39,7 @@ from noetl_celery.store.frames import FramesManager
 from noetl_celery.store.history import HistoryManager
 from noetl_celery.store.metrics import MetricsManager
 from noetl_celery.store.notifications import NotificationsManager
-from noetl_celery.store.orchestration import OrchestrationTx, row_key
+from noetl_celery.store.orchestration import OrchestrationTx, keyed_rows
 from noetl_celery.store.outbox import OutboxManager
 from noetl_celery.store.overview import OverviewManager
 from noetl_celery.store.owners import OwnersManager
@@ -308,12 +308,9 @@ class Store:
         written) when the command is no longer running. Durable before the queue
         commits: synchronously, unless the queue transaction (`witness`) runs on the
         engine's own server (store.queries.frames)."""
-        keyed: dict[str, Any] = {}
-        for row in rows:
-            keyed.setdefault(row_key(row), row)
         try:
             with self.db.single_write() as conn:
-                return queries.record_frame(conn, command, keyed, len(rows), witness)
+                return queries.record_frame(conn, command, keyed_rows(rows), len(rows), witness)
         except DataError as exc:  # a value Postgres refuses (a NUL character)
             raise ResultNotStorable(str(exc.orig or exc).strip().split("\n")[0]) from exc
 

@@ -159,7 +159,8 @@ class FrameRunner:
             given = with_bodies(claimed, [outcome for _, outcome in ran])
         else:
             given = with_body(claimed, ran[0][1])
-            if chain and ran[0][1].ok and chain_next(command.meta, iteration):
+            chains = chain and self.store.frames.chains  # (SQLite: a pass per frame)
+            if chains and ran[0][1].ok and chain_next(command.meta, iteration):
                 following, ahead = self._ahead_of(playbook, next_claim(command, iteration))
         return self._close(
             command, given, capture, chain, FrameBody(ran, claimed), following, ahead
@@ -220,13 +221,13 @@ class FrameRunner:
     ) -> tuple[NextClaim, HeldFrame | None]:
         """The lane's next claim for a chained close, with its frame claimed ahead when
         it can be: a postgres cursor (its claim transaction held until the close has
-        recorded the rows on the next claim) on a database that chains. The claim runs
+        recorded the rows on the next claim). The claim runs
         as the next claim's own run would (its context, its frame's names); an error or
         no row claims nothing ahead (the next claim, run next, claims again)."""
         step = playbook.step(following.step)
         cursor = step.loop.cursor if step.loop is not None else None
         lease = self.closer.lease_seconds
-        if cursor is None or cursor.kind != "postgres" or not self.store.frames.chains:
+        if cursor is None or cursor.kind != "postgres":
             return NextClaim(following, lease), None
         ran = self.run_body(following)  # (a claim command's run is its claim)
         if not isinstance(ran, HeldFrame):
