@@ -173,23 +173,19 @@ class ToolServices:
 
                 from noetl_celery.tools.http_cookies import no_cookies
                 from noetl_celery.tools.http_direct import environment_proxies
+                from noetl_celery.tools.http_threads import ThreadPools
 
-                # every connection kept alive: a thread-pool worker's 32 threads
-                # calling one API must not close and reopen sockets per request
-                limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-                # the transport the client would build itself, built here so requests
-                # can be sent on it directly; with a proxy in the environment the
-                # client builds its own, one per proxied scheme
-                transport = (
-                    None
-                    if environment_proxies()
-                    else httpx.HTTPTransport(verify=verify, limits=limits)
-                )
+                # a pool per thread (tools.http_threads): httpcore's pool walks every
+                # connection it holds on each request, and a process whose threads call
+                # one API at once held as many as ever ran together
+                transport = None if environment_proxies() else ThreadPools(verify=verify)
                 client = httpx.Client(
                     verify=verify,
                     follow_redirects=False,
                     timeout=self.settings.http_timeout_seconds,
-                    limits=limits,
+                    # with a proxy the client's own transports: every connection kept
+                    # alive (a thread pool's 32 threads calling one API)
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
                     # a shared client must not keep the cookies responses set: they
                     # would ride along on every later request of every execution
                     cookies=no_cookies(),
