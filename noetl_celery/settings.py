@@ -230,6 +230,10 @@ class Settings:
     # requests from one schedule (store.pacing); "process": each process paces its own
     # requests; "off": the http tool sends every request at once
     http_pacing: str = "on"
+    # "thread": the http tool's connections are pooled per thread (tools.http_threads: a
+    # thread keeps one per host); "process": one pool for the process's threads (fewer
+    # connections to an API that caps them per client, more CPU per request)
+    http_pools: str = "thread"
     # rows kept from one postgres statement; beyond it the result says `truncated`
     postgres_max_rows: int = 100_000
     # `jump` actions allowed in one pipeline run before it fails (runaway guard)
@@ -428,6 +432,7 @@ class Settings:
             http_pacing=_choice(
                 env, "NOETL_HTTP_PACING", base.http_pacing, ("on", "process", "off")
             ),
+            http_pools=_choice(env, "NOETL_HTTP_POOLS", base.http_pools, ("thread", "process")),
             postgres_max_rows=_int(env, "NOETL_POSTGRES_MAX_ROWS", base.postgres_max_rows, 1),
             max_pipeline_jumps=_int(env, "NOETL_MAX_PIPELINE_JUMPS", base.max_pipeline_jumps, 1),
             max_retry_delay_seconds=_float(

@@ -175,17 +175,22 @@ class ToolServices:
                 from noetl_celery.tools.http_direct import environment_proxies
                 from noetl_celery.tools.http_threads import ThreadPools
 
-                # a pool per thread (tools.http_threads): httpcore's pool walks every
-                # connection it holds on each request, and a process whose threads call
-                # one API at once held as many as ever ran together
-                transport = None if environment_proxies() else ThreadPools(verify=verify)
+                # NOETL_HTTP_POOLS=thread: a pool per thread (tools.http_threads says
+                # why); =process: one pool that keeps every connection alive (a thread
+                # pool's 32 threads calling one API must not reopen sockets per request)
+                process_pool = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+                transport: httpx.BaseTransport | None = None
+                if environment_proxies():
+                    pass  # the client routes per scheme: it builds its own transports
+                elif self.settings.http_pools == "thread":
+                    transport = ThreadPools(verify=verify)
+                else:
+                    transport = httpx.HTTPTransport(verify=verify, limits=process_pool)
                 client = httpx.Client(
                     verify=verify,
                     follow_redirects=False,
                     timeout=self.settings.http_timeout_seconds,
-                    # with a proxy the client's own transports: every connection kept
-                    # alive (a thread pool's 32 threads calling one API)
-                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
+                    limits=process_pool,  # the client's own transports, with a proxy
                     # a shared client must not keep the cookies responses set: they
                     # would ride along on every later request of every execution
                     cookies=no_cookies(),

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl_celery.errors import ConfigurationError
 from noetl_celery.settings import Settings
 from noetl_celery.tools.http_threads import ThreadPools
 from noetl_celery.tools.services import ToolServices
@@ -135,3 +136,23 @@ def test_the_worker_client_sends_through_a_pool_per_thread(base: str, tmp_path: 
     finally:
         svc.close()
     assert len(PORTS) == 3 and len(set(PORTS)) == 1
+
+
+def test_one_process_pool_when_the_settings_ask_for_it(base: str, tmp_path: Path) -> None:
+    svc = ToolServices(Settings(home=tmp_path, http_timeout_seconds=10.0, http_pools="process"))
+    try:
+        direct = svc.http_direct()
+        assert isinstance(direct, httpx.HTTPTransport)
+        assert not isinstance(direct, ThreadPools)
+        assert run_with(svc, "http", {"url": f"{base}/a"}).ok
+        _in_thread(direct, base, 1)  # another thread finds the idle connection
+    finally:
+        svc.close()
+    assert len(PORTS) == 2 and len(set(PORTS)) == 1
+
+
+def test_the_pools_setting_is_read_and_checked() -> None:
+    assert Settings.from_env({}).http_pools == "thread"
+    assert Settings.from_env({"NOETL_HTTP_POOLS": "Process"}).http_pools == "process"
+    with pytest.raises(ConfigurationError, match="NOETL_HTTP_POOLS"):
+        Settings.from_env({"NOETL_HTTP_POOLS": "host"})
