@@ -10,9 +10,10 @@ flight, so every request paid for all of them: with 8 idle connections one reque
 13 to 19 (`_assign_requests_to_connections` alone 7 % of its CPU, py-spy).
 
 A thread runs one request at a time, so a pool of its own holds one connection per host
-it calls, and the walk is over that one. Sixteen threads, each calling the compat kit's
-test API 150 times with 4 ms pauses: 1,321 µs of process CPU per request through one
-shared pool, 1,055 µs through one pool per thread (median of five alternated runs).
+it calls, and the walk is over that one. Sixteen threads calling the compat kit's test
+API at once: 1,123 µs of process CPU per call against 1,242 µs through one shared pool
+(`python -m bench.http_tool --threads 16`); the workers of `bench.pft_cursor` at full
+size: 4.59 ms of CPU per request against 5.00 ms (medians of 5 and 4 interleaved runs).
 
 What it keeps: one TLS context for every thread (building one costs ~20 ms), the
 transport's exceptions and keep-alive expiry, as many keep-alive connections per host as
