@@ -5,7 +5,7 @@ requests answered 200 ÷ allowed requests per second), and the exact row counts.
     python -m bench.pft_cursor [--rate-limit 300] [--facilities 10] [--patients 1000]
     python -m bench.pft_cursor --pool threads --concurrency 16     # I/O-bound settings
     python -m bench.pft_cursor --batch-size 50      # NOETL_BATCH_SIZE of the engine (50)
-    python -m bench.pft_cursor --close-window 0     # NOETL_CLOSE_WINDOW_SECONDS (0.05)
+    python -m bench.pft_cursor --close-window 0     # NOETL_CLOSE_WINDOW_SECONDS (0.15)
 
 Postgres + Redis + `--workers` `noetl-celery worker` processes (default two, prefork,
 concurrency 2; `--pool threads` runs each worker's commands on threads); the test API
@@ -149,7 +149,7 @@ def main() -> int:
         "--close-window",
         type=float,
         default=None,
-        help="NOETL_CLOSE_WINDOW_SECONDS of the workers (default: the engine's, 0.05): how "
+        help="NOETL_CLOSE_WINDOW_SECONDS of the workers (default: the engine's, 0.15): how "
         "long a close of a command run beside a slow one waits for others of its process",
     )
     args = parser.parse_args()

@@ -215,7 +215,7 @@ class Settings:
     batch_budget_seconds: float = 0.5
     # commands of a slow batch run side by side in one process close together: a close
     # waits this long at most for others of its process (worker.close_window; 0: alone)
-    close_window_seconds: float = 0.05
+    close_window_seconds: float = 0.15
     # threads per worker process that run the rest of a slow batch beside its slow
     # command when it waits (worker.batch); 0: none, the rest is handed back instead
     beside_threads: int = 64

@@ -340,15 +340,21 @@ class Playbook(BaseModel):
             return spec.entry_step
         return self.workflow[0].step
 
+    # The lookups below run several times per command: they read the private map
+    # directly. `self._steps` goes through pydantic's `__getattr__`, which first asks the
+    # private attribute for a descriptor (an AttributeError raised and caught): 1.5 µs a
+    # lookup against 0.05 µs, about 1 % of a worker's CPU on an API-bound flow.
     def step(self, name: str) -> Step:
-        return self._steps[name]
+        steps: dict[str, Step] = self.__pydantic_private__["_steps"]  # type: ignore[index]
+        return steps[name]
 
     @property
     def step_names(self) -> Iterable[str]:
-        return self._steps.keys()
+        steps: dict[str, Step] = self.__pydantic_private__["_steps"]  # type: ignore[index]
+        return steps.keys()
 
     def has_step(self, name: str) -> bool:
-        return name in self._steps
+        return name in self.__pydantic_private__["_steps"]  # type: ignore[index]
 
     @property
     def graph(self) -> ArcGraph:

@@ -28,7 +28,7 @@ def test_defaults() -> None:
 
 def test_beside_threads_from_the_environment() -> None:
     assert Settings.from_env({"NOETL_BESIDE_THREADS": "0"}).beside_threads == 0
-    assert Settings.from_env({"NOETL_BESIDE_THREADS": "8"}).batch_options == (0.05, 8)
+    assert Settings.from_env({"NOETL_BESIDE_THREADS": "8"}).batch_options == (0.15, 8)
 
 
 def test_queue_type_and_budget_from_the_environment() -> None:
