@@ -9,12 +9,9 @@ database, as a pool process builds its engine.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.fresh_python import ROOT
+from tests.support.fresh_python import python_c
 
 SCRIPT = """
 import gc, json, time
@@ -38,22 +35,7 @@ print(json.dumps({
 
 
 def test_the_engine_start_freezes_what_the_process_holds(pg_url: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    env.update(
-        NOETL_DATABASE_URL=pg_url,
-        NOETL_HOME=str(tmp_path / "home"),
-        PYTHONPATH=str(ROOT),
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = python_c(SCRIPT, [], tmp_path, settings={"NOETL_DATABASE_URL": pg_url})
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["engine_built"], report
     # the start-up's objects moved to the permanent generation, the engine's among them
