@@ -70,11 +70,11 @@ BESIDE_THREADS = 64
 # closes the close window records in one transaction at most
 MOST_CLOSES = 50
 # how long a close waits for others of its process (NOETL_CLOSE_WINDOW_SECONDS). On
-# bench.pft_cursor (2 workers, 300 requests/s) 0.15 s against 0.05 s: groups about twice
-# as large, a tenth fewer passes contending for the execution's lock, the drain's wall
-# time 1.29-1.32x its rate bound instead of 1.41-1.43x, the workers' CPU per request
-# a few percent lower; a close that waits is one of a slow command's neighbours, whose
-# result shows up at most that much later
+# bench.pft_cursor --facilities 2 (two workers, 300 requests/s), 0.15 s against 0.05 s,
+# interleaved: the drain's wall time 1.29-1.32x its rate bound instead of 1.41-1.43x,
+# the workers' CPU per request a few percent lower (larger groups: fewer transactions
+# and passes per close, fewer passes waiting for the execution's lock). A close that
+# waits is a neighbour of a slow command: its result shows up at most that much later
 DEFAULT_CLOSE_WINDOW_SECONDS = 0.15
 
 
