@@ -61,10 +61,10 @@ LIMITS: dict[str, tuple[str, int | None, str]] = {
 @pytest.mark.parametrize("name", sorted(LIMITS))
 def test_limits_refuse_at_once_with_the_line(name: str) -> None:
     text, line, message = LIMITS[name]
-    # this thread's CPU with the collector held off: late in a full run the process has
-    # other threads (in-process engines of earlier tests) and a heap of thousands of tests'
-    # objects, whose CPU and full collections are not the parser's (0.12 s alone; 1.06 s of
-    # process CPU once, at test 3,100 of a full run)
+    # this thread's CPU with the collector held off: late in a full run the process can
+    # have other threads and holds a heap of thousands of tests' objects, whose CPU and
+    # full collections are not the parser's (0.12 s alone; 1.06 s of process CPU once, at
+    # test 3,100 of a full run)
     collecting = gc.isenabled()
     gc.disable()
     try:
