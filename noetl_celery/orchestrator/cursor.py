@@ -141,6 +141,9 @@ def _claim(
             meta["chain"] = lane.chain_end
     elif rows:  # the worker may run the frame's per-row bodies itself next
         meta.update(process="rows", iteration=lane.body)
+        threads = row_threads(step, progress)
+        if threads > 1:  # that many rows at a time (worker.frame_rows)
+            meta["row_concurrency"] = threads
     run.decision.commands.append(
         NewCommand(
             command_id=with_attempt(base, attempt),
@@ -249,14 +252,14 @@ def _body(outcome: Outcome) -> Outcome | None:
     return Outcome.from_json(body) if isinstance(body, dict) else None
 
 
-def _bodies(outcome: Outcome) -> list[Outcome] | None:
-    """The outcomes of the frame's per-row bodies the claiming worker ran, in row order
-    (None: it ran none)."""
+def _bodies(outcome: Outcome) -> list[Outcome | None] | None:
+    """The outcomes of the frame's per-row bodies the claiming worker ran, in row order,
+    None for a row whose body parked (None: it ran none)."""
     result = outcome.result
     bodies = result.get("bodies") if isinstance(result, dict) else None
     if not isinstance(bodies, list) or not all(isinstance(b, dict) for b in bodies):
         return None
-    return [Outcome.from_json(b) for b in bodies]
+    return [None if b == PARKED else Outcome.from_json(b) for b in bodies]
 
 
 def _chained(outcome: Outcome) -> bool:
@@ -291,8 +294,14 @@ def body_meta(iterator: str, lane: int, frame: int, start: int, rows: int | None
     return meta
 
 
-# bodies whose rows are meant to overlap when `frame.row_concurrency` > 1 (inline_rows)
-OVERLAPPING_KINDS = ("http", "python")
+# tools that wait rather than compute: a frame's per-row bodies made of them may overlap
+# in threads of the claiming worker (inline_rows)
+WAITING_KINDS = frozenset({"http", "postgres", "noop"})
+# tools whose rows are meant to overlap when `frame.row_concurrency` > 1 (inline_rows)
+OVERLAPPING_KINDS = frozenset({"http", "python"})
+# a per-row body's entry in its claim's completion when it parked (worker.frame_rows): its
+# body command was written parked by the frame's close, and is in flight
+PARKED: dict[str, Any] = {"parked": True}
 
 
 def inline_body(step: Step) -> bool:
@@ -308,19 +317,36 @@ def inline_body(step: Step) -> bool:
 
 
 def inline_rows(step: Step, progress: LoopProgress) -> bool:
-    """Whether the worker that claimed a frame may run its per-row bodies itself, one
-    after another (docs/design.md §4): a body `inline_body` admits, unless it is an http
-    call or python code with `frame.row_concurrency` > 1. Those usually wait on a remote
-    service (python code calls APIs and SDKs as often as it computes), and their rows
-    are meant to overlap: run one after another in one worker they would not, a lane
-    would go `row_concurrency` times slower, so each row stays a command of its own. A
-    database statement or a no-op is quick and local: one after another it is cheaper
-    than a command per row."""
-    if progress.per_frame or not inline_body(step):
+    """Whether the worker that claimed a frame may run its per-row bodies itself
+    (docs/design.md §4): a tool or a pipeline (policies, retries, jumps: a row's whole
+    run, as its body command's) that ends in the worker (no sub-playbook, no workbook
+    task, no `spec.timeout`). With `frame.row_concurrency` > 1, rows whose tasks all wait
+    rather than compute (WAITING_KINDS: an HTTP call, a statement, a no-op) run that
+    many at a time in threads (row_threads); other rows one after another, which is
+    what a quick local body (duckdb) gains most from, but not a body with an HTTP call
+    or python code (which calls APIs as often as it computes): its rows are meant to
+    overlap, and threads of one process would take turns on its interpreter where
+    commands spread over the worker processes, so each row stays a command of its own."""
+    if progress.per_frame or step.tool is None or step_timeout(step) is not None:
         return False
-    tool = step.tool
-    assert isinstance(tool, ToolSpec)
-    return tool.kind not in OVERLAPPING_KINDS or progress.row_concurrency <= 1
+    kinds = _kinds(step)
+    if kinds & {"playbook", "workbook"}:
+        return False
+    return (
+        row_threads(step, progress) > 1
+        or progress.row_concurrency <= 1
+        or not (kinds & OVERLAPPING_KINDS)
+    )
+
+
+def row_threads(step: Step, progress: LoopProgress) -> int:
+    """How many of a frame's per-row bodies the claiming worker runs at once: the lane's
+    `row_concurrency` when every task of the body waits (WAITING_KINDS), else one."""
+    return progress.row_concurrency if _kinds(step) <= WAITING_KINDS else 1
+
+
+def _kinds(step: Step) -> set[str]:
+    return {tool.kind for _, tool in step.tasks()}
 
 
 def reservation(progress: LoopProgress) -> int:
@@ -336,12 +362,13 @@ def _count_rows(
     st: StepState,
     lane_no: int,
     rows: list[Any],
-    bodies: list[Outcome],
+    bodies: list[Outcome | None],
     claim: Completion,
 ) -> None:
     """The frame's per-row bodies ran with its claim: count each row as its body
     command's completion would (iteration = the reservation's start + its position),
-    then claim the next frame."""
+    then claim the next frame. A row whose body parked (None) is a body command in
+    flight: the lane claims its next frame when the last of those finishes (on_body)."""
     progress = st.loop
     assert progress is not None and progress.lanes is not None
     lane = progress.lanes[lane_no]
@@ -353,10 +380,16 @@ def _count_rows(
     progress.unused += reservation(progress) - len(rows)
     eid = run.state.execution_id
     for number, outcome in enumerate(bodies, start=lane.start):
+        if outcome is None:  # parked: written by the close, issued when due
+            lane.in_flight += 1
+            progress.in_flight += 1
+            run.state.in_flight += 1
+            continue
         cid = iteration_command_id(eid, step.step, progress.epoch, number)
         body = replace(claim, command_id=cid, iteration=number, outcome=outcome)
         apply_iteration(run, step, body, 1)
-    _claim(run, step, st, lane_no)
+    if lane.in_flight == 0:
+        _claim(run, step, st, lane_no)
 
 
 def _count_frame(

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from noetl_celery.errors import ResultNotStorable, StoreError
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.store import queries
+from noetl_celery.store.bodies import Ran
 from noetl_celery.store.notifications import NotificationsManager
 from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.queries import ResultCache
@@ -159,7 +160,7 @@ class CompletionTx:
         loop = queries.loop_counters(self.conn, eid, cmd.step, cmd.epoch)
         return Closed(True, queries.execution_status(self.conn, eid), loop, waiting)
 
-    def record_body(self, ran: list[tuple[ClaimedCommand, Outcome]], worker: str) -> bool:
+    def record_body(self, ran: Ran, worker: str) -> bool:
         """A frame's bodies its claim's worker ran (this transaction's command), written
         before the claim's close, if the claim still runs (then locked: the close finds
         it); the pass folds them from the claim's completion. False, nothing written:

@@ -30,6 +30,7 @@ from noetl_celery.orchestrator.batching import may_defer_window
 from noetl_celery.passes.logsink import LogSink
 from noetl_celery.passes.orchestrate import PassDriver, crash_message
 from noetl_celery.passes.retry import again_if_interrupted
+from noetl_celery.store.bodies import Ran
 from noetl_celery.store.completion import Closed, CompletionTx
 from noetl_celery.store.database import transient
 from noetl_celery.store.orchestration import Follow, OrchestrationTx
@@ -73,7 +74,7 @@ class FrameBody:
     `claimed` is the claim's outcome without them, recorded instead when the database
     refuses a body's outcome (the pass then plans the body commands)."""
 
-    ran: list[tuple[ClaimedCommand, Outcome]]
+    ran: Ran
     claimed: Outcome
 
 

@@ -68,10 +68,12 @@ class CommandExecutor:
         )
         self.logs = logs
         self.closer = Closer(store, orchestrator, self.heartbeats, lease_seconds, runner.services)
-        self.frames = FrameRunner(store, self.closer, self.heartbeats, self.run_claimed)
         # parked commands are issued by this process when due (the sweep if it is gone)
         self.wakeups = parking.Wakeups(
             store.parking.issue_when_due, lambda ids: self.orchestrator.dispatcher.publish(ids)
+        )
+        self.frames = FrameRunner(
+            store, self.closer, self.heartbeats, self.run_claimed, self.wakeups
         )
         if logs is not None:
             logcapture.install()
@@ -137,14 +139,18 @@ class CommandExecutor:
             return self._conclude(command, claimed_ahead(command, ahead), capture, chain_until)
         return self._conclude(command, self.run_claimed(command), capture, chain_until)
 
-    def run_claimed(self, command: ClaimedCommand) -> Outcome | Suspended | HeldFrame | Parked:
+    def run_claimed(
+        self, command: ClaimedCommand, watch: str | None = None
+    ) -> Outcome | Suspended | HeldFrame | Parked:
         """Run a claimed command (its heartbeat started) to its masked result; stops its
-        heartbeat. Never raises for the command's own faults: they become its outcome."""
+        heartbeat. Never raises for the command's own faults: they become its outcome.
+        `watch`: the command whose status stops it (a cursor frame's row body, run by
+        the frame's claim: worker.frame_rows), if not its own."""
         resumed = bool(command.resume)
         try:
             with tracing.command_span(command, resumed):
                 playbook = self.playbooks.get(command.catalog_id)
-                stop = self._stop_check(playbook, command)
+                stop = self._stop_check(playbook, command, watch)
                 children = CommandChildren(self.store, self.orchestrator, command)
                 result = self.runner.run(playbook, command, children, stop)
                 _trace_result(result)
@@ -221,7 +227,9 @@ class CommandExecutor:
                 extra=of_command(command.command_id),
             )
 
-    def _stop_check(self, playbook: Playbook, command: ClaimedCommand) -> StopCheck:
+    def _stop_check(
+        self, playbook: Playbook, command: ClaimedCommand, watch: str | None = None
+    ) -> StopCheck:
         """Asked by a pipeline before each task: stop when the command was cancelled or
         taken over (its row is no longer `running`: the heartbeat thread looks that up
         for every watched command of this process at once, every `heartbeat.POLL_SECONDS`,
@@ -242,9 +250,9 @@ class CommandExecutor:
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", f"step '{command.step}' timed out after {timeout:g}s"
             if not watched:  # from its first task on
-                self.heartbeats.watch(command.command_id)
+                self.heartbeats.watch(watch or command.command_id)
                 watched = True
-            if self.heartbeats.lost(command.command_id):
+            if self.heartbeats.lost(watch or command.command_id):
                 return "cancelled", "the command was cancelled or taken over; stopped"
             return None
 

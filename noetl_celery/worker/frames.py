@@ -38,26 +38,27 @@ claim then runs its body with no record of its own (`take_ahead`, worker.execute
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
 from dataclasses import replace
 from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM, KIND_ITERATION
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcapture import Capture
-from noetl_celery.models.outcome import Outcome, StepError
+from noetl_celery.models.outcome import Outcome
 from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.cursor import body_meta, chain_next, inline_body
+from noetl_celery.orchestrator.cursor import PARKED, body_meta, chain_next, inline_body
 from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
 from noetl_celery.passes.retry import again_if_interrupted
+from noetl_celery.store.bodies import BodyRun, ParkedBody, Ran
 from noetl_celery.store.queries.frames import NextClaim
 from noetl_celery.store.repository import Store
 from noetl_celery.store.rows import ClaimedCommand, FrameRows
 from noetl_celery.worker.claims import HeldFrame, handed_over
 from noetl_celery.worker.closing import NOT_CLOSED, Closer, FrameBody, Recorded
+from noetl_celery.worker.frame_rows import RowRunner, RunBody
 from noetl_celery.worker.heartbeat import Heartbeats
-
-RunBody = Callable[[ClaimedCommand], object]
+from noetl_celery.worker.parking import Wakeups
 
 
 def reserved_iteration(command: ClaimedCommand) -> int | None:
@@ -110,12 +111,19 @@ class FrameRunner:
     (see the module)."""
 
     def __init__(
-        self, store: Store, closer: Closer, heartbeats: Heartbeats, run_body: RunBody
+        self,
+        store: Store,
+        closer: Closer,
+        heartbeats: Heartbeats,
+        run_body: RunBody,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self.store = store
         self.closer = closer
         self.heartbeats = heartbeats
         self.run_body = run_body  # CommandExecutor.run_claimed: masked, never raises
+        self.rows = RowRunner(heartbeats)
+        self.wakeups = wakeups  # issues a row's body parked by a frame's close when due
         # frames claimed ahead, recorded on the lane's next claim, which runs here next
         self._ahead: dict[str, FrameRows] = {}
 
@@ -133,7 +141,7 @@ class FrameRunner:
         rows = held.claim.rows
         if iteration is None or not held.outcome.ok or not (rows or held.recorded):
             return None
-        if not inline_body(playbook.step(command.step)):
+        if not per_row(command) and not inline_body(playbook.step(command.step)):
             return None
         if per_row(command) and len(rows) > int((command.meta or {}).get("max_rows", 0)):
             return None  # more rows than it reserved iterations for: the pass plans them
@@ -151,13 +159,14 @@ class FrameRunner:
             ]
         else:
             bodies = [body_command(command, playbook, iteration, frame.rows)]
-        ran = self._run(command, bodies)
+        ran = self._run(command, bodies, row_threads(command))
         if ran is None:  # cancelled or taken over mid-frame: the close would find it so
             return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
         following, ahead = None, None
         if per_row(command):
             given = with_bodies(claimed, [outcome for _, outcome in ran])
         else:
+            assert isinstance(ran[0][1], Outcome)  # (only a row's pipeline parks)
             given = with_body(claimed, ran[0][1])
             chains = chain and self.store.frames.chains  # (SQLite: a pass per frame)
             if chains and ran[0][1].ok and chain_next(command.meta, iteration):
@@ -205,6 +214,8 @@ class FrameRunner:
             if ahead is not None:
                 ahead.claim.rollback()
             raise
+        if recorded.close.closed:
+            self._wake_parked(body.ran)
         if ahead is not None:
             # the rows claimed ahead are the engine's once the close recorded them on the
             # next claim (and it was issued); else they go back to the queue
@@ -243,31 +254,37 @@ class FrameRunner:
         once (worker.execute runs that claim next)."""
         return self._ahead.pop(command_id, None)
 
-    def _run(
-        self, claim: ClaimedCommand, bodies: list[ClaimedCommand]
-    ) -> list[tuple[ClaimedCommand, Outcome]] | None:
-        """Run the frame's bodies one after another, under the claim's lease (a frame's
-        rows run in order: `frame.row_concurrency` bounds the rows in flight, and one
-        at a time is within it; docs/design.md §4). None: the claim was cancelled or
-        taken over before its last row (the rows left are not started; its status is
-        polled with the other watched commands': no statement per row)."""
-        ran = []
+    def _run(self, claim: ClaimedCommand, bodies: list[ClaimedCommand], threads: int) -> Ran | None:
+        """Run the frame's bodies under the claim's lease, at most `threads` at a time
+        (worker.frame_rows; `frame.row_concurrency` bounds a lane's rows in flight). None:
+        the claim was cancelled or taken over before its last row (the rows left are not
+        started; its status is polled with the other watched commands': no statement per
+        row)."""
         self.heartbeats.start(claim.command_id)  # the claim's lease covers its bodies
         if len(bodies) > 1:
             self.heartbeats.watch(claim.command_id)
         try:
-            for body in bodies:
-                if self.heartbeats.lost(claim.command_id):
-                    return None
-                outcome = self.run_body(body)
-                if not isinstance(outcome, Outcome):  # inline_body rules out waits: a bug
-                    kind = type(outcome).__name__
-                    message = f"the body of a frame cannot wait here ({kind})"
-                    outcome = Outcome.failed(StepError("engine_error", message))
-                ran.append((body, outcome))
+            return self.rows.run(claim, bodies, threads, self.run_body)
         finally:
             self.heartbeats.stop(claim.command_id)
-        return ran
+
+    def _wake_parked(self, ran: Ran) -> None:
+        """Rows whose bodies the close wrote parked are issued by this process when due
+        (by the reaper's sweep if it is gone first)."""
+        if self.wakeups is None:
+            return
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        for body, run in ran:
+            if isinstance(run, ParkedBody):
+                delay = max(0.0, (run.due - now).total_seconds())
+                self.wakeups.at(body.command_id, run.due, delay)
+
+
+def row_threads(claim: ClaimedCommand) -> int:
+    """How many of a per-row claim's bodies run at once (orchestrator.cursor sets
+    `meta.row_concurrency` for bodies whose rows may overlap in threads)."""
+    number = (claim.meta or {}).get("row_concurrency")
+    return number if isinstance(number, int) and number > 1 else 1
 
 
 def next_claim(claim: ClaimedCommand, iteration: int) -> ClaimedCommand:
@@ -294,9 +311,11 @@ def with_body(claimed: Outcome, body: Outcome) -> Outcome:
     return Outcome("ok", {**claimed.result, "body": body.to_json()}, meta=claimed.meta)
 
 
-def with_bodies(claimed: Outcome, bodies: list[Outcome]) -> Outcome:
+def with_bodies(claimed: Outcome, bodies: list[BodyRun]) -> Outcome:
     """The claim's outcome carrying the outcomes of its frame's per-row bodies, in row
-    order (what the pass counts, one row each)."""
+    order (what the pass counts, one row each; a parked row's body is in flight:
+    orchestrator.cursor.PARKED)."""
     assert isinstance(claimed.result, dict)
-    result = {**claimed.result, "bodies": [body.to_json() for body in bodies]}
+    runs = [PARKED if isinstance(body, ParkedBody) else body.to_json() for body in bodies]
+    result = {**claimed.result, "bodies": runs}
     return Outcome("ok", result, meta=claimed.meta)

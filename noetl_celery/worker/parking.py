@@ -114,6 +114,18 @@ def releases(command: ClaimedCommand, parked: Parked) -> dict[str, Any] | None:
     return {"key": parked.throttled, "delay": round(parked.delay, 3)}
 
 
+def resume_of(parked: Parked, released: bool = False) -> dict[str, Any]:
+    """The `resume` a parked command is stored with: its run state and what it waits
+    for (`released`: its loop window slot was given back)."""
+    waits: dict[str, Any] = {"task": parked.task, "delay": parked.delay}
+    if parked.booked is not None:  # a rate_limit turn (worker.throttle)
+        waits["booked"] = parked.booked
+        waits["throttled"] = parked.throttled
+    if released:
+        waits["released"] = True
+    return {"continuation": parked.continuation, "parked": waits}
+
+
 def park(
     store: Store,
     command: ClaimedCommand,
@@ -123,14 +135,9 @@ def park(
 ) -> bool:
     """Park `command` until its delay is over; False when it was no longer ours (the
     row had been cancelled or taken over: nothing is written, nothing comes back)."""
-    waits: dict[str, Any] = {"task": parked.task, "delay": parked.delay}
-    if parked.booked is not None:  # a rate_limit turn (worker.throttle)
-        waits["booked"] = parked.booked
-        waits["throttled"] = parked.throttled
     throttled = releases(command, parked)
-    if throttled is not None or released_before(command):
-        waits["released"] = True  # its window slot is given back once per item run
-    resume = {"continuation": parked.continuation, "parked": waits}
+    # its window slot is given back once per item run
+    resume = resume_of(parked, released=throttled is not None or released_before(command))
     store.history.write_logs(LogSink.command_rows(capture, command))
     due = store.parking.park(command.command_id, resume, parked.delay, throttled)
     if due is None:

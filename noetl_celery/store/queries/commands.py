@@ -11,6 +11,7 @@ from sqlalchemy import Connection, bindparam, column, func, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
+    CMD_DELAYED,
     CMD_FAILED,
     CMD_RUNNING,
     EV_COMMAND_COMPLETED,
@@ -18,6 +19,7 @@ from noetl_celery.constants import (
 )
 from noetl_celery.models.outcome import Outcome
 from noetl_celery.orchestrator.decisions import Completion
+from noetl_celery.store.bodies import ParkedBody, Ran
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.queries.inbox import completion_of
@@ -211,17 +213,28 @@ _CLOSE_LOCK_PG = _close_lock("")
 # a frame's bodies (_bodies_json) as rows `b`
 BODIES = """jsonb_to_recordset(CAST(:b_bodies AS jsonb)) AS b(
             cid text, kind text, iteration int, attempt int, status text, ctx int,
-            item jsonb, meta jsonb, type text, payload jsonb)"""
+            item jsonb, meta jsonb, type text, payload jsonb, due timestamp, resume jsonb)"""
+# a body's row: finished by the worker that ran it, or parked (`due`: delayed until
+# then with its run state in `resume`, no worker, no lease; as worker.parking leaves it)
+BODY_ROW = """b.cid, {eid}, {step}, b.kind, {epoch}, b.iteration, b.attempt, b.status,
+               b.ctx, b.item, b.meta,
+               CASE WHEN b.due IS NULL THEN CAST(:b_body_worker AS text) END,
+               COALESCE(b.due, :b_now), CASE WHEN b.due IS NULL THEN :b_now END,
+               CASE WHEN b.due IS NULL THEN :b_now END, b.resume"""
+BODY_COLUMNS = """command_id, execution_id, step, kind, epoch, iteration,
+                              attempt, status, ctx_version, item, meta, worker, issued_at,
+                              started_at, finished_at, resume"""
 # CTEs writing, with a close (only if it closed: `closed c`), a cursor frame's bodies its
-# claim's worker ran (worker.frames): their finished command rows and terminal events, no
-# inbox entry (the claim's completion carries them to the pass)
+# claim's worker ran (worker.frames): their command rows and the finished ones' terminal
+# events, no inbox entry (the claim's completion carries them to the pass)
 BODY_CTES = (
     """, body AS (
-        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
-                              attempt, status, ctx_version, item, meta, worker, issued_at,
-                              started_at, finished_at)
-        SELECT b.cid, c.execution_id, c.step, b.kind, c.epoch, b.iteration, b.attempt,
-               b.status, b.ctx, b.item, b.meta, :b_body_worker, :b_now, :b_now, :b_now
+        INSERT INTO commands ("""
+    + BODY_COLUMNS
+    + """)
+        SELECT """
+    + BODY_ROW.format(eid="c.execution_id", step="c.step", epoch="c.epoch")
+    + """
         FROM closed c, """
     + BODIES
     + """
@@ -235,6 +248,7 @@ BODY_CTES = (
         FROM body d JOIN """
     + BODIES
     + """ ON b.cid = d.command_id
+        WHERE b.type IS NOT NULL
         ON CONFLICT DO NOTHING
     )"""
 )
@@ -344,34 +358,39 @@ def close_lock_and_read(
     return row, execution, inbox
 
 
-# a cursor frame's bodies its claim's worker ran: (each body with its outcome, the worker)
-FinishedBody = tuple[list[tuple[ClaimedCommand, Outcome]], str]
+# a cursor frame's bodies its claim's worker ran: (each body with what it came to, the
+# worker)
+FinishedBody = tuple[Ran, str]
 
 
-def _bodies_json(ran: list[tuple[ClaimedCommand, Outcome]]) -> str:
+def _bodies_json(ran: Ran) -> str:
     """The bodies as one JSON text of records (BODIES reads it): one parameter for a
     frame's bodies however many, as close_many's arrays are for a batch."""
     records = []
-    for body, outcome in ran:
-        ok = outcome.ok
-        records.append(
-            {
-                "cid": body.command_id,
-                "kind": body.kind,
-                "iteration": body.iteration,
-                "attempt": body.attempt,
-                "status": CMD_COMPLETED if ok else CMD_FAILED,
-                "ctx": body.ctx_version,
-                "item": body.item,
-                "meta": dict(body.meta or {}),
-                "type": EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
-                "payload": outcome.to_json(),
-            }
-        )
+    for body, run in ran:
+        record: dict[str, Any] = {
+            "cid": body.command_id,
+            "kind": body.kind,
+            "iteration": body.iteration,
+            "attempt": body.attempt,
+            "ctx": body.ctx_version,
+            "item": body.item,
+            "meta": dict(body.meta or {}),
+        }
+        if isinstance(run, ParkedBody):
+            record.update(status=CMD_DELAYED, due=run.due.isoformat(), resume=run.resume)
+        else:
+            ok = run.ok
+            record.update(
+                status=CMD_COMPLETED if ok else CMD_FAILED,
+                type=EV_COMMAND_COMPLETED if ok else EV_COMMAND_FAILED,
+                payload=run.to_json(),
+            )
+        records.append(record)
     return json_dumps(records)
 
 
-def _body_params(ran: list[tuple[ClaimedCommand, Outcome]], worker: str) -> dict[str, Any]:
+def _body_params(ran: Ran, worker: str) -> dict[str, Any]:
     return {"b_bodies": _bodies_json(ran), "b_body_worker": worker}
 
 

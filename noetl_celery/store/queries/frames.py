@@ -12,17 +12,21 @@ from sqlalchemy import Connection, bindparam, column, select, text, update
 
 from noetl_celery.constants import (
     CMD_COMPLETED,
+    CMD_DELAYED,
     CMD_FAILED,
     CMD_RUNNING,
     EV_COMMAND_COMPLETED,
     EV_COMMAND_FAILED,
 )
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.store.bodies import BodyRun, ParkedBody, Ran
 from noetl_celery.store.database import json_dumps
 from noetl_celery.store.dialect import insert_ignore
 from noetl_celery.store.queries.commands import (
     BODIES,
+    BODY_COLUMNS,
     BODY_CTES,
+    BODY_ROW,
     CLOSED_CTE,
     _bodies_json,
     _body_params,
@@ -159,11 +163,12 @@ _BODY_PG = text(
         SELECT command_id FROM commands
         WHERE command_id = :b_claim AND status = 'running' FOR UPDATE
     ), body AS (
-        INSERT INTO commands (command_id, execution_id, step, kind, epoch, iteration,
-                              attempt, status, ctx_version, item, meta, worker, issued_at,
-                              started_at, finished_at)
-        SELECT b.cid, :b_eid, :b_step, b.kind, :b_epoch, b.iteration, b.attempt,
-               b.status, b.ctx, b.item, b.meta, :b_worker, :b_now, :b_now, :b_now
+        INSERT INTO commands ("""
+    + BODY_COLUMNS
+    + """)
+        SELECT """
+    + BODY_ROW.format(eid=":b_eid", step=":b_step", epoch=":b_epoch")
+    + """
         FROM """
     + BODIES
     + """
@@ -178,6 +183,7 @@ _BODY_PG = text(
         FROM body d JOIN """
     + BODIES
     + """ ON b.cid = d.command_id
+        WHERE b.type IS NOT NULL
         ON CONFLICT DO NOTHING
     )
     SELECT count(*) AS running FROM claim
@@ -188,15 +194,16 @@ _BODY_PG = text(
 def insert_finished_body(
     conn: Connection,
     claim: ClaimedCommand,
-    ran: list[tuple[ClaimedCommand, Outcome]],
+    ran: Ran,
     worker: str,
     now: dt.datetime,
 ) -> bool:
     """A frame's bodies that its claim's worker ran (worker.frames: the frame's one body
     or one per row), written before the claim's close in its transaction, if the claim
     still runs (locking it: the close is then certain to find it): each body's command
-    row, finished, and its terminal event, as the body's own close writes them, but no
-    inbox entry (the claim's completion carries the outcomes to the pass). False,
+    row, finished, and its terminal event, as the body's own close writes them (a
+    parked body: its parked row, as its own park leaves it), but no inbox entry (the
+    claim's completion carries the outcomes to the pass). False,
     nothing written: the claim no longer runs."""
     if conn.dialect.name == "postgresql":
         found = conn.execute(
@@ -206,7 +213,7 @@ def insert_finished_body(
                 "b_eid": claim.execution_id,
                 "b_step": claim.step,
                 "b_epoch": claim.epoch,
-                "b_worker": worker,
+                "b_body_worker": worker,
                 "b_now": now,
                 "b_bodies": _bodies_json(ran),
             },
@@ -219,37 +226,38 @@ def insert_finished_body(
     ).first()
     if running is None:  # (SQLite: the transaction holds the database's write lock)
         return False
-    for body, outcome in ran:
-        _insert_body(conn, body, outcome, worker, now)
+    for body, run in ran:
+        _insert_body(conn, body, run, worker, now)
     return True
 
 
 def _insert_body(
-    conn: Connection, body: ClaimedCommand, outcome: Outcome, worker: str, now: dt.datetime
+    conn: Connection, body: ClaimedCommand, run: BodyRun, worker: str, now: dt.datetime
 ) -> None:
-    """SQLite: one body's finished row and terminal event (none if its row is there
-    already: never both a body command and a body run here)."""
-    ok = outcome.ok
-    inserted = conn.execute(
-        insert_ignore(conn, commands).returning(commands.c.command_id),
-        {
-            "command_id": body.command_id,
-            "execution_id": body.execution_id,
-            "step": body.step,
-            "kind": body.kind,
-            "epoch": body.epoch,
-            "iteration": body.iteration,
-            "attempt": body.attempt,
-            "status": CMD_COMPLETED if ok else CMD_FAILED,
-            "ctx_version": body.ctx_version,
-            "item": body.item,
-            "meta": dict(body.meta or {}),
-            "worker": worker,
-            "issued_at": now,
-            "started_at": now,
-            "finished_at": now,
-        },
-    ).first()
+    """SQLite: one body's finished row and terminal event, or its parked row (none if
+    its row is there already: never both a body command and a body run here)."""
+    row: dict[str, Any] = {
+        "command_id": body.command_id,
+        "execution_id": body.execution_id,
+        "step": body.step,
+        "kind": body.kind,
+        "epoch": body.epoch,
+        "iteration": body.iteration,
+        "attempt": body.attempt,
+        "ctx_version": body.ctx_version,
+        "item": body.item,
+        "meta": dict(body.meta or {}),
+    }
+    if isinstance(run, ParkedBody):
+        row.update(status=CMD_DELAYED, issued_at=run.due, resume=run.resume)
+        row.update(worker=None, started_at=None, finished_at=None)
+        conn.execute(insert_ignore(conn, commands), row)
+        return
+    ok = run.ok
+    row.update(status=CMD_COMPLETED if ok else CMD_FAILED, worker=worker, resume=None)
+    row.update(issued_at=now, started_at=now, finished_at=now)
+    returning = insert_ignore(conn, commands).returning(commands.c.command_id)
+    inserted = conn.execute(returning, row).first()
     if inserted is None:
         return
     conn.execute(
@@ -261,7 +269,7 @@ def _insert_body(
             "command_id": body.command_id,
             "epoch": body.epoch,
             "iteration": body.iteration,
-            "payload": outcome.to_json(),
+            "payload": run.to_json(),
             "created_at": now,
         },
     )
@@ -378,7 +386,7 @@ def close_and_chain(
     conn: Connection,
     claim: ClaimedCommand,
     outcome: Outcome,
-    ran: list[tuple[ClaimedCommand, Outcome]],
+    ran: Ran,
     worker: str,
     following: NextClaim,
     now: dt.datetime,

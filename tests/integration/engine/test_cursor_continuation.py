@@ -330,8 +330,8 @@ def test_a_worker_that_dies_in_a_frame_body_leaves_its_rows_to_the_next_attempt(
     class Died(BaseException):
         """The process ending in the middle of the frame."""
 
-    def dies_after_the_first_body(body: ClaimedCommand) -> object:
-        outcome = real(body)
+    def dies_after_the_first_body(body: ClaimedCommand, watch: str | None = None) -> object:
+        outcome = real(body, watch)
         if not died:
             died.append(body)
             raise Died
@@ -372,8 +372,8 @@ def test_a_frame_body_run_with_a_claim_cancelled_meanwhile_leaves_no_body_row(
     real = executor.frames.run_body
     ended: list[Any] = []
 
-    def cancelled_in_the_body(body: ClaimedCommand) -> object:
-        outcome = real(body)
+    def cancelled_in_the_body(body: ClaimedCommand, watch: str | None = None) -> object:
+        outcome = real(body, watch)
         if not ended:
             ended.append((body, engine.cancel_tree(body.execution_id, "by the test")))
         return outcome

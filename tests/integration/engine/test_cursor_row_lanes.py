@@ -203,8 +203,8 @@ def test_a_worker_that_dies_mid_frame_leaves_its_rows_to_the_next_attempt(
     class Died(BaseException):
         """The process ending in the middle of the frame."""
 
-    def dies_after_two_rows(body: ClaimedCommand) -> object:
-        outcome = real(body)
+    def dies_after_two_rows(body: ClaimedCommand, watch: str | None = None) -> object:
+        outcome = real(body, watch)
         if not died and body.iteration == 1:
             died.append(body)
             raise Died
@@ -277,8 +277,8 @@ def test_a_frame_of_rows_cancelled_mid_frame_runs_no_more_rows_and_writes_no_bod
     real = executor.frames.run_body
     ended: list[Any] = []
 
-    def cancelled_in_the_first_row(body: ClaimedCommand) -> object:
-        outcome = real(body)
+    def cancelled_in_the_first_row(body: ClaimedCommand, watch: str | None = None) -> object:
+        outcome = real(body, watch)
         if not ended:
             ended.append(engine.cancel_tree(body.execution_id, "by the test"))
             deadline = time.monotonic() + 10  # the heartbeat thread's next poll

@@ -180,7 +180,8 @@ def test_only_bodies_run_as_the_reserved_iterations_are_counted_with_their_claim
 ) -> None:
     pb = rows_playbook(1, 2)
     d = start(pb, "e1", None, Sim(pb, InlineRows(0, 2, "plan")), Limits(), now=0.0)
-    assert d.commands[0].meta == {"max_rows": 2, "process": "rows", "iteration": 0}
+    first = {"max_rows": 2, "process": "rows", "iteration": 0, "row_concurrency": 3}
+    assert d.commands[0].meta == first
     rows = [{"id": 1}, {"id": 2}]
     outcome = ok({"rows": rows, "row_count": 2, "recorded": True, **claimed})
     completion = Completion(1, d.commands[0].command_id, "drain", 1, None, outcome)
@@ -190,27 +191,39 @@ def test_only_bodies_run_as_the_reserved_iterations_are_counted_with_their_claim
     assert progress is not None and progress.total == 2
     if counted_now:
         assert progress.succeeded == 2 and not d2.plans
-        assert [c.meta for c in d2.commands] == [{"max_rows": 2, "process": "rows", "iteration": 2}]
+        assert [c.meta for c in d2.commands] == [{**first, "iteration": 2}]
     else:
         assert progress.succeeded == 0 and not d2.commands
         assert [(p.start, p.items) for p in d2.plans] == [(0, rows)]
 
 
+PIPELINE = """
+      - {name: get, kind: http, url: 'http://x',
+         spec: {policy: {rules: [{when: "{{ output.status == 'error' }}",
+                                  then: {do: retry, attempts: 3, delay: 0.1}}]}}}
+      - {name: save, kind: KIND, command: 'select 1', code: 'result = 1', auth: pg}"""
+
+
 @pytest.mark.parametrize(
-    ("tool", "concurrency", "inline"),
+    ("tool", "concurrency", "inline", "threads"),
     [
-        ("{kind: noop}", 3, True),
-        ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True),
-        ("{kind: http, url: 'http://x'}", 3, False),  # its requests are meant to overlap
-        ("{kind: http, url: 'http://x'}", 1, True),
-        ("{kind: python, code: 'result = 1'}", 3, False),  # it may call an API: overlap
-        ("{kind: python, code: 'result = 1'}", 1, True),
-        ("{kind: duckdb, command: 'select 1'}", 3, True),
-        ("{kind: playbook, path: a/b}", 1, False),  # waits for a child
+        ("{kind: noop}", 3, True, 3),
+        ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True, 3),
+        ("{kind: http, url: 'http://x'}", 3, True, 3),  # requests overlap in threads
+        ("{kind: http, url: 'http://x'}", 1, True, None),
+        ("{kind: python, code: 'result = 1'}", 3, False, None),  # it may compute: processes
+        ("{kind: python, code: 'result = 1'}", 1, True, None),
+        ("{kind: duckdb, command: 'select 1'}", 3, True, None),  # quick and local: in turn
+        ("{kind: playbook, path: a/b}", 1, False, None),  # waits for a child
+        (PIPELINE.replace("KIND", "postgres"), 25, True, 25),  # policies: the row's whole run
+        (PIPELINE.replace("KIND", "python"), 25, False, None),  # http + python: commands
+        (PIPELINE.replace("KIND", "python"), 1, True, None),
+        (PIPELINE.replace("KIND", "duckdb"), 3, False, None),  # its requests must overlap
+        ("{kind: http, url: 'http://x'}\n    spec: {timeout: 5}", 3, False, None),  # a deadline
     ],
 )
 def test_which_per_row_bodies_the_claiming_worker_may_run(
-    tool: str, concurrency: int, inline: bool
+    tool: str, concurrency: int, inline: bool, threads: int | None
 ) -> None:
     text = ROWS_PB.format(lanes=1, rows=5, tool=tool, extra="")
     pb = playbook(text.replace("row_concurrency: 3", f"row_concurrency: {concurrency}"))
@@ -218,3 +231,32 @@ def test_which_per_row_bodies_the_claiming_worker_may_run(
     meta = d.commands[0].meta or {}
     assert (meta.get("process") == "rows") is inline
     assert ("iteration" in meta) is inline
+    assert meta.get("row_concurrency") == threads
+
+
+def test_a_parked_row_is_in_flight_and_its_lane_claims_its_next_frame_when_it_finishes() -> None:
+    """A row whose body parked in the claiming worker (worker.frame_rows) was written as
+    a parked body command by the frame's close: the claim's completion counts the other
+    rows and holds the lane; the parked body's own completion counts it and claims the
+    lane's next frame."""
+    pb = rows_playbook(1, 3)
+    d = start(pb, "e1", None, Sim(pb, InlineRows(0, 3, "plan")), Limits(), now=0.0)
+    rows = [{"id": 1}, {"id": 2}, {"id": 3}]
+    bodies = [ok({"seen": 1}).to_json(), {"parked": True}, ok({"seen": 3}).to_json()]
+    claimed = ok({"rows": rows, "row_count": 3, "recorded": True, "iteration": 0, "bodies": bodies})
+    completion = Completion(1, d.commands[0].command_id, "drain", 1, None, claimed)
+    sim = Sim(pb, InlineRows(0, 3, "plan"))
+    d2 = decide(pb, copy.deepcopy(d.state), [completion], sim, Limits(), 0.0)
+    progress = d2.state.steps["drain"].loop
+    assert progress is not None and progress.lanes is not None
+    assert (progress.total, progress.succeeded, progress.in_flight) == (3, 2, 1)
+    assert progress.lanes[0].in_flight == 1 and not d2.commands and not d2.plans
+    assert d2.state.in_flight == 1
+    parked = Completion(2, "e1:drain:1:1", "drain", 1, 1, ok({"seen": 2}))
+    d3 = decide(pb, copy.deepcopy(d2.state), [parked], sim, Limits(), 0.0)
+    progress = d3.state.steps["drain"].loop
+    assert progress is not None and progress.lanes is not None
+    assert (progress.succeeded, progress.lanes[0].in_flight) == (3, 0)
+    assert [c.meta for c in d3.commands] == [
+        {"max_rows": 3, "process": "rows", "iteration": 3, "row_concurrency": 3}
+    ]
