@@ -30,10 +30,12 @@ recorded rows but no body (a claim run again after its worker died) plans the bo
 command as before.
 
 Without `frame.process: frame`, a claim whose per-row bodies the claiming worker may
-run (`inline_rows`) reserves `max_rows` iterations (`meta.process: rows`); its
-completion then carries one outcome per row (`bodies`) and `_count_rows` counts each
-row as its body command's would, then claims the next frame. Numbers a shorter frame
-leaves are `unused`, never issued (docs/design.md §4).
+run (`inline_rows`; `row_threads` of them at a time) reserves `max_rows` iterations
+(`meta.process: rows`); its completion then carries one outcome per row (`bodies`) and
+`_count_rows` counts each row as its body command's would, then claims the next frame.
+A row marked `PARKED` is its body command, written parked by the frame's close: in
+flight in its lane until its completion (on_body) claims the next frame. Numbers a
+shorter frame leaves are `unused`, never issued (docs/design.md §4).
 
 Chains (`frame.process: frame` with a body run by the claiming worker,
 `Limits.cursor_chain` > 0): the pass reserves a lane a block of `1 + chain` iteration
@@ -55,8 +57,9 @@ from typing import Any
 
 from noetl_celery.constants import KIND_CLAIM, StepStatus
 from noetl_celery.models.outcome import Outcome, error_message
-from noetl_celery.models.playbook import Step, ToolSpec, step_timeout
+from noetl_celery.models.playbook import Step
 from noetl_celery.orchestrator.decisions import Completion, Limits, LoopPlan, NewCommand
+from noetl_celery.orchestrator.frame_rules import inline_body, inline_rows, row_threads
 from noetl_celery.orchestrator.ids import (
     attempt_of,
     claim_command_id,
@@ -294,59 +297,21 @@ def body_meta(iterator: str, lane: int, frame: int, start: int, rows: int | None
     return meta
 
 
-# tools that wait rather than compute: a frame's per-row bodies made of them may overlap
-# in threads of the claiming worker (inline_rows)
-WAITING_KINDS = frozenset({"http", "postgres", "noop"})
-# tools whose rows are meant to overlap when `frame.row_concurrency` > 1 (inline_rows)
-OVERLAPPING_KINDS = frozenset({"http", "python"})
 # a per-row body's entry in its claim's completion when it parked (worker.frame_rows): its
 # body command was written parked by the frame's close, and is in flight
 PARKED: dict[str, Any] = {"parked": True}
 
 
-def inline_body(step: Step) -> bool:
-    """Whether the worker that claimed a frame may run the frame's body itself: one tool
-    that ends in the worker (no pipeline: its policies may retry, park or jump; no
-    sub-playbook: it waits for a child; no workbook task: it may be one; no
-    `spec.timeout`: it is the body command's deadline). Any other body is a command of
-    its own, as every row's body is without `frame.process: frame`."""
-    tool = step.tool
-    if not isinstance(tool, ToolSpec) or step.is_pipeline or step_timeout(step) is not None:
-        return False
-    return tool.kind not in ("playbook", "workbook")
-
-
-def inline_rows(step: Step, progress: LoopProgress) -> bool:
-    """Whether the worker that claimed a frame may run its per-row bodies itself
-    (docs/design.md §4): a tool or a pipeline (policies, retries, jumps: a row's whole
-    run, as its body command's) that ends in the worker (no sub-playbook, no workbook
-    task, no `spec.timeout`). With `frame.row_concurrency` > 1, rows whose tasks all wait
-    rather than compute (WAITING_KINDS: an HTTP call, a statement, a no-op) run that
-    many at a time in threads (row_threads); other rows one after another, which is
-    what a quick local body (duckdb) gains most from, but not a body with an HTTP call
-    or python code (which calls APIs as often as it computes): its rows are meant to
-    overlap, and threads of one process would take turns on its interpreter where
-    commands spread over the worker processes, so each row stays a command of its own."""
-    if progress.per_frame or step.tool is None or step_timeout(step) is not None:
-        return False
-    kinds = _kinds(step)
-    if kinds & {"playbook", "workbook"}:
-        return False
-    return (
-        row_threads(step, progress) > 1
-        or progress.row_concurrency <= 1
-        or not (kinds & OVERLAPPING_KINDS)
-    )
-
-
-def row_threads(step: Step, progress: LoopProgress) -> int:
-    """How many of a frame's per-row bodies the claiming worker runs at once: the lane's
-    `row_concurrency` when every task of the body waits (WAITING_KINDS), else one."""
-    return progress.row_concurrency if _kinds(step) <= WAITING_KINDS else 1
-
-
-def _kinds(step: Step) -> set[str]:
-    return {tool.kind for _, tool in step.tasks()}
+def counted(step: Step, outcome: Outcome) -> dict[str, Any]:
+    """A per-row body's outcome as its claim's completion carries it: what the pass
+    reads to count the row (apply_iteration: its status, error, meta and ctx), and its
+    result, `iter` and detail only for a step-level `set`, which renders them. The
+    whole outcome is the body's terminal event (per-item results are read from there):
+    carried again, a frame's page payloads were encoded and decoded twice more per close
+    (py-spy on bench.pft_cursor: 6 % of a worker's CPU in JSON for the frame's close)."""
+    if step.set:
+        return outcome.to_json()
+    return Outcome(outcome.status, None, outcome.error, outcome.ctx, meta=outcome.meta).to_json()
 
 
 def reservation(progress: LoopProgress) -> int:

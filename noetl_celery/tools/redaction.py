@@ -10,6 +10,7 @@ URL, `token=...` in a query string).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -245,17 +246,21 @@ class CommandMasks:
     """The keychain values one command resolved, masked wherever that command's text
     goes (tool errors, logs, its outcome). A ContextVar holds it for the command, so the
     commands that threads run side by side never share one; threads a command starts
-    itself (a python step's timeout) copy the context and see it too."""
+    itself (a python step's timeout, the rows of a cursor frame run by its claim:
+    worker.frame_rows) copy the context and see it too, so `add` takes a lock: two rows
+    adding at once must not lose either's values."""
 
-    __slots__ = ("redactor",)
+    __slots__ = ("_lock", "redactor")
 
     def __init__(self) -> None:
         self.redactor: Redactor | None = None
+        self._lock = threading.Lock()
 
     def add(self, redactor: Redactor) -> None:
         if redactor.secret_count:
-            current = self.redactor
-            self.redactor = redactor if current is None else _Chained(current, redactor)
+            with self._lock:
+                current = self.redactor
+                self.redactor = redactor if current is None else _Chained(current, redactor)
 
 
 _masks: ContextVar[CommandMasks | None] = ContextVar("noetl_command_masks", default=None)

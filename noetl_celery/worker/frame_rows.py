@@ -16,7 +16,7 @@ parked command by the frame's close (store.bodies). The frame closes when its ot
 are done, and the parked row finishes as its own command.
 
 Threads are for bodies that wait (an HTTP call, a statement, a no-op: the rule is
-orchestrator.cursor.inline_rows); a body that may compute (python, duckdb) runs one row
+orchestrator.frame_rules.inline_rows); a body that may compute (python, duckdb) runs one row
 at a time here, or, asked to overlap rows, as a command per row, spread over processes.
 """
 

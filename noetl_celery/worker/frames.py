@@ -1,7 +1,7 @@
 """One command per cursor frame (`frame.process: frame`, docs/design.md §4).
 
 The worker that claimed a frame runs the frame's body itself when the body is simple
-enough (orchestrator.cursor.inline_body) and the claim reserved the body's iteration
+enough (orchestrator.frame_rules.inline_body) and the claim reserved the body's iteration
 (`meta.iteration`), instead of closing the claim and running the body as a command of
 its own:
 
@@ -17,10 +17,12 @@ its own:
    the frame is counted and the lane's next claim issued, in one transaction.
 
 The same holds for per-row bodies (`meta.process: rows`: no `frame.process: frame`,
-orchestrator.cursor.inline_rows): the claim reserved `max_rows` iterations, each row's
+orchestrator.frame_rules.inline_rows): the claim reserved `max_rows` iterations, each row's
 body runs as its command would (the reservation's first + the row's position), one
-after another, and the close writes every row's body with the claim's; the claim's
-status is polled between rows, so a cancel stops the frame (docs/design.md §4).
+after another or `meta.row_concurrency` at a time in threads (worker.frame_rows), and
+the close writes every row's body with the claim's (a row that parked: its body
+command, parked, woken here when due); the claim's status is polled while rows run, so
+a cancel stops the frame (docs/design.md §4).
 
 A run of the claim after its worker died (the reaper's re-issue) finds the rows on the
 command and hands them over without claiming again (worker.claims); the pass then
@@ -46,8 +48,9 @@ from noetl_celery.constants import KIND_CLAIM, KIND_ITERATION
 from noetl_celery.errors import ResultNotStorable
 from noetl_celery.logcapture import Capture
 from noetl_celery.models.outcome import Outcome
-from noetl_celery.models.playbook import Playbook
-from noetl_celery.orchestrator.cursor import PARKED, body_meta, chain_next, inline_body
+from noetl_celery.models.playbook import Playbook, Step
+from noetl_celery.orchestrator.cursor import PARKED, body_meta, chain_next, counted
+from noetl_celery.orchestrator.frame_rules import inline_body
 from noetl_celery.orchestrator.ids import claim_command_id, iteration_command_id
 from noetl_celery.passes.retry import again_if_interrupted
 from noetl_celery.store.bodies import BodyRun, ParkedBody, Ran
@@ -164,7 +167,8 @@ class FrameRunner:
             return Recorded(NOT_CLOSED, as_given=False, outcome=claimed)
         following, ahead = None, None
         if per_row(command):
-            given = with_bodies(claimed, [outcome for _, outcome in ran])
+            step = playbook.step(command.step)
+            given = with_bodies(step, claimed, [outcome for _, outcome in ran])
         else:
             assert isinstance(ran[0][1], Outcome)  # (only a row's pipeline parks)
             given = with_body(claimed, ran[0][1])
@@ -214,7 +218,7 @@ class FrameRunner:
             if ahead is not None:
                 ahead.claim.rollback()
             raise
-        if recorded.close.closed:
+        if recorded.close.closed and recorded.outcome is given:  # (else no body written)
             self._wake_parked(body.ran)
         if ahead is not None:
             # the rows claimed ahead are the engine's once the close recorded them on the
@@ -311,11 +315,11 @@ def with_body(claimed: Outcome, body: Outcome) -> Outcome:
     return Outcome("ok", {**claimed.result, "body": body.to_json()}, meta=claimed.meta)
 
 
-def with_bodies(claimed: Outcome, bodies: list[BodyRun]) -> Outcome:
+def with_bodies(step: Step, claimed: Outcome, bodies: list[BodyRun]) -> Outcome:
     """The claim's outcome carrying the outcomes of its frame's per-row bodies, in row
-    order (what the pass counts, one row each; a parked row's body is in flight:
-    orchestrator.cursor.PARKED)."""
+    order (what the pass counts, one row each: orchestrator.cursor.counted; a parked
+    row's body is in flight: PARKED)."""
     assert isinstance(claimed.result, dict)
-    runs = [PARKED if isinstance(body, ParkedBody) else body.to_json() for body in bodies]
+    runs = [PARKED if isinstance(body, ParkedBody) else counted(step, body) for body in bodies]
     result = {**claimed.result, "bodies": runs}
     return Outcome("ok", result, meta=claimed.meta)

@@ -1,6 +1,6 @@
 """Per-row cursor lanes as one command (worker.frames, docs/design.md §4): without
 `frame.process: frame`, a claim whose body the claiming worker may run (one tool:
-orchestrator.cursor.inline_rows) runs its frame's per-row bodies itself, one after
+orchestrator.frame_rules.inline_rows) runs its frame's per-row bodies itself, one after
 another, and one close records every row's body (its command row, its terminal event)
 and the lane's next claim. Results, stats, per-item results, failures, quarantine and
 loop counters are those of the two-command path (each row's body a command of its

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from noetl_celery.models.outcome import Outcome
+from noetl_celery.orchestrator.cursor import counted
 from noetl_celery.orchestrator.decide import decide, start
 from noetl_celery.orchestrator.decisions import Completion, Limits
 from tests.unit.orchestrator.sim import Sim, err, ok, playbook
@@ -83,7 +84,7 @@ class InlineRows:
             for number, row in enumerate(rows, start=reserved):
                 body = self.body(row)
                 self.bodies.append((number, row["id"]))
-                outcomes.append(body.to_json())
+                outcomes.append(counted(self.sim.playbook.step("drain"), body))  # as sent
                 self.sim.events.append(
                     {
                         "step": step,
@@ -97,33 +98,38 @@ class InlineRows:
         return ok(result)
 
 
+# a step-level `set` renders each row's output: the claim's completion carries it whole
+SET = '{kind: noop}\n    set: {ctx.seen: "{{ (ctx.seen | default(0)) + output.data.seen }}"}'
+
+
 def rows_sim(
-    size: int, lanes: int, mode: str, batch: int, extra: str = ""
+    size: int, lanes: int, mode: str, batch: int, extra: str = "", tool: str = "{kind: noop}"
 ) -> tuple[Sim, InlineRows]:
     queue = InlineRows(size, 10, mode)
-    sim = Sim(rows_playbook(lanes, 10, extra=extra), queue)
+    sim = Sim(rows_playbook(lanes, 10, tool=tool, extra=extra), queue)
     queue.sim = sim
     sim.run(batch=batch)
     return sim, queue
 
 
 @pytest.mark.parametrize(
-    ("size", "lanes", "batch", "extra"),
+    ("size", "lanes", "batch", "extra", "tool"),
     [
-        (47, 3, 1, ""),
-        (47, 3, 2, ""),
-        (10, 4, 3, ""),
-        (0, 2, 1, ""),
-        (95, 1, 1, ""),
-        (47, 3, 1, "\n        on_item_error: quarantine"),
+        (47, 3, 1, "", "{kind: noop}"),
+        (47, 3, 2, "", "{kind: noop}"),
+        (10, 4, 3, "", "{kind: noop}"),
+        (0, 2, 1, "", "{kind: noop}"),
+        (95, 1, 1, "", "{kind: noop}"),
+        (47, 3, 1, "\n        on_item_error: quarantine", "{kind: noop}"),
+        (47, 3, 1, "", SET),
     ],
 )
 def test_rows_run_with_their_claim_count_as_their_body_commands_would(
-    size: int, lanes: int, batch: int, extra: str
+    size: int, lanes: int, batch: int, extra: str, tool: str
 ) -> None:
     seen = {}
     for mode in ("inline", "plan", "mixed"):
-        sim, queue = rows_sim(size, lanes, mode, batch, extra)
+        sim, queue = rows_sim(size, lanes, mode, batch, extra, tool)
         assert sim.state is not None and sim.state.status in ("COMPLETED", "FAILED")
         assert sorted(i for _, i in queue.bodies) == list(range(size)), mode  # once each
         iterations = [i for i, _ in queue.bodies]
@@ -141,8 +147,11 @@ def test_rows_run_with_their_claim_count_as_their_body_commands_would(
             (last.total, last.issued, last.succeeded, last.failed, last.quarantined),
             sorted(e["payload"]["message"] for e in quarantined),
             [f["message"] for f in sim.state.failures],
+            sim.state.vars.get("seen"),
         )
     assert seen["inline"] == seen["plan"] == seen["mixed"]
+    if tool == SET:  # every successful row's output was rendered by the step's `set`
+        assert seen["inline"][4] == sum(range(size)) - 7
     bad = 1 if size > 7 else 0
     stats = seen["inline"][0]["stats"]
     if extra:  # the bad row set aside, not failed
