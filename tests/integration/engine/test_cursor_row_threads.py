@@ -22,10 +22,12 @@ import pytest
 from sqlalchemy import select
 
 from noetl_celery.engine.service import Engine
-from noetl_celery.settings import Settings
-from noetl_celery.store.database import SchemaMode
 from noetl_celery.store.schema import commands, events
-from tests.integration.engine.test_cursor_continuation import Deliveries, claim_results
+from tests.integration.engine.test_cursor_continuation import Deliveries, claim_results, engine
+
+# the fixture; its NOETL_PARK_AFTER_SECONDS is the default, 1 s: a Retry-After of 2 s
+# parks, the 0.1 s retry delay is slept
+__all__ = ["engine"]
 
 ROWS = 16
 FRAME = 8
@@ -134,22 +136,6 @@ def api() -> Iterator[Api]:
         yield server
     finally:
         server.close()
-
-
-@pytest.fixture
-def engine(tmp_path: Path, store_url: str) -> Iterator[Engine]:
-    settings = Settings(
-        home=tmp_path / "home",
-        database_url=store_url,
-        batch_budget_seconds=60,
-        lease_seconds=3,
-        park_after_seconds=1.0,  # Retry-After: 2 parks; the 0.1 s retry delay sleeps
-    )
-    engine = Engine(settings, schema=SchemaMode.MIGRATE)
-    try:
-        yield engine
-    finally:
-        engine.close()
 
 
 def queue_db(tmp_path: Path) -> Path:
