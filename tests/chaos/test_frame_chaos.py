@@ -3,8 +3,8 @@ frame's body, after its claim committed with the rows recorded on the claim comm
 loses no row and counts none twice; the claim's next attempt hands the recorded rows
 over and a body command runs them again. The same for per-row lanes run as one command
 (the claiming worker runs each row's body itself): a kill mid-frame, some rows run,
-leaves every row to a body command of its own, each counted once (the rows of a frame
-run in threads of the claiming worker there: worker.frame_rows)."""
+leaves every row to a body command of its own, each counted once (its body there is a
+pipeline with a retry policy: the row's whole run is in the claim's command)."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def test_worker_sigkill_mid_frame_of_per_row_bodies_run_with_their_claim(
     cluster_factory: Any,
 ) -> None:
     cluster: Cluster = cluster_factory()
-    # rows of 0.1 s, 4 at a time (row_concurrency): a frame of 50 takes over a second
-    eid = cluster.start("chaos_cursor_row_lanes.yaml", n=ROWS, lanes=4, max_rows=50, sleep=0.1)
+    # rows of 0.02 s one after another (a body of statements): a frame of 50 takes a second
+    eid = cluster.start("chaos_cursor_row_lanes.yaml", n=ROWS, lanes=4, max_rows=50, sleep=0.02)
     killed: list[str] = []
     for _ in range(2):
         command_id, victim = in_a_body(cluster, eid)

@@ -189,7 +189,7 @@ def test_only_bodies_run_as_the_reserved_iterations_are_counted_with_their_claim
 ) -> None:
     pb = rows_playbook(1, 2)
     d = start(pb, "e1", None, Sim(pb, InlineRows(0, 2, "plan")), Limits(), now=0.0)
-    first = {"max_rows": 2, "process": "rows", "iteration": 0, "row_concurrency": 3}
+    first = {"max_rows": 2, "process": "rows", "iteration": 0}
     assert d.commands[0].meta == first
     rows = [{"id": 1}, {"id": 2}]
     outcome = ok({"rows": rows, "row_count": 2, "recorded": True, **claimed})
@@ -216,8 +216,8 @@ PIPELINE = """
 @pytest.mark.parametrize(
     ("tool", "concurrency", "inline", "threads"),
     [
-        ("{kind: noop}", 3, True, 3),
-        ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True, 3),
+        ("{kind: noop}", 3, True, None),  # quick and local: one row at a time
+        ("{kind: postgres, auth: pg, command: 'select 1'}", 3, True, None),
         ("{kind: http, url: 'http://x'}", 3, True, 3),  # requests overlap in threads
         ("{kind: http, url: 'http://x'}", 1, True, None),
         ("{kind: python, code: 'result = 1'}", 3, False, None),  # it may compute: processes
@@ -266,6 +266,4 @@ def test_a_parked_row_is_in_flight_and_its_lane_claims_its_next_frame_when_it_fi
     progress = d3.state.steps["drain"].loop
     assert progress is not None and progress.lanes is not None
     assert (progress.succeeded, progress.lanes[0].in_flight) == (3, 0)
-    assert [c.meta for c in d3.commands] == [
-        {"max_rows": 3, "process": "rows", "iteration": 3, "row_concurrency": 3}
-    ]
+    assert [c.meta for c in d3.commands] == [{"max_rows": 3, "process": "rows", "iteration": 3}]
