@@ -93,6 +93,14 @@ def test_the_recorded_passes_cover_the_engines_features() -> None:
         for e in d["events"]
     )
     assert any(d["plans"] for d in decided) and any(d["issues"] for d in decided)
+    # a cursor frame's per-row bodies run with its claim, one of them parked (in flight)
+    bodies = [
+        (c["outcome"].get("result") or {}).get("bodies") or []
+        for path in RECORDS
+        for c in load(path)["completions"]
+        if isinstance(c["outcome"].get("result"), dict)
+    ]
+    assert any(b for b in bodies) and any({"parked": True} in b for b in bodies)
     assert sum(f.stat().st_size for f in PASSES.rglob("*") if f.is_file()) < 2_000_000
 
 
