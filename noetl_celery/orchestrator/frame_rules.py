@@ -53,8 +53,8 @@ def row_threads(step: Step, progress: LoopProgress) -> int:
     """How many of a frame's per-row bodies the claiming worker runs at once: the lane's
     `row_concurrency` when the body calls an HTTP API and its other tasks wait too
     (THREADED_KINDS), else one. A body of statements alone runs its rows one after
-    another: threads made a per-row drain's UPDATE bodies 0.45x the bare claim + mark
-    loop where one at a time they were 1.02-1.06x (bench.cursor_drain --work mark)."""
+    another: in threads a per-row drain's UPDATE bodies ran at 0.45x the bare claim +
+    mark loop, one at a time at 0.56x the same day (bench.cursor_drain --work mark)."""
     kinds = _kinds(step)
     threaded = "http" in kinds and kinds <= THREADED_KINDS
     return progress.row_concurrency if threaded else 1

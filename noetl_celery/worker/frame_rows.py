@@ -15,9 +15,9 @@ for: what it came to is a `ParkedBody`, its masked run state and due time, writt
 parked command by the frame's close (store.bodies). The frame closes when its other rows
 are done, and the parked row finishes as its own command.
 
-Threads are for bodies that wait (an HTTP call, a statement, a no-op: the rule is
-orchestrator.frame_rules.inline_rows); a body that may compute (python, duckdb) runs one row
-at a time here, or, asked to overlap rows, as a command per row, spread over processes.
+Threads are for bodies that call an HTTP API, with statements and no-ops beside it (the
+rule is orchestrator.frame_rules.row_threads); other bodies run one row at a time here,
+or, python asked to overlap rows, as a command per row, spread over processes.
 """
 
 from __future__ import annotations
