@@ -94,4 +94,9 @@ def build_engine(settings: Settings, role: Role, *, broker: BrokerFactory | None
         # without beat (engine.outbox)
         engine.start_relay()
         engine.start_notifier()  # the notification outbox (engine.notify)
+    if role is Role.WORKER:
+        # a command whose worker died is re-issued when its lease runs out, with or
+        # without beat: a fleet started without it (or whose beat died) would otherwise
+        # leave that command `running` and its execution waiting in silence for ever
+        engine.start_reaper(fallback=True)
     return engine

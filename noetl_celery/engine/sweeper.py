@@ -21,7 +21,10 @@ wrong with one is logged and the sweep goes on with the next, so one bad executi
 pass that crashes on it, passes.orchestrate) cannot take the catch-up away from the rest.
 
 Celery beat sends the sweep task every `reaper_interval_seconds`; the embedded default
-runs it on a thread.
+runs it on a thread. Every worker process also looks every interval, and sweeps when
+nobody did within the lease's TTL (`sweep_unless_swept`): a fleet started without beat,
+or whose beat died, still re-issues the commands of a dead worker instead of leaving
+their executions waiting in silence.
 """
 
 from __future__ import annotations
@@ -120,6 +123,15 @@ class Reaper:
         # a sweep runs every few seconds: a line at INFO only when it did something
         log.log(logging.INFO if report else logging.DEBUG, "reaper: %s", report)
         return report
+
+    def sweep_unless_swept(self) -> Sweep | None:
+        """A worker's own sweep, run only when nobody swept within the lease's TTL: with
+        beat sending `noetl.reap` every interval this does nothing but one read; a fleet
+        without beat (or whose beat died, or whose reap messages were lost) still gets its
+        lost commands re-issued and its parked ones released. None: not needed."""
+        if self.store.reaper.held_within(LEASE_NAME, self.policy.lease_ttl_seconds):
+            return None
+        return self.sweep()
 
     def _sweep(self) -> Sweep:
         report = Sweep()
@@ -252,7 +264,9 @@ def _about(lost: LostCommand, command_id: str | None = None) -> dict[str, str]:
 
 
 class ReaperThread(Periodic):
-    """Sweeps every `interval` seconds on a daemon thread (the embedded default)."""
+    """Sweeps every `interval` seconds on a daemon thread (the embedded default); with
+    `fallback`, only when nobody swept within the lease's TTL (a worker beside beat)."""
 
-    def __init__(self, reaper: Reaper, interval: float) -> None:
-        super().__init__("noetl-reaper", interval, reaper.sweep, log, "reaper sweep failed")
+    def __init__(self, reaper: Reaper, interval: float, *, fallback: bool = False) -> None:
+        call = reaper.sweep_unless_swept if fallback else reaper.sweep
+        super().__init__("noetl-reaper", interval, call, log, "reaper sweep failed")

@@ -57,6 +57,13 @@ class ReaperManager:
             holder = queries.lease_holder(conn, name)
         return bool(holder == owner)
 
+    def held_within(self, name: str, seconds: float) -> bool:
+        """Whether the duty `name` was held (or released) less than `seconds` ago, or is
+        held now."""
+        with self.db.read() as conn:
+            expiry = queries.lease_expiry(conn, name)
+        return expiry is not None and expiry > utcnow() - dt.timedelta(seconds=seconds)
+
     def republish_stale(self, grace: float, limit: int = 1000) -> list[str]:
         """Issued commands nobody started: waiting longer than `grace` seconds, doubled
         for every earlier republish (a long broker backlog is not a lost message; its

@@ -132,6 +132,29 @@ def test_worker_sigkill_in_the_middle_of_a_batch(cluster_factory: Any) -> None:
     assert cluster.check_fleet(eid, at) < 15
 
 
+def test_worker_sigkill_holding_commands_with_no_beat_running(cluster_factory: Any) -> None:
+    """A fleet started without beat: the commands a killed worker held `running` are
+    re-issued by the workers' own sweep (engine.sweeper `sweep_unless_swept`) once their
+    leases run out, not left with their execution waiting for ever."""
+    cluster: Cluster = cluster_factory(beat=False)
+    n = 2000
+    eid = cluster.start("chaos_loop.yaml", n=n, window=100)
+    cluster.wait_finished(eid, 200)
+    victim = cluster.workers[0]
+    deadline = time.monotonic() + 60
+    while (held := held_by(cluster, eid, victim.proc.pid)) <= 2:
+        assert time.monotonic() < deadline, "the worker never held a batch"
+    lost, at = cluster.in_flight(eid), utcnow()
+    victim.kill()
+    victim.restart()
+    assert_loop_exact(cluster, eid, n)
+    (reissued,) = cluster.query(
+        "SELECT count(*) FROM commands WHERE execution_id = %s AND attempt > 1", eid
+    )[0]
+    assert reissued >= 1  # the sweep's next attempts of what the kill left running
+    assert cluster.recovery(eid, lost, at, f"SIGKILL holding {held}, no beat") < 60
+
+
 def test_redis_flushall_in_the_middle(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory()
     eid = cluster.start("chaos_loop.yaml", n=N, window=50)

@@ -44,6 +44,12 @@ def lease_holder(conn: Connection, name: str) -> str | None:
     return None if holder is None else str(holder)
 
 
+def lease_expiry(conn: Connection, name: str) -> dt.datetime | None:
+    """When the lease `name` runs out; once released, when its holder let it go."""
+    value = conn.execute(select(leases.c.expires_at).where(leases.c.name == name)).scalar()
+    return value if isinstance(value, dt.datetime) else None
+
+
 def release_lease(conn: Connection, name: str, owner: str, now: dt.datetime) -> None:
     conn.execute(
         update(leases).where(leases.c.name == name, leases.c.owner == owner).values(expires_at=now)

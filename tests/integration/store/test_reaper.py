@@ -76,6 +76,26 @@ def test_the_sweep_lease_is_held_by_one_owner_at_a_time(
     assert store.reaper.take_lease("duty", "b", 30)
 
 
+def test_a_workers_fallback_sweep_runs_only_when_nobody_swept_lately(
+    engine: tuple[Engine, Recorder],
+) -> None:
+    """`sweep_unless_swept` (every worker process, every interval): beside a beat whose
+    sweeps keep the lease fresh it does nothing; once nobody swept for the lease's TTL it
+    sweeps itself."""
+    built, _ = engine
+    reaper = built.reaper
+    assert not reaper.store.reaper.held_within("reaper", 60)  # never swept
+    first = reaper.sweep_unless_swept()  # nobody swept: this worker does
+    assert first is not None and first.held
+    assert reaper.store.reaper.held_within("reaper", 60)
+    assert reaper.sweep_unless_swept() is None  # swept a moment ago (beat's, or ours)
+    assert not reaper.store.reaper.held_within("reaper", 0)  # released, not held now
+    # a sweep held elsewhere right now counts as swept too
+    assert reaper.store.reaper.take_lease("reaper", "beat-side worker", 30)
+    assert reaper.sweep_unless_swept() is None
+    reaper.store.reaper.release_lease("reaper", "beat-side worker")
+
+
 def test_lost_message_then_lost_worker_then_give_up(
     engine: tuple[Engine, Recorder], caplog: pytest.LogCaptureFixture
 ) -> None:
