@@ -29,6 +29,7 @@ from jinja2.runtime import Undefined
 
 from noetl_celery.errors import TemplateError, UndefinedVariable, UnsafeCodeValue
 from noetl_celery.templating.environment import ENV, UndefinedNameError, compile_expression
+from noetl_celery.templating.evaluate import evaluate
 from noetl_celery.templating.result_view import unwrap
 
 _SAFE_TEXT = re.compile(r"[\w .:/@+,=%#-]*\Z")
@@ -95,7 +96,7 @@ def render_code(code: str, context: Mapping[str, Any], where: str) -> str:
         if not names or any(n not in context and n not in ENV.globals for n in names):
             return found.group(0)
         try:
-            return _literal(compile_expression(expr.strip())(context))
+            return _literal(evaluate(compile_expression(expr.strip()), context))
         except UnsafeCodeValue as exc:
             raise UnsafeCodeValue(
                 f"{where}: `{found.group(0)}` in python code {exc}; pass the value through "

@@ -25,6 +25,7 @@ from noetl_celery.templating.environment import (
     compile_expression,
     compile_template,
 )
+from noetl_celery.templating.evaluate import evaluate, render
 from noetl_celery.templating.result_view import unwrap
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
@@ -60,15 +61,14 @@ def render_string(
     try:
         expr = _single_expression(source)
         if expr is not None:
-            # the context is passed as one mapping, not unpacked: `**context` would copy
-            # it once more on top of the copy Jinja makes for its own context
-            value = compile_expression(expr.strip(), lenient)(context)
+            # the context is read through, not copied (templating.evaluate)
+            value = evaluate(compile_expression(expr.strip(), lenient), context)
             if isinstance(value, Undefined):
                 if lenient:
                     return ""  # what the lenient Undefined renders as
                 value._fail_with_undefined_error()
             return unwrap(value)
-        return compile_template(source, lenient).render(context)
+        return render(compile_template(source, lenient), context)
     except UndefinedNameError as exc:
         kind = "attribute" if exc.is_attribute else "variable"
         raise UndefinedVariable(
