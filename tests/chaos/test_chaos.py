@@ -141,18 +141,42 @@ def test_worker_sigkill_holding_commands_with_no_beat_running(cluster_factory: A
     eid = cluster.start("chaos_loop.yaml", n=n, window=100)
     cluster.wait_finished(eid, 200)
     victim = cluster.workers[0]
-    deadline = time.monotonic() + 60
-    while (held := held_by(cluster, eid, victim.proc.pid)) <= 2:
-        assert time.monotonic() < deadline, "the worker never held a batch"
-    lost, at = cluster.in_flight(eid), utcnow()
-    victim.kill()
-    victim.restart()
+    stranded: list[str] = []
+    for _ in range(5):  # a kill that lands just after the batch closed strands nothing
+        deadline = time.monotonic() + 60
+        while held_by(cluster, eid, victim.proc.pid) <= 2:
+            assert time.monotonic() < deadline, "the worker never held a batch"
+        lost, at = cluster.in_flight(eid), utcnow()
+        mine = claimed_by(cluster, eid, victim.proc.pid)
+        victim.kill()
+        stranded = [
+            str(cid)
+            for (cid, worker) in cluster.query(
+                "SELECT command_id, worker FROM commands WHERE execution_id = %s "
+                "AND status = 'running'",
+                eid,
+            )
+            if worker in mine
+        ]
+        victim.restart()
+        if stranded:
+            break
+    assert stranded, "no kill left a command running"
     assert_loop_exact(cluster, eid, n)
     (reissued,) = cluster.query(
         "SELECT count(*) FROM commands WHERE execution_id = %s AND attempt > 1", eid
     )[0]
-    assert reissued >= 1  # the sweep's next attempts of what the kill left running
-    assert cluster.recovery(eid, lost, at, f"SIGKILL holding {held}, no beat") < 60
+    assert reissued >= len(stranded)  # the sweep's next attempts of what the kill left
+    assert cluster.recovery(eid, lost, at, f"SIGKILL holding {len(stranded)}, no beat") < 60
+
+
+def claimed_by(cluster: Cluster, eid: str, group: int) -> set[str]:
+    """The `host:pid` claims of one worker's processes on commands of `eid` running now."""
+    rows = cluster.query(
+        "SELECT DISTINCT worker FROM commands WHERE execution_id = %s AND status = 'running'",
+        eid,
+    )
+    return {str(w) for (w,) in rows if process_group(int(str(w).rsplit(":", 1)[1])) == group}
 
 
 def test_redis_flushall_in_the_middle(cluster_factory: Any) -> None:

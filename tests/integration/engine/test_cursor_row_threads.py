@@ -221,11 +221,19 @@ def test_a_frame_cancelled_mid_frame_starts_no_more_rows_and_writes_no_body(
     cancels: list[Any] = []
     started: dict[str, str] = {}
 
+    seen = threading.Event()  # the claim's worker saw the cancel
+
     def cancel_once(row: int) -> None:
+        # every request waits here until the cancel is seen, so the rows in flight are
+        # the first THREADS whatever the heartbeat's poll period: none ends (and lets
+        # its thread take a row) between the cancel and the poll that sees it
         with api._lock:
-            if cancels:
-                return
-            cancels.append(None)
+            first = not cancels
+            if first:
+                cancels.append(None)
+        if not first:
+            assert seen.wait(10), "the cancel was never seen"
+            return
         eid = started["eid"]
         cancels[0] = engine.cancel_tree(eid, "by the test")
         claim = f"{eid}:drain:1:c0.1"  # lane 0's first frame: the first command delivered
@@ -233,6 +241,7 @@ def test_a_frame_cancelled_mid_frame_starts_no_more_rows_and_writes_no_body(
         while not engine.executor.heartbeats.lost(claim):
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        seen.set()
 
     api.on_request = cancel_once
     eid = engine.start_text(PLAYBOOK, {"db": str(queue_db(tmp_path)), "api": api.url})
