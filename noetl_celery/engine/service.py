@@ -277,15 +277,12 @@ class Engine(EngineReads, EngineReruns):
         self.start_notifier()
 
     def start_reaper(self, *, fallback: bool = False) -> None:
-        """Sweep every `reaper_interval_seconds` from a thread of this process; with
-        `fallback` (a worker process), only when nobody swept within the lease's TTL
-        (beat's `noetl.reap` does, when beat runs). One sweep runs at a time across the
-        fleet (its lease row). Once per process."""
-        if self._reaper_thread is not None:
-            return
-        interval = self.settings.reaper_interval_seconds
-        self._reaper_thread = ReaperThread(self.reaper, interval, fallback=fallback)
-        self._reaper_thread.start()
+        """Sweep every interval from a thread of this process (`fallback`, a worker's:
+        only when nobody swept within the lease's TTL; engine.sweeper). Once per process."""
+        if self._reaper_thread is None:
+            interval = self.settings.reaper_interval_seconds
+            self._reaper_thread = ReaperThread(self.reaper, interval, fallback=fallback)
+            self._reaper_thread.start()
 
     def wait_progress(self, timeout: float) -> None:
         """Sleep up to `timeout` between two looks at an execution; embedded, wake as soon
