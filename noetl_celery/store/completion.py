@@ -192,12 +192,11 @@ class CompletionTx:
         with `wait`, wait for the pass that holds it. A wait that deadlocks (that pass
         cancelling this very command) is cut short by Postgres: the transaction is done
         again (passes.retry)."""
-        row = queries.lock_execution(self.conn, self.command.execution_id, wait=wait)
-        return (
-            None
-            if row is None
-            else OrchestrationTx(self.conn, row, self._results, notify=self._notify)
-        )
+        found = queries.lock_and_read(self.conn, self.command.execution_id, wait=wait)
+        if found is None:
+            return None
+        row, inbox = found
+        return OrchestrationTx(self.conn, row, self._results, inbox, self._notify)
 
 
 def closed_of(row: Any, waiting: int | None = None) -> Closed:

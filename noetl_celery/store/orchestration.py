@@ -131,8 +131,16 @@ class OrchestrationTx:
 
     def waiting(self) -> list[tuple[str, int, int, bool]]:
         """The inbox grouped by (step, epoch): count, and whether any entry is not a loop
-        iteration (the inbox is small: it holds only what no pass folded yet)."""
-        return queries.waiting(self.conn, self.execution_id)
+        iteration (the inbox is small: it holds only what no pass folded yet). Counted
+        from the inbox the lock's statement read, while the pass has not read it."""
+        if self._inbox is None:
+            return queries.waiting(self.conn, self.execution_id)
+        groups: dict[tuple[str, int], list[Any]] = {}
+        for completion in self._inbox:
+            group = groups.setdefault((completion.step, completion.epoch), [0, False])
+            group[0] += 1
+            group[1] = group[1] or completion.iteration is None
+        return [(step, epoch, n, other) for (step, epoch), (n, other) in groups.items()]
 
     def mark_handled(self, event_ids: Sequence[int]) -> None:
         queries.mark_handled(self.conn, self.execution_id, event_ids)

@@ -268,12 +268,12 @@ class Store:
         """Lock the execution for one pass; yield None when another pass holds the lock
         (that pass re-checks the inbox before it lets go, so nothing is lost)."""
         with self.db.write() as conn:
-            row = queries.lock_execution(conn, execution_id, wait=wait)
-            yield (
-                None
-                if row is None
-                else OrchestrationTx(conn, row, self.result_cache, notify=self.notifications)
-            )
+            found = queries.lock_and_read(conn, execution_id, wait=wait)
+            if found is None:
+                yield None
+            else:
+                row, inbox = found
+                yield OrchestrationTx(conn, row, self.result_cache, inbox, self.notifications)
 
     def has_unhandled(self, execution_id: str) -> bool:
         with self.db.read() as conn:

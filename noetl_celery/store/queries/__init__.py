@@ -80,6 +80,7 @@ from noetl_celery.store.queries.executions import (
     execution_state,
     execution_status,
     insert_execution,
+    lock_and_read,
     lock_execution,
 )
 from noetl_celery.store.queries.frames import (
@@ -235,6 +236,7 @@ __all__ = [
     "latest_catalog_version",
     "lease_expiry",
     "lease_holder",
+    "lock_and_read",
     "lock_execution",
     "lock_live_commands",
     "lock_schedule_enabled",

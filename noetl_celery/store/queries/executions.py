@@ -7,9 +7,11 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, column, select, text
 
 from noetl_celery.constants import EV_EXECUTION_STARTED, EV_ITEM_REDRIVEN, RUNNING
+from noetl_celery.orchestrator.decisions import Completion
+from noetl_celery.store.queries.inbox import completion_of
 from noetl_celery.store.rows import CatalogEntry, ExecutionRow
 from noetl_celery.store.schema import events, executions
 from noetl_celery.store.statements import (
@@ -116,3 +118,57 @@ def lock_execution(conn: Connection, execution_id: str, *, wait: bool) -> Execut
     (without `wait`)."""
     row = conn.execute(LOCK_WAIT if wait else LOCK_TRY, {"b_eid": execution_id}).first()
     return None if row is None else _execution(row)
+
+
+# The orchestration lock that also reads the inbox the pass folds (Postgres; a pass's
+# inbox read and its deferral's count per epoch were two round trips of a batch's ten:
+# bench.embedded_fanout's threads worker). The read is the statement's snapshot, taken
+# before the lock: valid only if no pass committed in between, so it is made only when
+# the snapshot's pass count is the locked row's (the latest, read again after a wait), as
+# the locking close does (queries.commands._close_lock); more than PREFETCH_LIMIT entries
+# are not read either. Otherwise the pass reads them itself.
+PREFETCH_LIMIT = 1000
+_LOCK_READ = """
+    SELECT {columns},
+        CASE WHEN x.passes = (SELECT s.passes FROM executions s WHERE s.execution_id = :b_eid)
+        THEN (SELECT coalesce(json_agg(w ORDER BY w.event_id), '[]')
+           FROM (SELECT e.event_id, e.command_id, e.step, e.epoch, e.iteration, e.payload,
+                        e.type
+                   FROM inbox i JOIN events e ON e.event_id = i.event_id
+                  WHERE i.execution_id = :b_eid
+                  ORDER BY i.event_id LIMIT :b_limit) w) END AS inbox_rows
+    FROM executions x
+    WHERE x.execution_id = :b_eid
+    FOR UPDATE OF x{skip}
+"""
+
+
+def _lock_read(skip: str) -> Any:
+    columns = ", ".join(f"x.{c.name}" for c in EXECUTION_COLUMNS)
+    return text(_LOCK_READ.format(columns=columns, skip=skip)).columns(
+        *EXECUTION_COLUMNS, column("inbox_rows")
+    )
+
+
+_LOCK_READ_WAIT = _lock_read("")
+_LOCK_READ_TRY = _lock_read(" SKIP LOCKED")
+
+
+def lock_and_read(
+    conn: Connection, execution_id: str, *, wait: bool
+) -> tuple[ExecutionRow, list[Completion] | None] | None:
+    """lock_execution, with the inbox as the pass reads it first (every entry, in order;
+    None: the pass reads it itself). SQLite: lock_execution, the inbox not read."""
+    if conn.dialect.name != "postgresql":
+        locked = lock_execution(conn, execution_id, wait=wait)
+        return None if locked is None else (locked, None)
+    statement = _LOCK_READ_WAIT if wait else _LOCK_READ_TRY
+    found = conn.execute(statement, {"b_eid": execution_id, "b_limit": PREFETCH_LIMIT + 1})
+    row = found.first()
+    if row is None:
+        return None
+    execution = ExecutionRow(**{c.name: row._mapping[c.name] for c in EXECUTION_COLUMNS})
+    rows = row.inbox_rows
+    if rows is None or len(rows) > PREFETCH_LIMIT:
+        return execution, None
+    return execution, [completion_of(r) for r in rows]
