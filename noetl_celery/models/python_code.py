@@ -15,8 +15,16 @@ line numbers are kept (NoETL indents the text, which also changes triple-quoted 
 from __future__ import annotations
 
 import ast
+import functools
+import threading
 from types import CodeType
 
+# CPython 3.11 keeps the AST converters' recursion depth in interpreter-wide state: a
+# parse whose conversion lets another thread in (a garbage collection running a
+# finalizer) and a parse on that thread miscount each other, and one of them fails with
+# "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; the full
+# suite hit it on a cursor frame's rows, which run in threads). So one parse at a time.
+_AST_LOCK = threading.Lock()
 STEP_FUNCTION = "__noetl_step__"
 _WRAPPER = (
     f"def {STEP_FUNCTION}(args, input_data, **kw):\n"
@@ -88,12 +96,16 @@ def wrap_module_return(tree: ast.Module) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
+@functools.lru_cache(maxsize=512)
 def compile_step_code(
     source: str, filename: str, *, flags: int = 0, dont_inherit: bool = False
 ) -> CodeType:
-    """Compile a python step's code (SyntaxError and ValueError as `compile` raises them)."""
-    tree = ast.parse(source, filename, "exec")
-    code: CodeType = compile(
-        wrap_module_return(tree), filename, "exec", flags=flags, dont_inherit=dont_inherit
-    )
+    """Compile a python step's code (SyntaxError and ValueError as `compile` raises them).
+    A step's rows run the same code: compiled once per process (a code object is
+    immutable; each run executes it in a namespace of its own)."""
+    with _AST_LOCK:
+        tree = ast.parse(source, filename, "exec")
+        code: CodeType = compile(
+            wrap_module_return(tree), filename, "exec", flags=flags, dont_inherit=dont_inherit
+        )
     return code

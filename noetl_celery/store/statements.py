@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, any_, bindparam, delete, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import ARRAY, ColumnElement, and_, any_, bindparam, delete, func, select, update
 
 from noetl_celery.constants import CMD_ISSUED, CMD_PLANNED, CMD_RUNNING
 from noetl_celery.store.schema import commands, events, executions, inbox, loops

@@ -9,7 +9,9 @@ import time
 from noetl_celery.engine.service import Engine
 from noetl_celery.passes import orchestrate
 from noetl_celery.settings import Settings
+from noetl_celery.store import queries
 from noetl_celery.store.database import SchemaMode
+from noetl_celery.store.orchestration import OrchestrationTx
 from noetl_celery.store.schema import events, utcnow
 
 
@@ -22,8 +24,13 @@ def main() -> None:
     # but cannot fold them in place (batches close many at once, and a worker that got
     # the lock first would leave this pass nothing to fold), so the completions wait in
     # the inbox for this pass, which then refills the window: it issues commands.
-    with engine.store.orchestration(execution_id, wait=True) as tx:
-        assert tx is not None
+    # The lock as Store.orchestration takes it, but without the inbox its statement reads
+    # (this pass reads it after waiting, as a pass reads it the moment it has the lock).
+    store = engine.store
+    with store.db.write() as conn:
+        row = queries.lock_execution(conn, execution_id, wait=True)
+        assert row is not None
+        tx = OrchestrationTx(conn, row, store.result_cache, notify=store.notifications)
         deadline = time.monotonic() + 5  # well inside the idle-in-transaction timeout
         while not engine.store.has_unhandled(execution_id):
             if time.monotonic() > deadline:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -48,6 +48,46 @@ def running(store: Store, names: list[str]) -> dict[str, ClaimedCommand]:
     return {name: command for name, command in claimed.items() if command is not None}
 
 
+def wait_for_a_lock_wait(pg_url: str, failure: str) -> None:
+    """Until a session of the database waits for a lock (at most 10 s)."""
+    dsn = pg_url.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while not conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone():
+            assert time.monotonic() < deadline, failure
+            time.sleep(0.01)
+
+
+def while_a_pass_folds_a(
+    store: Store, pg_url: str, other: Callable[[], None], failure: str
+) -> None:
+    """Run `other` on a thread while a pass holds the lock; once `other` waits for the
+    lock, that pass folds command a's completion (the only one waiting) and commits."""
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with store.orchestration("1", wait=True) as tx:
+            assert tx is not None
+            holding.set()
+            assert release.wait(10)
+            folded = tx.inbox(1000)
+            assert [c.command_id for c in folded] == ["1:a"]
+            tx.apply(Decision(state=ExecutionState("1")), [c.event_id for c in folded])
+
+    passing = threading.Thread(target=holder)
+    passing.start()
+    assert holding.wait(10)
+    waiting = threading.Thread(target=other)
+    waiting.start()
+    wait_for_a_lock_wait(pg_url, failure)
+    release.set()
+    passing.join(10)
+    waiting.join(10)
+
+
 def test_the_pass_gets_the_inbox_read_with_the_lock(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,17 +116,6 @@ def test_a_pass_committed_while_the_close_waited_is_not_folded_again(
     commands = running(store, ["a", "b"])
     with store.completion(commands["a"]) as tx:
         assert tx.close(Outcome("ok", 1)).closed
-    holding, release = threading.Event(), threading.Event()
-
-    def holder() -> None:  # a pass that folds a's completion once the close waits
-        with store.orchestration("1", wait=True) as tx:
-            assert tx is not None
-            holding.set()
-            assert release.wait(10)
-            folded = tx.inbox(1000)
-            assert [c.command_id for c in folded] == ["1:a"]
-            tx.apply(Decision(state=ExecutionState("1")), [c.event_id for c in folded])
-
     seen: list[list[str]] = []
 
     def closer() -> None:
@@ -95,21 +124,5 @@ def test_a_pass_committed_while_the_close_waited_is_not_folded_again(
             assert closed.closed and locked is not None
             seen.append([c.command_id for c in locked.inbox(1000)])
 
-    passing = threading.Thread(target=holder)
-    passing.start()
-    assert holding.wait(10)
-    closing = threading.Thread(target=closer)
-    closing.start()
-    dsn = pg_url.replace("postgresql+psycopg", "postgresql")
-    with psycopg.connect(dsn, autocommit=True) as conn:  # the close waits for the lock
-        deadline = time.monotonic() + 10
-        while not conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone():
-            assert time.monotonic() < deadline, "the close never waited for the lock"
-            time.sleep(0.01)
-    release.set()
-    passing.join(10)
-    closing.join(10)
+    while_a_pass_folds_a(store, pg_url, closer, "the close never waited for the lock")
     assert seen == [["1:b"]]  # a's completion, folded by the holder, is not read again

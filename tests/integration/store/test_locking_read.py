@@ -5,11 +5,8 @@ more than the statement reads, the pass reads the inbox itself."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from noetl_celery.models.outcome import Outcome
@@ -19,7 +16,7 @@ from noetl_celery.store import queries
 from noetl_celery.store.database import Database
 from noetl_celery.store.queries import executions
 from noetl_celery.store.repository import Store
-from tests.integration.store.test_locking_close import running
+from tests.integration.store.test_locking_close import running, while_a_pass_folds_a
 
 
 @pytest.fixture
@@ -103,17 +100,6 @@ def test_a_pass_committed_while_the_lock_waited_is_not_folded_again(
     commands = running(store, ["a"])
     with store.completion(commands["a"]) as tx:
         assert tx.close(Outcome("ok", 1)).closed
-    holding, release = threading.Event(), threading.Event()
-
-    def holder() -> None:  # a pass that folds a's completion once the other lock waits
-        with store.orchestration("1", wait=True) as tx:
-            assert tx is not None
-            holding.set()
-            assert release.wait(10)
-            folded = tx.inbox(1000)
-            assert [c.command_id for c in folded] == ["1:a"]
-            tx.apply(Decision(state=ExecutionState("1")), [c.event_id for c in folded])
-
     seen: list[tuple[list[str], list[tuple[str, int, int, bool]]]] = []
 
     def waiter() -> None:
@@ -121,21 +107,5 @@ def test_a_pass_committed_while_the_lock_waited_is_not_folded_again(
             assert tx is not None
             seen.append(([c.command_id for c in tx.inbox(1000)], tx.waiting()))
 
-    passing = threading.Thread(target=holder)
-    passing.start()
-    assert holding.wait(10)
-    waiting = threading.Thread(target=waiter)
-    waiting.start()
-    dsn = pg_url.replace("postgresql+psycopg", "postgresql")
-    with psycopg.connect(dsn, autocommit=True) as conn:  # the second lock waits
-        deadline = time.monotonic() + 10
-        while not conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone():
-            assert time.monotonic() < deadline, "the second pass never waited for the lock"
-            time.sleep(0.01)
-    release.set()
-    passing.join(10)
-    waiting.join(10)
+    while_a_pass_folds_a(store, pg_url, waiter, "the second pass never waited for the lock")
     assert seen == [([], [])]  # a's completion, folded by the holder, is not read again

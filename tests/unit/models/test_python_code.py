@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -65,3 +67,33 @@ def test_line_numbers_are_the_users() -> None:
 def test_a_return_in_a_class_body_is_still_a_syntax_error() -> None:
     with pytest.raises(SyntaxError, match="'return' outside function"):
         compile_step_code("class A:\n    return 1", "<test>")
+
+
+def test_parses_run_one_at_a_time_and_each_source_compiles_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CPython 3.11's AST conversion miscounts when two threads parse at once (gh-106905)
+    inside, most, calls = [0], [0], [0]
+    parse = ast.parse
+
+    def slow_parse(source: str, *args: Any, **kwargs: Any) -> Any:
+        if args[:1] == ("<parallel>",):  # a step's source (not the wrapper's)
+            inside[0] += 1
+            calls[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.01)  # another thread would get in here
+            inside[0] -= 1
+        return parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", slow_parse)  # the module python_code calls
+    sources = [f"x = {i}\nreturn x" for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda s: compile_step_code(s, "<parallel>"), sources))
+        codes += pool.map(lambda s: compile_step_code(s, "<parallel>"), sources)
+    assert most[0] == 1
+    assert calls[0] == 8  # the second round came from the cache
+    assert codes[:8] == codes[8:]
+    for i, code in enumerate(codes[:8]):
+        namespace: dict[str, Any] = {"args": {}, "input_data": None}
+        exec(code, namespace)
+        assert namespace["result"] == i
