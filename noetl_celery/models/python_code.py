@@ -96,16 +96,22 @@ def wrap_module_return(tree: ast.Module) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
-@functools.lru_cache(maxsize=512)
 def compile_step_code(
     source: str, filename: str, *, flags: int = 0, dont_inherit: bool = False
 ) -> CodeType:
-    """Compile a python step's code (SyntaxError and ValueError as `compile` raises them).
-    A step's rows run the same code: compiled once per process (a code object is
-    immutable; each run executes it in a namespace of its own)."""
+    """Compile a python step's code (SyntaxError and ValueError as `compile` raises them;
+    its warnings each time: validation reports them)."""
     with _AST_LOCK:
         tree = ast.parse(source, filename, "exec")
         code: CodeType = compile(
             wrap_module_return(tree), filename, "exec", flags=flags, dont_inherit=dont_inherit
         )
     return code
+
+
+@functools.lru_cache(maxsize=512)
+def cached_step_code(source: str, filename: str) -> CodeType:
+    """compile_step_code for the python tool: a step's rows run the same code, compiled
+    once per process (a code object is immutable; each run executes it in a namespace
+    of its own). Failures are not kept: a bad source raises on every call."""
+    return compile_step_code(source, filename)

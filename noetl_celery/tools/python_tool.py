@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from jinja2.runtime import Undefined
 
 from noetl_celery.errors import TemplateError
-from noetl_celery.models.python_code import compile_step_code
+from noetl_celery.models.python_code import cached_step_code
 from noetl_celery.templating.code_template import render_code
 from noetl_celery.tools.base import ToolCall, ToolOutcome
 from noetl_celery.tools.jsonable import make_serializable, to_jsonable
@@ -75,7 +75,7 @@ class PythonTool:
     def _execute(call: ToolCall, code: str, libs: Mapping[str, Any], filename: str) -> ToolOutcome:
         redact = call.services.redactor.redact
         try:
-            compiled = compile_step_code(code, filename)
+            compiled = cached_step_code(code, filename)
             namespace = _namespace(call, libs)
             initial = dict(namespace)
             exec(compiled, namespace)

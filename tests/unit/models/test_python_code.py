@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import ast
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from noetl_celery.models.python_code import compile_step_code, has_top_level_return
+from noetl_celery.models.python_code import (
+    cached_step_code,
+    compile_step_code,
+    has_top_level_return,
+)
 
 
 def run(code: str, **inputs: Any) -> dict[str, Any]:
@@ -88,8 +93,8 @@ def test_parses_run_one_at_a_time_and_each_source_compiles_once(
     monkeypatch.setattr(ast, "parse", slow_parse)  # the module python_code calls
     sources = [f"x = {i}\nreturn x" for i in range(8)]
     with ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda s: compile_step_code(s, "<parallel>"), sources))
-        codes += pool.map(lambda s: compile_step_code(s, "<parallel>"), sources)
+        codes = list(pool.map(lambda s: cached_step_code(s, "<parallel>"), sources))
+        codes += pool.map(lambda s: cached_step_code(s, "<parallel>"), sources)
     assert most[0] == 1
     assert calls[0] == 8  # the second round came from the cache
     assert codes[:8] == codes[8:]
@@ -97,3 +102,12 @@ def test_parses_run_one_at_a_time_and_each_source_compiles_once(
         namespace: dict[str, Any] = {"args": {}, "input_data": None}
         exec(code, namespace)
         assert namespace["result"] == i
+
+
+def test_validation_compiles_each_time_and_so_warns_each_time() -> None:
+    source = "x = 1\nif x is 1:\n    pass\n"  # SyntaxWarning: "is" with a literal
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compile_step_code(source, "<warned>")
+        assert [type(w.message) for w in caught] == [SyntaxWarning]
